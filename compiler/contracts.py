@@ -1,0 +1,132 @@
+"""Dense I/O contracts of the graphs we emit, derived from the architecture.
+
+The names follow what onnxruntime-genai 0.18.0's own Qwen3.5 export writes
+(`past.%d.conv`, `past.%d.recurrent`, `hidden_states`, `hidden_states_out`), so a
+package from us and one from the reference builder are interchangeable. Paged
+variants are produced from these by `passes/paged_io.py`.
+"""
+
+from __future__ import annotations
+
+from .ir import Architecture, GraphContract, LayerKind, Precision, TensorSpec
+
+BATCH = "batch_size"
+SEQUENCE = "sequence_length"
+TOTAL_SEQUENCE = "total_sequence_length"
+PAST_SEQUENCE = "past_sequence_length"
+NUM_TOKENS = "num_tokens"
+
+# role -> graph name template; "%d" is the absolute layer index of the graph.
+MAIN_INPUT_NAMES = {
+    "input_ids": "input_ids",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+    "past_conv_names": "past.%d.conv",
+    "past_recurrent_names": "past.%d.recurrent",
+}
+MAIN_OUTPUT_NAMES = {
+    "logits": "logits",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+    "present_conv_names": "present.%d.conv",
+    "present_recurrent_names": "present.%d.recurrent",
+    "hidden_states": "hidden_states",
+}
+ORT_HEAD_INPUT_NAMES = {
+    "input_ids": "input_ids",
+    "hidden_states": "hidden_states",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+ORT_HEAD_OUTPUT_NAMES = {
+    "logits": "logits",
+    "hidden_states": "hidden_states_out",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
+ONNX_GENAI_HEAD_INPUT_NAMES = {
+    "inputs_embeds": "inputs_embeds",
+    "hidden_states": "hidden_states",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+ONNX_GENAI_HEAD_OUTPUT_NAMES = {
+    "hidden_states": "mtp_hidden",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
+
+
+def _kv_specs(arch: Architecture, layers, dtype: str, past: str, present: str):
+    shape_past = (BATCH, arch.num_key_value_heads, PAST_SEQUENCE, arch.head_dim)
+    shape_present = (BATCH, arch.num_key_value_heads, TOTAL_SEQUENCE, arch.head_dim)
+    ins, outs = [], []
+    for i in layers:
+        for kind in ("key", "value"):
+            ins.append(TensorSpec(f"{past}.{i}.{kind}", dtype, shape_past))
+            outs.append(TensorSpec(f"{present}.{i}.{kind}", dtype, shape_present))
+    return ins, outs
+
+
+def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
+    io = precision.io_dtype
+    inputs = [
+        TensorSpec("input_ids", "int64", (BATCH, SEQUENCE)),
+        TensorSpec("attention_mask", "int64", (BATCH, TOTAL_SEQUENCE)),
+        # Interleaved MRoPE takes three position rows (T, H, W); equal for text.
+        TensorSpec("position_ids", "int64", (3, BATCH, SEQUENCE)),
+    ]
+    outputs = [
+        TensorSpec("logits", precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
+        TensorSpec("hidden_states", io, (BATCH, SEQUENCE, arch.hidden_size)),
+    ]
+    lin = arch.linear_attention
+    for i, kind in enumerate(arch.layer_kinds):
+        if kind is LayerKind.LINEAR_ATTENTION:
+            assert lin is not None
+            conv = (BATCH, lin.conv_dim, lin.conv_kernel - 1)
+            rec = (BATCH, lin.num_value_heads, lin.key_head_dim, lin.value_head_dim)
+            inputs += [TensorSpec(f"past.{i}.conv", io, conv), TensorSpec(f"past.{i}.recurrent", io, rec)]
+            outputs += [TensorSpec(f"present.{i}.conv", io, conv), TensorSpec(f"present.{i}.recurrent", io, rec)]
+        else:
+            ins, outs = _kv_specs(arch, [i], io, "past_key_values", "present")
+            inputs += ins
+            outputs += outs
+    return GraphContract(tuple(inputs), tuple(outputs))
+
+
+def ort_head_contract(arch: Architecture, precision: Precision) -> GraphContract:
+    io = precision.io_dtype
+    inputs = [
+        TensorSpec("input_ids", "int64", (BATCH, SEQUENCE)),
+        TensorSpec("hidden_states", io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec("attention_mask", "int64", (BATCH, TOTAL_SEQUENCE)),
+        TensorSpec("position_ids", "int64", (3, BATCH, SEQUENCE)),
+    ]
+    outputs = [
+        TensorSpec("logits", precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
+        TensorSpec("hidden_states_out", io, (BATCH, SEQUENCE, arch.hidden_size)),
+    ]
+    ins, outs = _kv_specs(arch, [0], io, "past_key_values", "present")
+    return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
+
+
+def onnx_genai_head_contract(arch: Architecture, precision: Precision) -> GraphContract:
+    """onnx-genai embeds tokens and applies the LM head itself, borrowing the target's initializers."""
+    io = precision.io_dtype
+    inputs = [
+        TensorSpec("inputs_embeds", io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec("hidden_states", io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec("attention_mask", "int64", (BATCH, TOTAL_SEQUENCE)),
+        # onnx-genai feeds rank-2 absolute positions.
+        TensorSpec("position_ids", "int64", (BATCH, SEQUENCE)),
+    ]
+    outputs = [TensorSpec("mtp_hidden", io, (BATCH, SEQUENCE, arch.hidden_size))]
+    ins, outs = _kv_specs(arch, [0], io, "past_key_values", "present")
+    return GraphContract(tuple(inputs + ins), tuple(outputs + outs))

@@ -1,0 +1,86 @@
+"""Errors users can act on, and the one exit-code table every verb shares.
+
+A `Diagnostic` points at a place in an input file (`file:line:col`, the source
+line and a caret under the span), in the style of xDSL / rustc. A `MtpcError`
+carries one or more diagnostics and the exit code the CLI should return.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # nothing to report
+    FINDINGS = 1  # invalid spec, non-empty diff, failed check
+    USAGE = 2  # usage error or unreadable input
+    INTERNAL = 3  # a bug in mtpc
+
+
+@dataclass(frozen=True)
+class Span:
+    """A 1-based line/column range in a file; `end_col` is exclusive."""
+
+    file: str
+    line: int
+    col: int
+    end_col: int | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    message: str
+    span: Span | None = None
+    severity: str = "error"  # "error" | "warning" | "note"
+    hint: str | None = None
+    # The JSON path / artifact path a finding is about, e.g. "genai_config.json:/model/mtp/filename".
+    path: str | None = None
+
+    def render(self, source_lines: list[str] | None = None) -> str:
+        where = ""
+        if self.span is not None:
+            where = f"{self.span.file}:{self.span.line}:{self.span.col}: "
+        elif self.path:
+            where = f"{self.path}: "
+        text = f"{where}{self.severity}: {self.message}"
+        if self.span is not None and source_lines and 1 <= self.span.line <= len(source_lines):
+            line = source_lines[self.span.line - 1].rstrip("\n")
+            width = max(1, (self.span.end_col or self.span.col + 1) - self.span.col)
+            gutter = f"{self.span.line:>4} | "
+            text += f"\n{gutter}{line}\n{' ' * (len(gutter) + self.span.col - 1)}{'^' * width}"
+        if self.hint:
+            text += f"\n     = hint: {self.hint}"
+        return text
+
+    def to_json(self) -> dict:
+        out: dict = {"severity": self.severity, "message": self.message}
+        if self.span is not None:
+            out.update(file=self.span.file, line=self.span.line, column=self.span.col)
+        if self.path:
+            out["path"] = self.path
+        if self.hint:
+            out["hint"] = self.hint
+        return out
+
+
+@dataclass
+class MtpcError(Exception):
+    """A user-facing failure: rendered without a traceback."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    exit_code: ExitCode = ExitCode.FINDINGS
+
+    @classmethod
+    def single(cls, message: str, *, exit_code: ExitCode = ExitCode.FINDINGS, **kw) -> "MtpcError":
+        return cls([Diagnostic(message, **kw)], exit_code)
+
+    def __str__(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+
+class SourceError(MtpcError):
+    """The checkpoint cannot be read or does not hold what it claims (exit 2 unless stated)."""
+
+    def __init__(self, message: str, *, exit_code: ExitCode = ExitCode.USAGE, path: str | None = None):
+        super().__init__([Diagnostic(message, path=path)], exit_code)

@@ -1,0 +1,346 @@
+"""The typed intermediate representation every pass and emitter works on.
+
+Everything here is a frozen dataclass: passes return new values with
+`dataclasses.replace`, so a pipeline can show what each pass changed. Only
+`mtpc.spec.lower` builds these from raw dicts; nothing downstream reads the spec.
+
+Weights never live in the IR: the IR names tensors, a `WeightStore`
+(`mtpc.weights`) reads them lazily.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+class LayerKind(str, enum.Enum):
+    FULL_ATTENTION = "full_attention"
+    LINEAR_ATTENTION = "linear_attention"
+    SLIDING_ATTENTION = "sliding_attention"
+
+
+class AttentionMode(str, enum.Enum):
+    DENSE = "dense"
+    PAGED = "paged"
+
+
+class HeadPolicy(str, enum.Enum):
+    AUTO = "auto"  # emit the head iff the source ships one
+    ON = "on"  # the source must ship one
+    OFF = "off"  # never emit it
+
+
+class SeedHidden(str, enum.Enum):
+    """Which main-model hidden state seeds the MTP head (an open choice upstream)."""
+
+    POST_NORM = "post_norm"  # the tensor fed to lm_head; what onnxruntime-genai expects
+    PRE_NORM = "pre_norm"  # the last layer's residual output, before the final norm
+
+
+class HeadContract(str, enum.Enum):
+    """The head graph's I/O contract, which differs per consuming runtime."""
+
+    # input_ids + hidden_states -> logits + hidden_states_out; embedding and LM head inside.
+    ORT_GENAI = "onnxruntime_genai"
+    # inputs_embeds + hidden_states -> mtp_hidden; the runtime embeds and applies the LM head.
+    ONNX_GENAI = "onnx_genai"
+
+
+# ----------------------------------------------------------------------------- architecture
+
+
+@dataclass(frozen=True)
+class LinearAttentionDims:
+    """GatedDeltaNet sizes of the linear-attention layers."""
+
+    num_key_heads: int
+    key_head_dim: int
+    num_value_heads: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+
+@dataclass(frozen=True)
+class Rope:
+    theta: float
+    partial_rotary_factor: float
+    head_dim: int
+    # Interleaved MRoPE sections (T, H, W) over rotary_dim / 2 frequency slots.
+    mrope_section: tuple[int, ...] = ()
+    mrope_interleaved: bool = True
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    bos: int
+    eos: tuple[int, ...]
+    pad: int
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What the source checkpoint is, independent of how we build it."""
+
+    family: str  # "qwen35"
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    layer_kinds: tuple[LayerKind, ...]
+    rms_norm_eps: float
+    rope: Rope
+    context_length: int
+    tokens: TokenIds
+    linear_attention: LinearAttentionDims | None = None
+    sliding_window: int | None = None
+    tie_word_embeddings: bool = False
+    # Number of MTP blocks the source ships (0 = none).
+    mtp_num_layers: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_kinds)
+
+    def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Layers that keep a KV cache."""
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k is not LayerKind.LINEAR_ATTENTION)
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where the weights come from. `path` is absolute (resolved against the spec file)."""
+
+    kind: str  # "synthetic" | "hf" | "gguf"
+    path: str | None = None
+    seed: int | None = None
+    # Weight-only options of a synthetic source (e.g. norm scale spread); kept opaque here.
+    options: tuple[tuple[str, object], ...] = ()
+
+
+# ----------------------------------------------------------------------------- I/O contracts
+
+Dim = int | str  # a static size or a symbolic dimension name
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # "float32" | "float16" | "bfloat16" | "int64" | "int32"
+    shape: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class GraphContract:
+    """The inputs and outputs of one ONNX graph, in graph order."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec:
+        return _find(self.inputs, name, "input")
+
+    def output(self, name: str) -> TensorSpec:
+        return _find(self.outputs, name, "output")
+
+    def has_input(self, name: str) -> bool:
+        return any(t.name == name for t in self.inputs)
+
+    def has_output(self, name: str) -> bool:
+        return any(t.name == name for t in self.outputs)
+
+    def all(self) -> Iterator[TensorSpec]:
+        yield from self.inputs
+        yield from self.outputs
+
+
+def _find(tensors: tuple[TensorSpec, ...], name: str, what: str) -> TensorSpec:
+    for t in tensors:
+        if t.name == name:
+            return t
+    raise KeyError(f"no graph {what} named {name!r}")
+
+
+# ----------------------------------------------------------------------------- runtime view
+
+
+@dataclass(frozen=True)
+class StateGroup:
+    kind: str  # "paged_kv" | "fixed_conv" | "fixed_recurrent"
+    layer_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    window_size: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SharedInitializer:
+    name: str
+    data_file: str
+    offset: int
+    length: int
+    data_type: int  # onnx TensorProto enum
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """One decoder as a runtime sees it: the graph file, its names and its dims.
+
+    `inputs` / `outputs` map onnxruntime-genai's role keys (`input_ids`,
+    `past_key_names`, `hidden_states`, ...) to graph names or `%d` templates;
+    `contract` lists the concrete tensors of the graph. The MTP head's decoder
+    config is projected from the main one (`passes/mtp_projection.py`).
+    """
+
+    filename: str
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_size: int
+    layer_kinds: tuple[LayerKind, ...]
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+    contract: GraphContract
+    attention: AttentionMode = AttentionMode.DENSE
+    execution_provider: str = "cpu"
+    session_options: tuple[tuple[str, str], ...] = ()
+    state_groups: tuple[StateGroup, ...] = ()
+    sliding_window: SlidingWindow | None = None
+    # Linear-attention conv/recurrent state metadata; a single full-attention layer has none.
+    conv_kernel: int = 0
+    shared_initializers: tuple[SharedInitializer, ...] = ()
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return len(self.layer_kinds)
+
+    def input_name(self, role: str) -> str | None:
+        return dict(self.inputs).get(role)
+
+    def output_name(self, role: str) -> str | None:
+        return dict(self.outputs).get(role)
+
+
+# ----------------------------------------------------------------------------- build choices
+
+
+@dataclass(frozen=True)
+class Precision:
+    io_dtype: str = "float32"
+    # None = same as io_dtype. The CPU profile of onnxruntime-genai 0.18.0 forces float16 (see profiles/).
+    logits_dtype: str | None = None
+
+    @property
+    def effective_logits_dtype(self) -> str:
+        return self.logits_dtype or self.io_dtype
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """How one weight is stored. `bits=None` means float in the I/O dtype."""
+
+    bits: int | None = None
+    block_size: int = 32
+    # Keep the source's own encoding (e.g. GGUF Q4_0/Q8_0 carried over losslessly, or float as-is).
+    keep_source: bool = False
+    accuracy_level: int = 0
+
+
+@dataclass(frozen=True)
+class QuantOverride:
+    match: str  # fnmatch pattern over canonical weight names, e.g. "mtp.fc.weight" or "layers.*.mlp.*"
+    scheme: QuantScheme
+
+
+@dataclass(frozen=True)
+class QuantizationPlan:
+    default: QuantScheme = field(default_factory=QuantScheme)
+    overrides: tuple[QuantOverride, ...] = ()
+
+    def scheme_for(self, weight_name: str) -> QuantScheme:
+        from fnmatch import fnmatchcase
+
+        for override in self.overrides:  # first match wins, as in the spec's order
+            if fnmatchcase(weight_name, override.match):
+                return override.scheme
+        return self.default
+
+
+@dataclass(frozen=True)
+class OrtGenaiTarget:
+    version: str = "0.18.0"
+    execution_provider: str = "cpu"
+    attention: AttentionMode = AttentionMode.DENSE
+    block_size: int = 256
+    max_batch_size: int = 16
+    num_blocks: int | None = None
+    gpu_utilization_factor: float | None = None
+    max_draft_tokens: int = 4
+
+
+@dataclass(frozen=True)
+class OnnxGenaiTarget:
+    layout: str = "workflow"  # "workflow" | "flat"
+
+
+@dataclass(frozen=True)
+class Targets:
+    onnxruntime_genai: OrtGenaiTarget | None = None
+    onnx_genai: OnnxGenaiTarget | None = None
+
+
+@dataclass(frozen=True)
+class MtpSettings:
+    head: HeadPolicy = HeadPolicy.AUTO
+    num_speculative_tokens: int = 1
+    seed_hidden: SeedHidden = SeedHidden.POST_NORM
+    # Decided by passes/head_detection.py; None until it has run.
+    emit_head: bool | None = None
+
+
+@dataclass(frozen=True)
+class ModelIR:
+    name: str
+    spec_path: str | None
+    source: SourceRef
+    architecture: Architecture
+    mtp: MtpSettings
+    precision: Precision
+    quantization: QuantizationPlan
+    targets: Targets
+    # The main decoder as runtimes see it (dense contract after lowering).
+    main: DecoderConfig
+    # Head decoder configs per head contract; filled by passes/mtp_projection.py.
+    heads: tuple[tuple[HeadContract, DecoderConfig], ...] = ()
+    # Informational notes from passes (shown by `compile`, kept out of artifacts).
+    notes: tuple[str, ...] = ()
+
+    def head(self, contract: HeadContract) -> DecoderConfig | None:
+        return dict(self.heads).get(contract)

@@ -1,0 +1,59 @@
+"""Weight quantization for MatMulNBits, and the per-tensor decision of what to store.
+
+Float weights are quantized round-to-nearest, symmetric, per block along K, into
+onnxruntime's MatMulNBits layout with the op's default zero point
+(`2**(bits-1)`), so no zero-point tensor is needed. Weights the source already
+stores quantized (GGUF Q4_0 / Q8_0) arrive as `QuantizedTensor`s and are carried
+over untouched when the plan asks for the same encoding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import QuantScheme
+from .weights import QuantizedTensor, Weight
+
+
+def quantize_linear(w: np.ndarray, bits: int, block_size: int) -> QuantizedTensor:
+    """Quantize an `[N, K]` float weight (nn.Linear layout) for MatMulNBits."""
+    if bits not in (4, 8):
+        raise ValueError(f"MatMulNBits weights must be 4 or 8 bits, not {bits}")
+    w = np.asarray(w, dtype=np.float32)
+    n, k = w.shape
+    k_blocks = -(-k // block_size)
+    padded = np.zeros((n, k_blocks * block_size), np.float32)
+    padded[:, :k] = w
+    blocks = padded.reshape(n, k_blocks, block_size)
+    qmax = 2 ** (bits - 1) - 1
+    absmax = np.abs(blocks).max(axis=-1)
+    scales = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
+    zero = 2 ** (bits - 1)
+    q = np.clip(np.rint(blocks / scales[..., None]) + zero, 0, 2**bits - 1).astype(np.uint8)
+    if bits == 4:
+        q = q.reshape(n, k_blocks, block_size // 2, 2)
+        data = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8)  # element 2i low nibble, 2i+1 high
+    else:
+        data = q
+    return QuantizedTensor(bits, block_size, (n, k), np.ascontiguousarray(data), scales, None, f"int{bits}")
+
+
+def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
+    """What to store for one linear weight under `scheme`.
+
+    Returns a float32 array (the emitter casts to the I/O dtype) or a
+    QuantizedTensor. A source-quantized tensor is kept bit-exact when the scheme
+    keeps the source or asks for the same bits and block size; otherwise it is
+    dequantized and, if the scheme says so, re-quantized.
+    """
+    if isinstance(weight, QuantizedTensor):
+        if scheme.keep_source:
+            return weight
+        if scheme.bits == weight.bits and scheme.block_size == weight.block_size:
+            return weight
+        weight = weight.dequantize()
+    elif scheme.keep_source:
+        return np.asarray(weight, dtype=np.float32)
+    if scheme.bits is None:
+        return np.asarray(weight, dtype=np.float32)
+    return quantize_linear(weight, scheme.bits, scheme.block_size)

@@ -1,0 +1,36 @@
+"""Access to the JSON Schemas shipped in schemas/ and validation of artifacts against them."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+import jsonschema
+
+
+def schema_names() -> list[str]:
+    return sorted(p.name for p in resources.files("mtpc.schemas").iterdir() if p.name.endswith(".schema.json"))
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    """`name` is a file in schemas/, with or without the `.schema.json` suffix."""
+    if not name.endswith(".json"):
+        name = f"{name}.schema.json"
+    return json.loads(resources.files("mtpc.schemas").joinpath(name).read_text(encoding="utf-8"))
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    schema = load_schema(name)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def json_path(error: jsonschema.ValidationError) -> str:
+    """RFC 6901 pointer of the instance location an error is about."""
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in error.absolute_path]
+    return "/" + "/".join(parts)
+
+
+def errors(name: str, instance) -> list[jsonschema.ValidationError]:
+    return sorted(validator(name).iter_errors(instance), key=lambda e: (json_path(e), e.message))

@@ -1,0 +1,95 @@
+"""The weight-store interface: how emitters read tensors without the IR holding them.
+
+Every store speaks *canonical* names and value conventions, so graph builders
+never care where a tensor came from:
+
+- names are Hugging Face Qwen3.5 text-model names without the
+  `model.language_model.` / `model.` prefix: `embed_tokens.weight`,
+  `layers.3.self_attn.q_proj.weight`, `norm.weight`, `lm_head.weight`,
+  `mtp.fc.weight`, `mtp.layers.0.mlp.up_proj.weight`, ...
+- linear weights are `[out_features, in_features]` (nn.Linear layout);
+- offset-RMSNorm weights hold the *effective* scale `1 + w` (GGUF already bakes
+  this in; the HF store adds 1 in float32). The GatedDeltaNet gated norm
+  `linear_attn.norm.weight` is not offset-form and is passed through;
+- `linear_attn.A_log` is exposed as `linear_attn.decay_scale = -exp(A_log)`
+  (what GGUF `ssm_a` stores and what LinearAttentionGate consumes);
+- value heads are in *grouped* order (value head j uses key head j // (Hv/Hk)).
+
+`lm_head.weight` is always present (a tied source returns the embedding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol, Union
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """A linear weight `[N, K]` already in onnxruntime MatMulNBits layout.
+
+    `data` uint8 `[N, k_blocks, block_size * bits / 8]`; `scales` float `[N, k_blocks]`;
+    `zero_points` uint8 packed `[N, ceil(k_blocks * bits / 8)]` or None (the
+    op's default `2**(bits-1)`).
+    """
+
+    bits: int
+    block_size: int
+    shape: tuple[int, int]  # (N, K)
+    data: np.ndarray
+    scales: np.ndarray
+    zero_points: np.ndarray | None = None
+    source_type: str = ""  # e.g. "Q4_0", for messages and `inspect`
+
+    def dequantize(self) -> np.ndarray:
+        n, k = self.shape
+        q = _unpack(self.data, self.bits).reshape(n, -1, self.block_size).astype(np.float32)
+        if self.zero_points is None:
+            zp = np.full(q.shape[:2], 2 ** (self.bits - 1), np.float32)
+        else:
+            zp = _unpack(self.zero_points, self.bits)[:, : q.shape[1]].astype(np.float32)
+        w = (q - zp[..., None]) * self.scales.astype(np.float32)[..., None]
+        return w.reshape(n, -1)[:, :k]
+
+
+def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    if bits == 8:
+        return packed.reshape(packed.shape[0], -1)
+    if bits == 4:
+        flat = packed.reshape(packed.shape[0], -1)
+        out = np.empty((flat.shape[0], flat.shape[1] * 2), np.uint8)
+        out[:, 0::2] = flat & 0x0F  # element 2i in the low nibble
+        out[:, 1::2] = flat >> 4
+        return out
+    raise ValueError(f"unsupported bit width {bits}")
+
+
+Weight = Union[np.ndarray, QuantizedTensor]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name of the float value, or the quant type ("Q4_0")
+    quantized: bool = False
+
+
+class WeightStore(Protocol):
+    """Lazy, read-only access to a checkpoint's tensors under canonical names."""
+
+    def names(self) -> Iterable[str]: ...
+
+    def info(self, name: str) -> TensorInfo: ...
+
+    def read(self, name: str) -> Weight:
+        """The tensor's value: float ndarray, or a QuantizedTensor where the source stores one."""
+        ...
+
+    def read_float(self, name: str) -> np.ndarray:
+        """The tensor dequantized to float32 where needed."""
+        ...
+
+    def close(self) -> None: ...

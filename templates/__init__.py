@@ -1,0 +1,1 @@
+"""Jinja2 templates shipped with mtpc (data only; importable so installed wheels carry them)."""
