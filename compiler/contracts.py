@@ -130,3 +130,27 @@ def onnx_genai_head_contract(arch: Architecture, precision: Precision) -> GraphC
     outputs = [TensorSpec("mtp_hidden", io, (BATCH, SEQUENCE, arch.hidden_size))]
     ins, outs = _kv_specs(arch, [0], io, "past_key_values", "present")
     return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
+
+
+def main_decoder_config(arch: Architecture, precision: Precision, *, execution_provider: str = "cpu"):
+    """The main decoder as lowered: dense contract, names for the layer kinds it has."""
+    from .ir import DecoderConfig
+
+    has_linear = any(k is LayerKind.LINEAR_ATTENTION for k in arch.layer_kinds)
+    state_roles = ("past_conv_names", "past_recurrent_names", "present_conv_names", "present_recurrent_names")
+    inputs = {k: v for k, v in MAIN_INPUT_NAMES.items() if has_linear or k not in state_roles}
+    outputs = {k: v for k, v in MAIN_OUTPUT_NAMES.items() if has_linear or k not in state_roles}
+    return DecoderConfig(
+        filename="model.onnx",
+        hidden_size=arch.hidden_size,
+        num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.num_key_value_heads,
+        head_size=arch.head_dim,
+        layer_kinds=arch.layer_kinds,
+        inputs=tuple(inputs.items()),
+        outputs=tuple(outputs.items()),
+        contract=main_contract(arch, precision),
+        execution_provider=execution_provider,
+        conv_kernel=arch.linear_attention.conv_kernel if arch.linear_attention and has_linear else 0,
+        sliding_window=None,
+    )
