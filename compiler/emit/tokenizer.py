@@ -1,0 +1,106 @@
+"""Tokenizer files of the package.
+
+A source that ships tokenizer files (a Hugging Face checkpoint's own files, or
+the `tokenizer.json` the GGUF source builds from `tokenizer.ggml.*`) has them
+copied as they are. A synthetic source gets a tiny deterministic byte-level
+BPE tokenizer over its vocabulary, so prompts can be encoded and decoded by
+onnxruntime-genai 0.18.0 (whose built-in tokenizer reads `tokenizer.json` +
+`tokenizer_config.json`, accepts BPE models and classes such as
+`Qwen2Tokenizer`, and rejects WordLevel models).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..ir import Architecture, ModelIR
+from . import Artifact, register
+
+# Bytes that prompts use most get ids first, so a vocabulary smaller than 256 still encodes text.
+_BYTE_ORDER = (*range(0x20, 0x7F), 0x0A, 0x09, 0x0D, *(b for b in range(256) if not (0x20 <= b < 0x7F or b in (9, 10, 13))))
+
+
+@register("tokenizer")
+def emit_tokenizer(ir: ModelIR, ctx) -> list[Artifact]:
+    files = ctx.info.tokenizer_files
+    if not files and ir.source.kind == "synthetic":
+        files = synthetic_tokenizer_files(ir.architecture)
+    return [Artifact(relpath, content, media_type=_media_type(relpath)) for relpath, content in sorted(files)]
+
+
+def _media_type(relpath: str) -> str:
+    return "application/json" if relpath.endswith(".json") else "application/octet-stream"
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    mapping = {b: chr(b) for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + shifted)
+            shifted += 1
+    return mapping
+
+
+def _special_names(arch: Architecture) -> dict[int, str]:
+    names = {arch.tokens.pad: "<|pad|>", arch.tokens.bos: "<|bos|>"}
+    for eos in arch.tokens.eos:
+        names[eos] = "<|endoftext|>" if eos == arch.tokens.eos[0] else f"<|eos_{eos}|>"
+    return names
+
+
+def synthetic_tokenizer_files(arch: Architecture) -> tuple[tuple[str, bytes], ...]:
+    """Specials at the architecture's token ids, single bytes on the other ids, `<|extra_N|>` past 256 bytes."""
+    specials = _special_names(arch)
+    byte_chars = _byte_to_unicode()
+    byte_tokens = iter(byte_chars[b] for b in _BYTE_ORDER)
+    vocab: dict[str, int] = {}
+    added = []
+    for token_id in range(arch.vocab_size):
+        token = specials.get(token_id) or next(byte_tokens, None)
+        if token is None or token_id in specials:
+            token = token or f"<|extra_{token_id}|>"
+            added.append(
+                {"id": token_id, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+                 "normalized": False, "special": True}
+            )
+        vocab[token] = token_id
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "bos_token": specials[arch.tokens.bos],
+        "eos_token": specials[arch.tokens.eos[0]],
+        "pad_token": specials[arch.tokens.pad],
+        "model_max_length": arch.context_length,
+        "clean_up_tokenization_spaces": False,
+    }
+    return (("tokenizer.json", _dump(tokenizer)), ("tokenizer_config.json", _dump(config)))
+
+
+def _dump(obj: dict) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")

@@ -1,0 +1,399 @@
+"""GGUF checkpoints (llama.cpp): metadata -> Architecture, tensors -> canonical weights.
+
+The file is memory-mapped by gguf-py's GGUFReader; tensor data is only touched
+when a weight is read. Where each tensor lives and what the converter did to it
+is data in `gguf_names`; this module resolves that table against the metadata,
+checks every tensor's presence and shape up front, and undoes the transforms on
+read. Q4_0 / Q8_0 linear weights are carried over bit-exact as MatMulNBits
+`QuantizedTensor`s (`gguf_quant`); other quantized types are dequantized so the
+plan can re-quantize them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT, GGUFReader, Keys
+from gguf.quants import dequantize
+
+from ..diagnostics import SourceError
+from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
+from ..weights import QuantizedTensor, TensorInfo, Weight
+from . import SourceInfo
+from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
+from .gguf_quant import REPACKABLE, to_quantized_tensor
+from .gguf_tokenizer import tokenizer_files
+
+_FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
+
+
+# ----------------------------------------------------------------------------- reading the file
+
+
+def _open(path: str) -> GGUFReader:
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: no such GGUF file")
+    try:
+        return GGUFReader(path, "r")
+    except Exception as err:  # gguf-py reports truncation and bad magic as assorted errors
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SourceError(f"{path}: not a readable GGUF file (truncated or corrupt: {detail})") from None
+
+
+class _Metadata:
+    def __init__(self, reader: GGUFReader, path: str):
+        self.reader = reader
+        self.path = path
+        self.arch = self.get("general.architecture")
+
+    def get(self, key: str, default=None, *, required: bool = True):
+        field = self.reader.get_field(key.format(arch=getattr(self, "arch", "")))
+        if field is None:
+            if required and default is None:
+                raise SourceError(f"{self.path}: GGUF metadata key {key.format(arch=self.arch)!r} is missing")
+            return default
+        return field.contents()
+
+    def uniform(self, key: str) -> int:
+        """A size that may be written per layer; we support only one value across layers."""
+        value = self.get(key)
+        if isinstance(value, list):
+            distinct = sorted({int(v) for v in value if int(v) != 0})
+            if len(distinct) != 1:
+                raise SourceError(
+                    f"{self.path}: {key.format(arch=self.arch)} differs per layer ({distinct}), which mtpc does not support"
+                )
+            return distinct[0]
+        return int(value)
+
+
+# ----------------------------------------------------------------------------- metadata -> IR
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One canonical tensor: where it is stored and how to turn it back."""
+
+    canonical: str
+    gguf: str
+    gguf_shape: tuple[int, ...]
+    canonical_shape: tuple[int, ...]
+    transform: Transform
+
+
+@dataclass(frozen=True)
+class _Layout:
+    arch: Architecture
+    names: GGUFNames
+    n_main: int
+    entries: dict[str, _Entry]
+    # value-head regrouping parameters: (n_key_heads, n_value_heads, key_dim)
+    heads: tuple[int, int, int]
+
+
+def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]:
+    reader = meta.reader
+    block_count = int(meta.get(Keys.LLM.BLOCK_COUNT))
+    nextn = int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, required=False))
+    if not 0 <= nextn < block_count:
+        raise SourceError(f"{meta.path}: nextn_predict_layers {nextn} does not fit block_count {block_count}")
+    if nextn > 1:
+        raise SourceError(f"{meta.path}: {nextn} MTP blocks; mtpc supports one (nextn_predict_layers <= 1)")
+    n_main = block_count - nextn
+    interval = int(meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, 4, required=False))
+    kinds = tuple(
+        LayerKind.FULL_ATTENTION if (i + 1) % interval == 0 else LayerKind.LINEAR_ATTENTION for i in range(n_main)
+    )
+    head_dim = int(meta.get(Keys.Attention.KEY_LENGTH))
+    rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim, required=False))
+    sections = [int(s) for s in meta.get(Keys.Rope.DIMENSION_SECTIONS, [], required=False)]
+    while sections and sections[-1] == 0:  # the converter pads (T, H, W) to four entries
+        sections.pop()
+    group_count = int(meta.get(Keys.SSM.GROUP_COUNT))
+    value_heads = int(meta.get(Keys.SSM.TIME_STEP_RANK))
+    inner = int(meta.get(Keys.SSM.INNER_SIZE))
+    if value_heads <= 0 or inner % value_heads or value_heads % group_count:
+        raise SourceError(
+            f"{meta.path}: inconsistent ssm sizes (inner_size {inner}, time_step_rank {value_heads}, "
+            f"group_count {group_count})"
+        )
+    embd = _tensor_shapes(reader).get("token_embd.weight")
+    if embd is None:
+        raise SourceError(f"{meta.path}: GGUF tensor token_embd.weight is missing")
+    eos = int(meta.get(Keys.Tokenizer.EOS_ID, 0, required=False))
+    eot = meta.get(Keys.Tokenizer.EOT_ID, None, required=False)
+    eos_ids = (eos,) if eot is None or int(eot) == eos else (eos, int(eot))
+    arch = Architecture(
+        family=names.family,
+        hidden_size=int(meta.get(Keys.LLM.EMBEDDING_LENGTH)),
+        intermediate_size=meta.uniform(Keys.LLM.FEED_FORWARD_LENGTH),
+        num_attention_heads=meta.uniform(Keys.Attention.HEAD_COUNT),
+        num_key_value_heads=meta.uniform(Keys.Attention.HEAD_COUNT_KV),
+        head_dim=head_dim,
+        vocab_size=int(embd[0]),
+        layer_kinds=kinds,
+        rms_norm_eps=_float32(meta.get(Keys.Attention.LAYERNORM_RMS_EPS)),
+        rope=Rope(
+            theta=_float32(meta.get(Keys.Rope.FREQ_BASE)),
+            partial_rotary_factor=rotary / head_dim,
+            head_dim=head_dim,
+            mrope_section=tuple(sections),
+        ),
+        context_length=int(meta.get(Keys.LLM.CONTEXT_LENGTH)),
+        tokens=TokenIds(
+            bos=int(meta.get(Keys.Tokenizer.BOS_ID, eos, required=False)),
+            eos=eos_ids,
+            pad=int(meta.get(Keys.Tokenizer.PAD_ID, eos, required=False)),
+        ),
+        linear_attention=LinearAttentionDims(
+            num_key_heads=group_count,
+            key_head_dim=int(meta.get(Keys.SSM.STATE_SIZE)),
+            num_value_heads=value_heads,
+            value_head_dim=inner // value_heads,
+            conv_kernel=int(meta.get(Keys.SSM.CONV_KERNEL)),
+        ),
+        tie_word_embeddings="output.weight" not in _tensor_shapes(reader),
+        mtp_num_layers=nextn,
+    )
+    return arch, n_main
+
+
+def _float32(value) -> float:
+    """GGUF stores these as FLOAT32: take the shortest decimal that round-trips (1e-06, not 9.99999997e-07)."""
+    return float(str(np.float32(value)))
+
+
+def _tensor_shapes(reader: GGUFReader) -> dict[str, tuple[int, ...]]:
+    # ggml `ne` is innermost first: numpy order is its reverse.
+    return {t.name: tuple(int(d) for d in reversed(t.shape.tolist())) for t in reader.tensors}
+
+
+def _dims(arch: Architecture) -> dict[str, int]:
+    lin = arch.linear_attention
+    assert lin is not None
+    return {
+        "H": arch.hidden_size,
+        "H2": 2 * arch.hidden_size,
+        "I": arch.intermediate_size,
+        "V": arch.vocab_size,
+        "Q": 2 * arch.num_attention_heads * arch.head_dim,
+        "O": arch.num_attention_heads * arch.head_dim,
+        "KV": arch.num_key_value_heads * arch.head_dim,
+        "HD": arch.head_dim,
+        "QKV": lin.conv_dim,
+        "VD": lin.value_dim,
+        "HV": lin.num_value_heads,
+        "DV": lin.value_head_dim,
+        "CK": lin.conv_kernel,
+    }
+
+
+def _layout(meta: _Metadata) -> _Layout:
+    names = ARCHITECTURES.get(meta.arch)
+    if names is None:
+        raise SourceError(
+            f"{meta.path}: GGUF architecture {meta.arch!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})"
+        )
+    arch, n_main = _architecture(meta, names)
+    dims = _dims(arch)
+    present = _tensor_shapes(meta.reader)
+    entries: dict[str, _Entry] = {}
+
+    def add(rule: Rule, gguf_prefix: str, canonical_prefix: str, *, optional: bool = False) -> None:
+        gguf_name = gguf_prefix + rule.gguf
+        expected = tuple(dims[d] for d in rule.shape)
+        actual = present.get(gguf_name)
+        if actual is None:
+            if optional:
+                return
+            raise SourceError(f"{meta.path}: GGUF tensor {gguf_name} is missing (expected shape {list(expected)})")
+        if actual != expected:
+            raise SourceError(
+                f"{meta.path}: GGUF tensor {gguf_name} has shape {list(actual)}, expected {list(expected)}"
+            )
+        canonical_shape = (expected[0], 1, expected[1]) if rule.transform is Transform.CONV1D else expected
+        name = canonical_prefix + rule.canonical
+        entries[name] = _Entry(name, gguf_name, expected, canonical_shape, rule.transform)
+
+    for rule in names.global_required:
+        add(rule, "", "")
+    add(names.output, "", "", optional=True)
+
+    def block(index: int, kind: LayerKind, canonical_prefix: str) -> None:
+        prefix = f"blk.{index}."
+        rules = names.every_block + names.ffn
+        rules += names.full_attention if kind is LayerKind.FULL_ATTENTION else names.linear_attention
+        for rule in rules:
+            add(rule, prefix, canonical_prefix)
+
+    for i, kind in enumerate(arch.layer_kinds):
+        block(i, kind, f"layers.{i}.")
+    if arch.mtp_num_layers:
+        block(n_main, LayerKind.FULL_ATTENTION, "mtp.layers.0.")
+        for rule in names.nextn_required:
+            add(rule, f"blk.{n_main}.", "")
+        for rule in names.nextn_optional:
+            add(rule, f"blk.{n_main}.", "", optional=True)
+
+    lin = arch.linear_attention
+    assert lin is not None
+    return _Layout(arch, names, n_main, entries, (lin.num_key_heads, lin.num_value_heads, lin.key_dim))
+
+
+def _storage(reader: GGUFReader) -> tuple[tuple[str, str], ...]:
+    groups: dict[str, set[str]] = defaultdict(set)
+    for t in reader.tensors:
+        parts = t.name.split(".")
+        if parts[0] == "blk":
+            parts = parts[2:]
+        if parts[-1] == "weight":
+            parts = parts[:-1]
+        groups[".".join(parts)].add(t.tensor_type.name)
+    return tuple((group, ",".join(sorted(types))) for group, types in sorted(groups.items()))
+
+
+def describe(ref: SourceRef) -> SourceInfo:
+    """Metadata only: tensor shapes and types come from the header, no tensor data is read."""
+    assert ref.path is not None
+    meta = _Metadata(_open(ref.path), ref.path)
+    layout = _layout(meta)
+    reader = meta.reader
+    facts: list[tuple[str, object]] = [
+        ("format", f"GGUF v{int(meta.get('GGUF.version'))}"),
+        ("file_size", os.path.getsize(ref.path)),
+        ("gguf_architecture", meta.arch),
+        ("tensor_count", len(reader.tensors)),
+        ("trunk_layers", layout.n_main),
+    ]
+    if layout.arch.mtp_num_layers:
+        facts.append(("mtp_block", f"blk.{layout.n_main}"))
+        shared = [r.canonical for r in layout.names.nextn_optional if r.canonical not in layout.entries]
+        if shared:
+            facts.append(("mtp_shares", ", ".join(shared)))
+    model = meta.get(Keys.Tokenizer.MODEL, "", required=False)
+    if model:
+        facts.append(("tokenizer_model", model))
+    return SourceInfo(
+        architecture=layout.arch,
+        storage=_storage(reader),
+        tokenizer_files=tokenizer_files(meta.get, layout.arch, ref.path),
+        facts=tuple(facts),
+    )
+
+
+def open_weights(ref: SourceRef, info: SourceInfo) -> "GGUFWeightStore":
+    assert ref.path is not None
+    return GGUFWeightStore(ref.path)
+
+
+# ----------------------------------------------------------------------------- the weight store
+
+
+def _regroup_value_heads(a: np.ndarray, axis: int, start: int, n_k: int, n_v: int) -> np.ndarray:
+    """Tiled -> grouped value heads on `a[start:]` along `axis` (head p = j*n_k + g holds grouped g*r + j)."""
+    if n_v == n_k:
+        return a
+    r = n_v // n_k
+    moved = np.moveaxis(a, axis, 0)
+    head, tail = moved[:start], moved[start:]
+    per_head = tail.shape[0] // n_v
+    tail = tail.reshape(r, n_k, per_head, *tail.shape[1:]).swapaxes(0, 1).reshape(tail.shape)
+    return np.moveaxis(np.concatenate([head, tail], axis=0), 0, axis)
+
+
+class GGUFWeightStore:
+    """Canonical weights of a GGUF file, read lazily from the memory map."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._reader: GGUFReader | None = _open(path)
+        self._layout = _layout(_Metadata(self._reader, path))
+        self._tensors = {t.name: t for t in self._reader.tensors}
+
+    def names(self) -> Iterable[str]:
+        names = set(self._layout.entries)
+        names.add("lm_head.weight")  # tied sources serve the embedding
+        return sorted(names)
+
+    def _entry(self, name: str) -> _Entry:
+        entry = self._layout.entries.get(name)
+        if entry is None and name == "lm_head.weight":
+            entry = self._layout.entries["embed_tokens.weight"]
+        if entry is None:
+            raise KeyError(f"{self._path}: no tensor {name!r}")
+        return entry
+
+    def info(self, name: str) -> TensorInfo:
+        entry = self._entry(name)
+        qtype = self._tensors[entry.gguf].tensor_type
+        return TensorInfo(
+            name,
+            entry.canonical_shape,
+            _FLOAT_NAMES.get(qtype, qtype.name),
+            quantized=self._keeps_quantized(entry, qtype),
+        )
+
+    def _keeps_quantized(self, entry: _Entry, qtype: QT) -> bool:
+        if qtype not in REPACKABLE or len(entry.gguf_shape) != 2:
+            return False
+        if entry.transform is Transform.VALUE_COLUMNS:
+            # Regrouping columns moves whole 32-element blocks only if a value head spans whole blocks.
+            lin = self._layout.arch.linear_attention
+            return lin is not None and (lin.num_value_heads == lin.num_key_heads or lin.value_head_dim % 32 == 0)
+        return entry.transform in (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS)
+
+    def read(self, name: str) -> Weight:
+        entry = self._entry(name)
+        tensor = self._tensors[entry.gguf]
+        if not self._keeps_quantized(entry, tensor.tensor_type):
+            return self.read_float(name)
+        n, k = entry.gguf_shape
+        quantized = to_quantized_tensor(tensor.data, tensor.tensor_type, n, k)
+        if entry.transform is Transform.NONE:
+            return quantized
+        if entry.transform is Transform.VALUE_COLUMNS:
+            n_k, n_v, _ = self._layout.heads
+            order = _regroup_value_heads(np.arange(k), 0, 0, n_k, n_v)
+            blocks = order.reshape(-1, quantized.block_size)[:, 0] // quantized.block_size
+            data, scales = quantized.data[:, blocks], quantized.scales[:, blocks]
+        else:
+            rows = self._regroup(np.arange(n), entry.transform)
+            data, scales = quantized.data[rows], quantized.scales[rows]
+        return QuantizedTensor(
+            quantized.bits, quantized.block_size, quantized.shape, np.ascontiguousarray(data),
+            np.ascontiguousarray(scales), None, quantized.source_type,
+        )
+
+    def read_float(self, name: str) -> np.ndarray:
+        entry = self._entry(name)
+        tensor = self._tensors[entry.gguf]
+        if tensor.tensor_type == QT.F32:
+            value = np.asarray(tensor.data)
+        else:
+            try:
+                value = dequantize(tensor.data, tensor.tensor_type)
+            except NotImplementedError:
+                raise SourceError(
+                    f"{self._path}: GGUF tensor {entry.gguf} has type {tensor.tensor_type.name}, which gguf-py cannot dequantize"
+                ) from None
+        value = value.reshape(entry.gguf_shape)
+        if entry.transform is not Transform.NONE:
+            value = self._regroup(value, entry.transform)
+        return value.reshape(entry.canonical_shape).astype(np.float32, copy=False)
+
+    def _regroup(self, value: np.ndarray, transform: Transform) -> np.ndarray:
+        n_k, n_v, key_dim = self._layout.heads
+        if transform is Transform.VALUE_ROWS:
+            return _regroup_value_heads(value, 0, 0, n_k, n_v)
+        if transform is Transform.VALUE_COLUMNS:
+            return _regroup_value_heads(value, 1, 0, n_k, n_v)
+        # in_proj_qkv rows and conv channels are [q_all | k_all | v_all]
+        return _regroup_value_heads(value, 0, 2 * key_dim, n_k, n_v)
+
+    def close(self) -> None:
+        self._reader = None
+        self._tensors = {}

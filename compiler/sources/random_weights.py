@@ -1,0 +1,145 @@
+"""Seeded random weights for a Qwen3.5 architecture, in Hugging Face form and canonical form.
+
+`raw_hf_tensors` is the model as a Hugging Face checkpoint would store it (HF names,
+zero-centred offset norms, `A_log`); `seeded_store` is the same model under
+canonical names and conventions, derived through the HF source's own mapping so
+both always describe one model.
+
+Every tensor draws from an RNG seeded by `(seed, crc32(hf_name))`, so a tensor's
+values do not depend on which other tensors exist or the order they are made in.
+Scales keep activations O(1) over a few layers: linear weights are
+`N(0, 1/fan_in)`, embeddings `N(0, 1)`, offset norms `N(0, norm_weight_scale)`
+(effective scale `1 + w`, so forgetting or doubling the `+1` changes outputs).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from ..ir import Architecture, LayerKind
+from ..weights import ArrayWeightStore
+from .hf import canonical_name, to_canonical_value
+
+TEXT_PREFIX = "model.language_model."
+
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+
+
+def _linear(name: str, seed: int, out_features: int, in_features: int) -> np.ndarray:
+    w = _rng(seed, name).standard_normal((out_features, in_features)) / np.sqrt(in_features)
+    return w.astype(np.float32)
+
+
+def _offset_norm(name: str, seed: int, size: int, scale: float) -> np.ndarray:
+    return (scale * _rng(seed, name).standard_normal(size)).astype(np.float32)
+
+
+def _attention_layer(prefix: str, arch: Architecture, seed: int, nscale: float) -> dict[str, np.ndarray]:
+    h, nh, kvh, hd = arch.hidden_size, arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
+    p = prefix + "self_attn."
+    return {
+        p + "q_proj.weight": _linear(p + "q_proj.weight", seed, 2 * nh * hd, h),  # per head [query | gate]
+        p + "k_proj.weight": _linear(p + "k_proj.weight", seed, kvh * hd, h),
+        p + "v_proj.weight": _linear(p + "v_proj.weight", seed, kvh * hd, h),
+        p + "o_proj.weight": _linear(p + "o_proj.weight", seed, h, nh * hd),
+        p + "q_norm.weight": _offset_norm(p + "q_norm.weight", seed, hd, nscale),
+        p + "k_norm.weight": _offset_norm(p + "k_norm.weight", seed, hd, nscale),
+    }
+
+
+def _linear_attention_layer(prefix: str, arch: Architecture, seed: int, nscale: float) -> dict[str, np.ndarray]:
+    la = arch.linear_attention
+    if la is None:
+        raise ValueError("architecture has linear-attention layers but no linear_attention dims")
+    h = arch.hidden_size
+    p = prefix + "linear_attn."
+    conv = _rng(seed, p + "conv1d.weight").standard_normal((la.conv_dim, 1, la.conv_kernel)) / np.sqrt(la.conv_kernel)
+    # A_log spread so decays span short and long memories: -exp(A_log) in [-1, -0.05].
+    a_log = np.log(_rng(seed, p + "A_log").uniform(0.05, 1.0, la.num_value_heads))
+    gated_norm = 1.0 + nscale * _rng(seed, p + "norm.weight").standard_normal(la.value_head_dim)
+    return {
+        p + "in_proj_qkv.weight": _linear(p + "in_proj_qkv.weight", seed, la.conv_dim, h),
+        p + "in_proj_z.weight": _linear(p + "in_proj_z.weight", seed, la.value_dim, h),
+        p + "in_proj_b.weight": _linear(p + "in_proj_b.weight", seed, la.num_value_heads, h),
+        p + "in_proj_a.weight": _linear(p + "in_proj_a.weight", seed, la.num_value_heads, h),
+        p + "conv1d.weight": conv.astype(np.float32),
+        p + "dt_bias": (0.5 * _rng(seed, p + "dt_bias").standard_normal(la.num_value_heads)).astype(np.float32),
+        p + "A_log": a_log.astype(np.float32),
+        p + "norm.weight": gated_norm.astype(np.float32),  # not offset form: weights near 1
+        p + "out_proj.weight": _linear(p + "out_proj.weight", seed, h, la.value_dim),
+    }
+
+
+def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float) -> dict[str, np.ndarray]:
+    h, inter = arch.hidden_size, arch.intermediate_size
+    return {
+        prefix + "input_layernorm.weight": _offset_norm(prefix + "input_layernorm.weight", seed, h, nscale),
+        prefix + "post_attention_layernorm.weight": _offset_norm(
+            prefix + "post_attention_layernorm.weight", seed, h, nscale
+        ),
+        prefix + "mlp.gate_proj.weight": _linear(prefix + "mlp.gate_proj.weight", seed, inter, h),
+        prefix + "mlp.up_proj.weight": _linear(prefix + "mlp.up_proj.weight", seed, inter, h),
+        prefix + "mlp.down_proj.weight": _linear(prefix + "mlp.down_proj.weight", seed, h, inter),
+    }
+
+
+def raw_hf_tensors(
+    arch: Architecture, seed: int, *, norm_weight_scale: float = 0.1, with_mtp: bool | None = None
+) -> dict[str, np.ndarray]:
+    """The model's tensors as a Qwen3_5ForConditionalGeneration checkpoint stores them (float32).
+
+    `with_mtp` defaults to whether the architecture declares MTP layers. A tied
+    model has no `lm_head.weight`, as in real tied checkpoints.
+    """
+    if with_mtp is None:
+        with_mtp = arch.mtp_num_layers > 0
+    h, v = arch.hidden_size, arch.vocab_size
+    s = norm_weight_scale
+    out: dict[str, np.ndarray] = {}
+    embed = TEXT_PREFIX + "embed_tokens.weight"
+    out[embed] = _rng(seed, embed).standard_normal((v, h)).astype(np.float32)
+    out[TEXT_PREFIX + "norm.weight"] = _offset_norm(TEXT_PREFIX + "norm.weight", seed, h, s)
+    if not arch.tie_word_embeddings:
+        out["lm_head.weight"] = _linear("lm_head.weight", seed, v, h)
+    for i, kind in enumerate(arch.layer_kinds):
+        prefix = f"{TEXT_PREFIX}layers.{i}."
+        if kind is LayerKind.LINEAR_ATTENTION:
+            out.update(_linear_attention_layer(prefix, arch, seed, s))
+        elif kind is LayerKind.FULL_ATTENTION:
+            out.update(_attention_layer(prefix, arch, seed, s))
+        else:
+            raise ValueError(f"no random weights for layer kind {kind.value}")
+        out.update(_mlp_and_norms(prefix, arch, seed, s))
+    if with_mtp:
+        for j in range(max(arch.mtp_num_layers, 1)):
+            prefix = f"mtp.layers.{j}."
+            out.update(_attention_layer(prefix, arch, seed, s))
+            out.update(_mlp_and_norms(prefix, arch, seed, s))
+        out["mtp.fc.weight"] = _linear("mtp.fc.weight", seed, h, 2 * h)  # input [embedding | hidden]
+        for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
+            out[norm] = _offset_norm(norm, seed, h, s)
+    return out
+
+
+def canonical_tensors(arch: Architecture, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Canonical names and conventions for `raw` HF tensors (through the HF source's mapping)."""
+    out: dict[str, np.ndarray] = {}
+    for hf_name, value in raw.items():
+        name = canonical_name(hf_name)
+        if name is not None:
+            out[name] = to_canonical_value(name, value)
+    if arch.tie_word_embeddings:
+        out["lm_head.weight"] = out["embed_tokens.weight"]
+    return out
+
+
+def seeded_store(
+    arch: Architecture, seed: int, norm_weight_scale: float = 0.1, *, with_mtp: bool | None = None
+) -> ArrayWeightStore:
+    """Every canonical tensor of `arch`, deterministic in `seed`."""
+    raw = raw_hf_tensors(arch, seed, norm_weight_scale=norm_weight_scale, with_mtp=with_mtp)
+    return ArrayWeightStore(canonical_tensors(arch, raw))
