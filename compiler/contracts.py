@@ -154,3 +154,10 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
         conv_kernel=arch.linear_attention.conv_kernel if arch.linear_attention and has_linear else 0,
         sliding_window=None,
     )
+
+
+# Initializer names in the main graph that runtimes borrow by name (onnx-genai's MTP sidecar reads the
+# target's embedding and LM head instead of carrying copies). The graph emitter must use exactly these
+# names for float weights; a quantized LM head is stored under other names (e.g. `lm_head.MatMul.weight_Q4`).
+EMBEDDING_INITIALIZER = "model.embed_tokens.weight"
+LM_HEAD_INITIALIZER = "lm_head.MatMul.weight"
