@@ -93,3 +93,26 @@ class WeightStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ArrayWeightStore:
+    """A WeightStore over arrays already in memory (synthetic weights, tests)."""
+
+    def __init__(self, tensors: dict[str, np.ndarray]):
+        self._tensors = dict(tensors)
+
+    def names(self) -> Iterable[str]:
+        return sorted(self._tensors)
+
+    def info(self, name: str) -> TensorInfo:
+        t = self._tensors[name]
+        return TensorInfo(name, tuple(t.shape), t.dtype.name)
+
+    def read(self, name: str) -> Weight:
+        return self._tensors[name]
+
+    def read_float(self, name: str) -> np.ndarray:
+        return np.asarray(self._tensors[name], dtype=np.float32)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,155 @@
+"""The safetensors format with numpy only: 8-byte little-endian header length, JSON header, raw data.
+
+Reading memory-maps the file once; each tensor is a view into that map, so
+nothing is loaded until used. numpy has no bfloat16: BF16 tensors are widened to
+float32 on read (exact: bf16 is the upper half of a float32) and narrowed with
+round-to-nearest-even on write.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from ..diagnostics import SourceError
+
+_NUMPY_DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),  # raw bits; widened on read
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+_DTYPE_CODES = {np.dtype(v).name: k for k, v in _NUMPY_DTYPES.items() if k != "BF16"}
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+class SafetensorsFile:
+    """One `.safetensors` file: its header, and memory-mapped tensors on demand."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            with open(self.path, "rb") as f:
+                raw_len = f.read(8)
+                if len(raw_len) != 8:
+                    raise SourceError(f"{self.path}: not a safetensors file (shorter than 8 bytes)")
+                (header_len,) = struct.unpack("<Q", raw_len)
+                if header_len > _MAX_HEADER:
+                    raise SourceError(f"{self.path}: not a safetensors file (header length {header_len})")
+                header = json.loads(f.read(header_len).decode("utf-8"))
+                data_size = self.path.stat().st_size - 8 - header_len
+        except OSError as e:
+            raise SourceError(f"{self.path}: cannot read: {e.strerror}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
+        if not isinstance(header, dict):
+            raise SourceError(f"{self.path}: not a safetensors file (header is not a JSON object)")
+        self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
+        self._entries: dict[str, dict] = header
+        self._data_start = 8 + header_len
+        self._data_size = data_size
+        self._map: np.memmap | None = None
+        for name, entry in header.items():
+            if not isinstance(entry, dict) or entry.get("dtype") not in _NUMPY_DTYPES:
+                dtype = entry.get("dtype") if isinstance(entry, dict) else None
+                raise SourceError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def dtype_code(self, name: str) -> str:
+        return self._entries[name]["dtype"]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._entries[name]["shape"])
+
+    def value_dtype(self, name: str) -> np.dtype:
+        """The numpy dtype `read` returns (float32 for BF16)."""
+        code = self._entries[name]["dtype"]
+        return np.dtype(np.float32) if code == "BF16" else _NUMPY_DTYPES[code]
+
+    def close(self) -> None:
+        """Drop this file's map; views already handed out keep it alive until they go."""
+        self._map = None
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor: a read-only memmap view, or a float32 copy for BF16."""
+        entry = self._entries[name]
+        begin, end = entry["data_offsets"]
+        code, shape = entry["dtype"], tuple(entry["shape"])
+        dtype = _NUMPY_DTYPES[code]
+        if end - begin != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise SourceError(f"{self.path}: tensor {name!r} byte range does not match its shape and dtype")
+        if end == begin:
+            return np.zeros(shape, np.float32 if code == "BF16" else dtype)
+        if end > self._data_size:
+            raise SourceError(f"{self.path}: truncated (tensor {name!r} ends past the end of the file)")
+        view = self._mapped()[begin:end].view(dtype).reshape(shape)
+        if code == "BF16":
+            return (view.astype(np.uint32) << 16).view(np.float32)
+        return view
+
+    def _mapped(self) -> np.memmap:
+        if self._map is None:
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start)
+        return self._map
+
+
+def to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), round to nearest even."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    return ((bits + rounding) >> 16).astype(np.uint16)
+
+
+def write_safetensors(
+    path: str | Path,
+    tensors: Mapping[str, np.ndarray],
+    *,
+    float_dtype: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write `tensors` (sorted by name, deterministic bytes).
+
+    `float_dtype` ("F32", "F16", "BF16") casts every floating tensor; None keeps
+    each array's own dtype.
+    """
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = dict(sorted(metadata.items()))
+    blobs: list[bytes] = []
+    offset = 0
+    for name in sorted(tensors):
+        array = np.asarray(tensors[name])
+        code = _DTYPE_CODES.get(array.dtype.name)
+        if float_dtype is not None and np.issubdtype(array.dtype, np.floating):
+            code = float_dtype
+        if code == "BF16":
+            data = to_bfloat16_bits(array).tobytes()
+        elif code in _NUMPY_DTYPES:
+            data = np.ascontiguousarray(array, dtype=_NUMPY_DTYPES[code]).tobytes()
+        else:
+            raise ValueError(f"cannot store {name!r} of dtype {array.dtype} in safetensors")
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)  # keep the data 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for blob in blobs:
+            f.write(blob)
