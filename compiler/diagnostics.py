@@ -36,6 +36,8 @@ class Diagnostic:
     hint: str | None = None
     # The JSON path / artifact path a finding is about, e.g. "genai_config.json:/model/mtp/filename".
     path: str | None = None
+    # The text of the spanned line, so a diagnostic renders its caret without rereading the file.
+    source_line: str | None = None
 
     def render(self, source_lines: list[str] | None = None) -> str:
         where = ""
@@ -44,14 +46,21 @@ class Diagnostic:
         elif self.path:
             where = f"{self.path}: "
         text = f"{where}{self.severity}: {self.message}"
-        if self.span is not None and source_lines and 1 <= self.span.line <= len(source_lines):
-            line = source_lines[self.span.line - 1].rstrip("\n")
+        line = self._spanned_line(source_lines)
+        if self.span is not None and line is not None:
             width = max(1, (self.span.end_col or self.span.col + 1) - self.span.col)
             gutter = f"{self.span.line:>4} | "
             text += f"\n{gutter}{line}\n{' ' * (len(gutter) + self.span.col - 1)}{'^' * width}"
         if self.hint:
             text += f"\n     = hint: {self.hint}"
         return text
+
+    def _spanned_line(self, source_lines: list[str] | None) -> str | None:
+        if self.span is None:
+            return None
+        if source_lines and 1 <= self.span.line <= len(source_lines):
+            return source_lines[self.span.line - 1].rstrip("\n")
+        return self.source_line
 
     def to_json(self) -> dict:
         out: dict = {"severity": self.severity, "message": self.message}

@@ -1,0 +1,174 @@
+"""A loaded spec -> the typed IR. The only place after the loader that reads the spec's dicts.
+
+Order: the rules JSON Schema cannot say (all reported together), then the
+source is described (metadata only), then the spec's overrides and choices are
+applied. Anything the source reports is re-anchored at the spec's `source`
+node, so the user sees which line of the spec led there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import sources
+from ..contracts import main_decoder_config
+from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from ..ir import (
+    Architecture,
+    AttentionMode,
+    HeadPolicy,
+    ModelIR,
+    MtpSettings,
+    OnnxGenaiTarget,
+    OrtGenaiTarget,
+    Precision,
+    QuantizationPlan,
+    QuantOverride,
+    QuantScheme,
+    SeedHidden,
+    SourceRef,
+    Targets,
+)
+from ..sources import SourceInfo, synthetic
+from ..validation import load_schema
+from . import rules
+from .defaults import apply_defaults
+from .loader import LoadedSpec, by_position
+
+# The onnxruntime-genai builder's default share of free GPU memory for the paged KV pool,
+# used when a paged spec pins neither num_blocks nor gpu_utilization_factor.
+DEFAULT_GPU_UTILIZATION_FACTOR = 0.6
+
+
+def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
+    filled = apply_defaults(load_schema("spec"), spec.data)
+    problems = rules.check(spec, filled)
+    if problems:
+        raise MtpcError(by_position(problems), ExitCode.FINDINGS)
+    ref = _source_ref(spec, filled["source"])
+    info = _describe(spec, ref)
+    architecture = _override_architecture(spec, info.architecture)
+    precision = Precision(io_dtype=filled["precision"]["io_dtype"])
+    targets = _targets(filled["targets"])
+    provider = targets.onnxruntime_genai.execution_provider if targets.onnxruntime_genai else "cpu"
+    mtp = filled["mtp"]
+    ir = ModelIR(
+        name=filled["name"],
+        spec_path=str(spec.path),
+        source=ref,
+        architecture=architecture,
+        mtp=MtpSettings(
+            head=HeadPolicy(mtp["head"]),
+            num_speculative_tokens=mtp["num_speculative_tokens"],
+            seed_hidden=SeedHidden(mtp["seed_hidden"]),
+        ),
+        precision=precision,
+        quantization=_quantization(filled["quantization"]),
+        targets=targets,
+        main=main_decoder_config(architecture, precision, execution_provider=provider),
+    )
+    return ir, info
+
+
+def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
+    ((kind, value),) = source.items()
+    if kind == "synthetic":
+        return SourceRef("synthetic", seed=value["seed"], options=synthetic.options_from_settings(value))
+    path = (spec.folder / value).resolve()
+    wanted, right_kind = ("folder", path.is_dir()) if kind == "hf" else ("file", path.is_file())
+    if not right_kind:
+        problem = f"is not a {wanted}" if path.exists() else "does not exist"
+        raise MtpcError(
+            [
+                spec.diagnostic(
+                    ("source", kind),
+                    f"{kind} source '{value}' {problem}",
+                    hint=f"the {kind} source is a {wanted}, relative to the folder of the spec file",
+                )
+            ],
+            ExitCode.USAGE,
+        )
+    return SourceRef(kind, path=str(path))
+
+
+def _describe(spec: LoadedSpec, ref: SourceRef) -> SourceInfo:
+    try:
+        return sources.describe(ref)
+    except MtpcError as err:
+        anchor = spec.diagnostic(("source", ref.kind), "")
+        raise MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code) from err
+
+
+def _anchored(found: Diagnostic, anchor: Diagnostic) -> Diagnostic:
+    if found.span is not None:
+        return found
+    message = found.message
+    if found.path and found.path not in message:
+        message = f"{found.path}: {message}"
+    return replace(found, message=message, span=anchor.span, source_line=anchor.source_line)
+
+
+def _override_architecture(spec: LoadedSpec, architecture: Architecture) -> Architecture:
+    overrides = spec.get(("architecture",), {})
+    if "context_length" in overrides:
+        architecture = replace(architecture, context_length=overrides["context_length"])
+    tokens = overrides.get("tokens", {})
+    if tokens:
+        eos = tokens.get("eos", architecture.tokens.eos)
+        eos = (eos,) if isinstance(eos, int) else tuple(eos)
+        architecture = replace(architecture, tokens=replace(architecture.tokens, **{**tokens, "eos": eos}))
+        outside = [
+            spec.diagnostic(
+                ("architecture", "tokens", name),
+                f"token id {max(ids)} is outside the vocabulary (the source's vocab_size is {architecture.vocab_size})",
+            )
+            for name, ids in (("bos", (architecture.tokens.bos,)), ("eos", eos), ("pad", (architecture.tokens.pad,)))
+            if name in tokens and max(ids) >= architecture.vocab_size
+        ]
+        if outside:
+            raise MtpcError(outside, ExitCode.FINDINGS)
+    return architecture
+
+
+def _scheme(written: dict, inherited: QuantScheme) -> QuantScheme:
+    if written.get("keep") == "source":
+        return QuantScheme(keep_source=True)
+    return QuantScheme(
+        bits=written.get("bits", inherited.bits),
+        block_size=written.get("block_size", inherited.block_size),
+        accuracy_level=written.get("accuracy_level", inherited.accuracy_level),
+    )
+
+
+def _quantization(quantization: dict) -> QuantizationPlan:
+    default = _scheme(quantization["default"], QuantScheme())
+    overrides = tuple(QuantOverride(o["match"], _scheme(o, default)) for o in quantization["overrides"])
+    return QuantizationPlan(default=default, overrides=overrides)
+
+
+def _targets(targets: dict) -> Targets:
+    ort = targets.get("onnxruntime_genai")
+    onnx_genai = targets.get("onnx_genai")
+    return Targets(
+        onnxruntime_genai=_ort_target(ort) if ort is not None else None,
+        onnx_genai=OnnxGenaiTarget(layout=onnx_genai["layout"]) if onnx_genai is not None else None,
+    )
+
+
+def _ort_target(ort: dict) -> OrtGenaiTarget:
+    attention = AttentionMode(ort["attention"])
+    paged = ort["paged"]
+    num_blocks = paged.get("num_blocks")
+    utilization = paged.get("gpu_utilization_factor")
+    if attention is AttentionMode.PAGED and num_blocks is None and utilization is None:
+        utilization = DEFAULT_GPU_UTILIZATION_FACTOR
+    return OrtGenaiTarget(
+        version=ort["version"],
+        execution_provider=ort["execution_provider"],
+        attention=attention,
+        block_size=paged["block_size"],
+        max_batch_size=paged["max_batch_size"],
+        num_blocks=num_blocks,
+        gpu_utilization_factor=float(utilization) if utilization is not None else None,
+        max_draft_tokens=ort["max_draft_tokens"],
+    )

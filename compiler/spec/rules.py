@@ -1,0 +1,110 @@
+"""Rules of a valid spec that JSON Schema cannot say, checked before the source is opened.
+
+Each rule reports at the key or value that breaks it; all are checked and
+reported together.
+"""
+
+from __future__ import annotations
+
+from ..diagnostics import Diagnostic
+from ..sources import synthetic
+from .loader import LoadedSpec
+from .yaml_positions import dotted
+
+_SCHEME_FIELDS = ("bits", "block_size", "accuracy_level")
+
+
+def check(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
+    """`filled` is `spec.data` with the schema defaults applied."""
+    return _quantization(spec) + _onnxruntime_genai(spec, filled) + _synthetic(spec, filled)
+
+
+def _power_of_two_block(spec: LoadedSpec, path: tuple) -> list[Diagnostic]:
+    size = spec.get(path)
+    if size is None or (size >= 16 and size & (size - 1) == 0):
+        return []
+    return [spec.diagnostic(path, f"{dotted(path)} must be a power of two, at least 16 (16, 32, 64, ...), not {size}")]
+
+
+def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    default_keeps = spec.get(("quantization", "default", "keep")) == "source"
+    schemes = [("quantization", "default")]
+    schemes += [("quantization", "overrides", i) for i in range(len(spec.get(("quantization", "overrides"), [])))]
+    for scheme in schemes:
+        out += _power_of_two_block(spec, scheme + ("block_size",))
+        written = spec.get(scheme, {})
+        if written.get("keep") == "source":
+            out += [
+                spec.diagnostic(
+                    scheme + (name,),
+                    f"'{name}' cannot be set together with 'keep: source'",
+                    at="key",
+                    hint="keep: source stores the weights as the source has them; drop one of the two",
+                )
+                for name in _SCHEME_FIELDS
+                if name in written
+            ]
+        elif default_keeps and scheme[1] == "overrides" and "bits" not in written:
+            out.append(
+                spec.diagnostic(
+                    scheme,
+                    "this override must set 'bits' (or 'keep'): the default keeps the source's encoding,"
+                    " so there are no bits to inherit",
+                    at="key",
+                )
+            )
+    return out
+
+
+def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
+    at = ("targets", "onnxruntime_genai")
+    target = filled.get("targets", {}).get("onnxruntime_genai")
+    if target is None:
+        return []
+    out: list[Diagnostic] = []
+    if target["attention"] == "paged":
+        if target["execution_provider"] != "cuda":
+            out.append(
+                spec.diagnostic(
+                    at + ("attention",),
+                    f"paged attention needs execution_provider 'cuda', not '{target['execution_provider']}'",
+                    hint="onnxruntime-genai runs paged attention on CUDA only; use attention: dense on cpu",
+                )
+            )
+        if filled["precision"]["io_dtype"] != "float16":
+            out.append(
+                spec.diagnostic(
+                    at + ("attention",),
+                    f"paged attention needs precision.io_dtype 'float16', not '{filled['precision']['io_dtype']}'",
+                    hint="the CUDA paged-attention kernels take float16 (set precision: {io_dtype: float16})",
+                )
+            )
+        out += _power_of_two_block(spec, at + ("paged", "block_size"))
+        if spec.get(at + ("paged", "num_blocks")) is not None and spec.get(at + ("paged", "gpu_utilization_factor")) is not None:
+            out.append(
+                spec.diagnostic(
+                    at + ("paged", "gpu_utilization_factor"),
+                    "give num_blocks or gpu_utilization_factor, not both",
+                    at="key",
+                    hint="num_blocks fixes the KV pool; gpu_utilization_factor sizes it from free GPU memory",
+                )
+            )
+    elif spec.get(at + ("paged",)) is not None:
+        out.append(
+            spec.diagnostic(
+                at + ("paged",),
+                "paged settings are given but attention is 'dense'",
+                at="key",
+                hint="set attention: paged, or remove the paged block",
+            )
+        )
+    return out
+
+
+def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
+    settings = filled["source"].get("synthetic")
+    if settings is None:
+        return []
+    at = ("source", "synthetic")
+    return [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in synthetic.problems(settings)]

@@ -1,0 +1,152 @@
+"""Schema violations of a spec, as positioned diagnostics a person can act on.
+
+jsonschema's own messages speak about Python values ("'x' is not of type
+'integer'"); these speak about the spec ("source.synthetic.hidden_size must be
+an integer, not the string 'x'"), point at the key or value at fault, and
+suggest the nearest valid key or choice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+
+from ..diagnostics import Diagnostic
+from ..validation import load_schema
+from .suggest import closest
+from .yaml_positions import dotted
+
+if TYPE_CHECKING:
+    from .loader import LoadedSpec
+
+
+def _is_strict_integer(checker, instance) -> bool:
+    # jsonschema counts 64.0 as an integer; a size written as 64.0 is a mistake we want to show.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+)
+
+_TYPE_NAMES = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "a boolean (true or false)",
+    "object": "a mapping",
+    "array": "a list",
+    "null": "null",
+}
+
+
+def schema_diagnostics(spec: "LoadedSpec") -> list[Diagnostic]:
+    errors = list(_Validator(load_schema("spec")).iter_errors(spec.data))
+    # A value of the wrong type also fails its enum / range checks; the type error says it all.
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    out: list[Diagnostic] = []
+    for error in errors:
+        path = tuple(error.absolute_path)
+        if path in mistyped and error.validator != "type":
+            continue
+        out.extend(_explain(spec, error, path))
+    return out
+
+
+def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple) -> list[Diagnostic]:
+    where = dotted(path)
+    kind, expected, value, schema = error.validator, error.validator_value, error.instance, error.schema
+
+    if kind == "additionalProperties":
+        allowed = list(schema.get("properties", {}))
+        place = "at the top level" if not path else f"in {where}"
+        diagnostics = []
+        for key in value:
+            if key in allowed:
+                continue
+            guess = closest(key, allowed)
+            hint = f"did you mean '{guess}'?" if guess else "expected one of: " + ", ".join(allowed)
+            diagnostics.append(spec.diagnostic(path + (key,), f"unknown key '{key}' {place}", at="key", hint=hint))
+        return diagnostics
+    if kind == "required":
+        return [
+            spec.diagnostic(path, f"{where} is missing the required key '{key}'", at="key", hint=_about(schema, key))
+            for key in expected
+            if key not in value
+        ]
+    if kind == "type":
+        wanted = [expected] if isinstance(expected, str) else expected
+        hint = "write {} for an empty mapping" if value is None and "object" in wanted else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and wanted == ["string"]:
+            hint = f"quote it to make it text: \"{value}\""
+        names = " or ".join(_TYPE_NAMES[t] for t in wanted)
+        return [spec.diagnostic(path, f"{where} must be {names}, not {_shown(value)}", hint=hint)]
+    if kind == "enum":
+        choices = ", ".join(_literal(c) for c in expected)
+        guess = closest(value, [c for c in expected if isinstance(c, str)]) if isinstance(value, str) else None
+        hint = f"did you mean '{guess}'?" if guess else None
+        return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}", hint=hint)]
+    if kind == "const":
+        hint = None
+        if isinstance(expected, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            hint = f"quote it to make it text: \"{expected}\""
+        return [spec.diagnostic(path, f"{where} must be {_literal(expected)}, not {_shown(value)}", hint=hint)]
+    if kind in ("minProperties", "maxProperties"):
+        names = ", ".join(f"'{k}'" for k in schema.get("properties", {}))
+        if schema.get("minProperties") == schema.get("maxProperties") == 1:
+            found = f"; found {len(value)}: " + ", ".join(f"'{k}'" for k in value) if value else ""
+            return [spec.diagnostic(path, f"{where} must name exactly one of {names}{found}", at="key")]
+        return [spec.diagnostic(path, f"{where} must name at least one of {names}", at="key", hint=_about(schema))]
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        bound = {
+            "minimum": "at least",
+            "maximum": "at most",
+            "exclusiveMinimum": "greater than",
+            "exclusiveMaximum": "less than",
+        }[kind]
+        return [spec.diagnostic(path, f"{where} must be {bound} {expected}, not {_literal(value)}")]
+    if kind in ("minItems", "maxItems"):
+        low, high = schema.get("minItems"), schema.get("maxItems")
+        if low == high:
+            count = f"exactly {low}"
+        else:
+            count = f"at least {low}" if kind == "minItems" else f"at most {high}"
+        return [spec.diagnostic(path, f"{where} must have {count} items, not {len(value)}")]
+    if kind == "minLength":
+        return [spec.diagnostic(path, f"{where} must not be empty")]
+    if kind == "pattern":
+        return [spec.diagnostic(path, f"{where} {_literal(value)} is not allowed", hint=_about(schema))]
+    return [spec.diagnostic(path, f"{where}: {error.message}")]
+
+
+def _about(schema: dict, key: str | None = None) -> str | None:
+    target = schema.get("properties", {}).get(key, {}) if key else schema
+    return target.get("description")
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return f"the string '{value}'"
+    if isinstance(value, bool) or value is None:
+        return _literal(value)
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__} ({value})"

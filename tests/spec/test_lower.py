@@ -1,0 +1,269 @@
+"""Lowering a loaded spec to the typed IR."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtpc.contracts import main_decoder_config
+from mtpc.diagnostics import ExitCode, MtpcError
+from mtpc.ir import (
+    AttentionMode,
+    HeadPolicy,
+    LayerKind,
+    OnnxGenaiTarget,
+    OrtGenaiTarget,
+    Precision,
+    QuantScheme,
+    SeedHidden,
+    SourceRef,
+)
+from mtpc.sources import synthetic
+from mtpc.spec.loader import load_spec
+from mtpc.spec.lower import lower
+from tests.fixtures.arch import tiny_arch
+from tests.fixtures.checkpoints import write_hf_checkpoint
+from tests.fixtures.gguf_writer import write_gguf
+
+HEADER = "mtpc: 1\nname: t\n"
+
+
+def lowered(tmp_path: Path, body: str, source: str = "source:\n  synthetic: {}\n"):
+    path = tmp_path / "spec.yaml"
+    path.write_text(HEADER + source + body, encoding="utf-8")
+    return lower(load_spec(path))
+
+
+def failure(tmp_path: Path, body: str, source: str = "source:\n  synthetic: {}\n") -> MtpcError:
+    with pytest.raises(MtpcError) as caught:
+        lowered(tmp_path, body, source)
+    return caught.value
+
+
+# ----------------------------------------------------------------------------- synthetic source
+
+
+def test_synthetic_defaults_are_the_tiny_model(tmp_path):
+    ir, info = lowered(tmp_path, "")
+    assert ir.architecture == tiny_arch()
+    assert info.architecture == tiny_arch()
+    assert ir.source.kind == "synthetic" and ir.source.seed == 0
+
+
+def test_layer_kinds_follow_the_full_attention_interval(tmp_path):
+    source = "source:\n  synthetic: {num_layers: 6, full_attention_interval: 3}\n"
+    ir, _ = lowered(tmp_path, "", source)
+    full, linear = LayerKind.FULL_ATTENTION, LayerKind.LINEAR_ATTENTION
+    assert ir.architecture.layer_kinds == (linear, linear, full, linear, linear, full)
+
+
+def test_synthetic_settings_reach_the_architecture(tmp_path):
+    source = (
+        "source:\n  synthetic:\n    seed: 9\n    mtp_num_layers: 0\n    tie_word_embeddings: true\n"
+        "    rope: {theta: 1e6, partial_rotary_factor: 0.5, mrope_section: [6, 5, 5]}\n"
+        "    tokens: {bos: 5, eos: [6, 7], pad: 8}\n"
+    )
+    ir, _ = lowered(tmp_path, "", source)
+    arch = ir.architecture
+    assert ir.source.seed == 9
+    assert arch.mtp_num_layers == 0 and arch.tie_word_embeddings
+    assert (arch.rope.theta, arch.rope.rotary_dim, arch.rope.mrope_section) == (1e6, 32, (6, 5, 5))
+    assert (arch.tokens.bos, arch.tokens.eos, arch.tokens.pad) == (5, (6, 7), 8)
+
+
+def test_describe_fills_defaults_for_a_bare_reference():
+    info = synthetic.describe(SourceRef("synthetic", seed=4))
+    assert info.architecture == tiny_arch()
+
+
+def test_describe_refuses_impossible_sizes():
+    ref = SourceRef("synthetic", options=(("num_key_value_heads", 3),))
+    with pytest.raises(MtpcError) as caught:
+        synthetic.describe(ref)
+    assert "num_key_value_heads (3) must divide num_attention_heads (4)" in str(caught.value)
+
+
+def test_norm_weight_scale_reaches_the_weights(tmp_path):
+    ir, info = lowered(tmp_path, "", "source:\n  synthetic: {norm_weight_scale: 0.0}\n")
+    store = synthetic.open_weights(ir.source, info)
+    # offset norms hold the effective scale 1 + w; with no spread w is 0
+    np.testing.assert_array_equal(store.read_float("norm.weight"), np.ones(64, np.float32))
+    ir, info = lowered(tmp_path, "", "source:\n  synthetic: {norm_weight_scale: 0.5}\n")
+    spread = synthetic.open_weights(ir.source, info).read_float("norm.weight")
+    assert np.abs(spread - 1).max() > 0.1
+
+
+def test_the_seed_decides_the_weights(tmp_path):
+    weights = []
+    for seed in (1, 1, 2):
+        ir, info = lowered(tmp_path, "", f"source:\n  synthetic: {{seed: {seed}}}\n")
+        weights.append(synthetic.open_weights(ir.source, info).read_float("embed_tokens.weight"))
+    np.testing.assert_array_equal(weights[0], weights[1])
+    assert not np.array_equal(weights[0], weights[2])
+
+
+# ----------------------------------------------------------------------------- hf / gguf sources
+
+
+def test_hf_path_is_relative_to_the_spec_file(tmp_path, monkeypatch):
+    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
+    monkeypatch.chdir("/")
+    ir, info = lowered(tmp_path, "", "source:\n  hf: ckpt\n")
+    assert ir.source == SourceRef("hf", path=str((tmp_path / "ckpt").resolve()))
+    assert ir.architecture == info.architecture
+    assert ir.architecture.hidden_size == 64 and ir.architecture.mtp_num_layers == 1
+
+
+def test_gguf_path_is_relative_to_the_spec_file(tmp_path):
+    (tmp_path / "models").mkdir()
+    write_gguf(tmp_path / "models" / "tiny.gguf", tiny_arch())
+    ir, _ = lowered(tmp_path, "", "source:\n  gguf: models/tiny.gguf\n")
+    assert ir.source.kind == "gguf" and ir.source.path == str((tmp_path / "models" / "tiny.gguf").resolve())
+    assert ir.architecture.layer_kinds == tiny_arch().layer_kinds
+
+
+def test_missing_source_path_points_at_the_spec(tmp_path):
+    err = failure(tmp_path, "", "source:\n  hf: nowhere\n")
+    assert err.exit_code is ExitCode.USAGE
+    (diag,) = err.diagnostics
+    assert (diag.span.line, diag.span.col) == (4, 7)
+    assert diag.message == "hf source 'nowhere' does not exist"
+
+
+def test_a_file_is_not_an_hf_folder(tmp_path):
+    (tmp_path / "config.txt").write_text("x")
+    err = failure(tmp_path, "", "source:\n  hf: config.txt\n")
+    assert err.diagnostics[0].message == "hf source 'config.txt' is not a folder"
+
+
+def test_source_errors_are_anchored_at_the_source_node(tmp_path):
+    (tmp_path / "empty").mkdir()
+    err = failure(tmp_path, "", "source:\n  hf: empty\n")
+    assert err.exit_code is ExitCode.USAGE
+    (diag,) = err.diagnostics
+    assert "config.json" in diag.message
+    assert (diag.span.line, diag.span.col) == (4, 7)
+    assert diag.render().splitlines()[1] == "   4 |   hf: empty"
+
+
+# ----------------------------------------------------------------------------- choices
+
+
+def test_defaults_when_sections_are_omitted(tmp_path):
+    ir, _ = lowered(tmp_path, "")
+    assert ir.targets.onnxruntime_genai == OrtGenaiTarget()
+    assert ir.targets.onnx_genai == OnnxGenaiTarget(layout="workflow")
+    assert ir.precision == Precision(io_dtype="float32")
+    assert ir.quantization.default == QuantScheme(bits=None, block_size=32)
+    assert ir.quantization.overrides == ()
+    assert (ir.mtp.head, ir.mtp.num_speculative_tokens, ir.mtp.seed_hidden) == (
+        HeadPolicy.AUTO,
+        1,
+        SeedHidden.POST_NORM,
+    )
+    assert ir.mtp.emit_head is None
+    assert ir.main == main_decoder_config(tiny_arch(), Precision(), execution_provider="cpu")
+
+
+def test_listed_targets_only(tmp_path):
+    ir, _ = lowered(tmp_path, "targets:\n  onnx_genai: {layout: flat}\n")
+    assert ir.targets.onnxruntime_genai is None
+    assert ir.targets.onnx_genai == OnnxGenaiTarget(layout="flat")
+
+
+def test_paged_target(tmp_path):
+    body = (
+        "precision: {io_dtype: float16}\n"
+        "targets:\n  onnxruntime_genai:\n    execution_provider: cuda\n    attention: paged\n"
+        "    paged: {block_size: 32, max_batch_size: 8, num_blocks: 100}\n    max_draft_tokens: 3\n"
+    )
+    ir, _ = lowered(tmp_path, body)
+    assert ir.targets.onnxruntime_genai == OrtGenaiTarget(
+        execution_provider="cuda",
+        attention=AttentionMode.PAGED,
+        block_size=32,
+        max_batch_size=8,
+        num_blocks=100,
+        gpu_utilization_factor=None,
+        max_draft_tokens=3,
+    )
+    assert ir.main.execution_provider == "cuda"
+    assert ir.main.contract.input("past.0.conv").dtype == "float16"
+
+
+def test_paged_without_a_pool_size_uses_the_builder_share(tmp_path):
+    body = (
+        "precision: {io_dtype: float16}\n"
+        "targets:\n  onnxruntime_genai: {execution_provider: cuda, attention: paged}\n"
+    )
+    ir, _ = lowered(tmp_path, body)
+    target = ir.targets.onnxruntime_genai
+    assert (target.block_size, target.num_blocks, target.gpu_utilization_factor) == (256, None, 0.6)
+
+
+def test_paged_rules_are_reported_together(tmp_path):
+    body = "targets:\n  onnxruntime_genai: {attention: paged, paged: {block_size: 8}}\n"
+    err = failure(tmp_path, body)
+    assert err.exit_code is ExitCode.FINDINGS
+    assert [d.message.split(" ")[:3] for d in err.diagnostics] == [
+        ["paged", "attention", "needs"],
+        ["paged", "attention", "needs"],
+        ["targets.onnxruntime_genai.paged.block_size", "must", "be"],
+    ]
+
+
+def test_paged_settings_with_dense_attention_are_refused(tmp_path):
+    err = failure(tmp_path, "targets:\n  onnxruntime_genai:\n    paged: {num_blocks: 4}\n")
+    (diag,) = err.diagnostics
+    assert diag.message == "paged settings are given but attention is 'dense'"
+    assert (diag.span.line, diag.span.col) == (7, 5)
+
+
+def test_quantization_overrides_inherit_and_first_match_wins(tmp_path):
+    body = (
+        "quantization:\n  default: {bits: 4, block_size: 64, accuracy_level: 1}\n  overrides:\n"
+        "    - {match: 'mtp.fc.weight', bits: null}\n"
+        "    - {match: 'layers.*.mlp.*', bits: 8}\n"
+        "    - {match: 'layers.0.*', keep: source}\n"
+    )
+    plan = lowered(tmp_path, body)[0].quantization
+    assert plan.scheme_for("mtp.fc.weight") == QuantScheme(bits=None, block_size=64, accuracy_level=1)
+    assert plan.scheme_for("layers.0.mlp.up_proj.weight") == QuantScheme(bits=8, block_size=64, accuracy_level=1)
+    assert plan.scheme_for("layers.0.self_attn.q_proj.weight") == QuantScheme(keep_source=True)
+    assert plan.scheme_for("lm_head.weight") == QuantScheme(bits=4, block_size=64, accuracy_level=1)
+
+
+def test_keep_source_default_needs_bits_in_overrides(tmp_path):
+    body = "quantization:\n  default: {keep: source}\n  overrides:\n    - {match: 'layers.*', block_size: 64}\n"
+    err = failure(tmp_path, body)
+    assert "must set 'bits'" in err.diagnostics[0].message
+
+
+def test_mtp_settings(tmp_path):
+    ir, _ = lowered(tmp_path, "mtp: {head: off, num_speculative_tokens: 3, seed_hidden: pre_norm}\n")
+    assert (ir.mtp.head, ir.mtp.num_speculative_tokens, ir.mtp.seed_hidden) == (
+        HeadPolicy.OFF,
+        3,
+        SeedHidden.PRE_NORM,
+    )
+
+
+def test_architecture_overrides(tmp_path):
+    ir, info = lowered(tmp_path, "architecture:\n  context_length: 64\n  tokens: {eos: [2, 9]}\n")
+    assert ir.architecture.context_length == 64
+    assert ir.architecture.tokens.eos == (2, 9) and ir.architecture.tokens.bos == 1
+    assert info.architecture.context_length == 512  # what the source says stays as it is
+
+
+def test_token_override_outside_the_vocabulary(tmp_path):
+    err = failure(tmp_path, "architecture:\n  tokens: {pad: 256}\n")
+    (diag,) = err.diagnostics
+    assert diag.message == "token id 256 is outside the vocabulary (the source's vocab_size is 256)"
+    assert (diag.span.line, diag.span.col) == (6, 17)
+
+
+def test_spec_path_is_kept_as_given(tmp_path, monkeypatch):
+    (tmp_path / "spec.yaml").write_text(HEADER + "source: {synthetic: {}}\n")
+    monkeypatch.chdir(tmp_path)
+    ir, _ = lower(load_spec("spec.yaml"))
+    assert ir.spec_path == "spec.yaml"
