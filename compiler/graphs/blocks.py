@@ -1,0 +1,266 @@
+"""Qwen3.5 layer blocks shared by the main decoder and the MTP head, independent of the token layout.
+
+Activations are `[B, S, X]` (dense) or `[N, X]` (packed); the ops whose form depends
+on that layout (attention, causal conv, recurrence) come from a `SequenceOps`
+(`sequence.py` dense, `paged.py` packed). Everything else here works on either.
+Numerics follow `qwen35-mtp-architecture.md`: offset norms arrive with `1 + w`
+folded in (canonical weights), RMS statistics in float32, NeoX half-split rotary
+on the first `rotary_dim` channels, gated attention, GatedDeltaNet with grouped
+value heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import onnx_ir as ir
+
+from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from ..ir import Architecture, Rope
+from .builder import MS, GraphBuilder
+from .parameters import EmbeddingParams, LinearParams
+
+# The GatedDeltaNet L2 normalisation of q and k: x / sqrt(sum(x^2) + eps), as the HF reference does.
+L2_NORM_EPS = 1e-6
+
+
+def initializer_name(canonical: str) -> str:
+    """Graph initializer name of a canonical weight (main-model tensors under `model.`, head tensors as is)."""
+    if canonical == "embed_tokens.weight":
+        return EMBEDDING_INITIALIZER
+    if canonical.startswith("mtp."):
+        return canonical
+    return "model." + canonical
+
+
+def linear_stem(canonical: str) -> str:
+    """Initializer stem of a projection; `<stem>.weight` (float) or `<stem>.weight_Q4` / `_scales` / `_zp`."""
+    if canonical == "lm_head.weight":
+        return LM_HEAD_INITIALIZER.removesuffix(".weight")
+    return initializer_name(canonical).removesuffix(".weight") + ".MatMul"
+
+
+class SequenceOps(Protocol):
+    """The layout-dependent ops. `lead` is the number of token axes (2 for [B,S], 1 for [N])."""
+
+    lead: int
+
+    def attention(self, b: GraphBuilder, q: ir.Value, k: ir.Value, v: ir.Value, past_key: ir.Value,
+                  past_value: ir.Value, arch: Architecture) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """q `[.., NH*HD]`, k/v `[.., KVH*HD]`, already normed and rotated -> (out, present_key, present_value)."""
+        ...
+
+    def causal_conv(self, b: GraphBuilder, x: ir.Value, weight: ir.Value, past: ir.Value
+                    ) -> tuple[ir.Value, ir.Value]:
+        """Depthwise causal conv with SiLU over `[.., C]` -> (y `[.., C]`, present state)."""
+        ...
+
+    def recurrence(self, b: GraphBuilder, q: ir.Value, k: ir.Value, v: ir.Value, decay: ir.Value,
+                   beta: ir.Value, past: ir.Value, arch: Architecture) -> tuple[ir.Value, ir.Value]:
+        """Gated delta rule. q/k `[.., Hk, Dk]` (L2-normed), v `[.., Hv, Dv]`, decay/beta float32 `[.., Hv]`
+        -> (output `[.., Hv, Dv]`, present state)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Rotary:
+    cos: ir.Value  # [.., 1, rotary_dim / 2], broadcasting over heads
+    sin: ir.Value
+    rotary_dim: int
+
+
+# ---------------------------------------------------------------------------- primitives
+
+
+def cast(b: GraphBuilder, x: ir.Value, to: ir.DataType, name: str, source: ir.DataType) -> ir.Value:
+    return x if to == source else b.op("Cast", [x], {"to": to}, name=name)
+
+
+def rms_norm(b: GraphBuilder, x: ir.Value, canonical: str, eps: float, name: str) -> ir.Value:
+    (w,) = b.weights(b.params.tensor(canonical, initializer_name(canonical)))
+    return b.op("RMSNormalization", [x, w], {"epsilon": eps, "axis": -1, "stash_type": 1}, name=name)
+
+
+def linear(b: GraphBuilder, x: ir.Value, p: LinearParams, name: str) -> ir.Value:
+    values = b.weights(p.group)
+    if p.quant is None:
+        return b.op("MatMul", [x, values[0]], name=name)
+    attrs = {"K": p.k, "N": p.n, "bits": p.quant.bits, "block_size": p.quant.block_size,
+             "accuracy_level": p.accuracy_level}
+    return b.op("MatMulNBits", [x, *values], attrs, name=name, domain=MS)
+
+
+def project(b: GraphBuilder, x: ir.Value, canonical: str, name: str) -> ir.Value:
+    return linear(b, x, b.params.linear(canonical, linear_stem(canonical)), name)
+
+
+def silu(b: GraphBuilder, x: ir.Value, name: str) -> ir.Value:
+    return b.op("Mul", [x, b.op("Sigmoid", [x], name=f"{name}/Sigmoid")], name=f"{name}/Mul")
+
+
+def split_heads(b: GraphBuilder, ops: SequenceOps, x: ir.Value, heads: int, dim: int, name: str) -> ir.Value:
+    return b.op("Reshape", [x, b.i64(f"shape_{heads}x{dim}", [0] * ops.lead + [heads, dim])], name=name)
+
+
+def merge_heads(b: GraphBuilder, ops: SequenceOps, x: ir.Value, width: int, name: str) -> ir.Value:
+    return b.op("Reshape", [x, b.i64(f"shape_{width}", [0] * ops.lead + [width])], name=name)
+
+
+def embed(b: GraphBuilder, ids: ir.Value, p: EmbeddingParams) -> ir.Value:
+    values = b.weights(p.group)
+    if p.quant is None:
+        return b.op("Gather", [values[0], ids], {"axis": 0}, name="embed_tokens/Gather")
+    attrs = {"bits": p.quant.bits, "block_size": p.quant.block_size, "gather_axis": 0, "quantize_axis": 1}
+    return b.op("GatherBlockQuantized", [values[0], ids, *values[1:]], attrs, name="embed_tokens/Gather",
+                domain=MS)
+
+
+def lm_head(b: GraphBuilder, x: ir.Value) -> ir.Value:
+    with b.scope("lm_head"):
+        return project(b, x, "lm_head.weight", "MatMul")
+
+
+# ---------------------------------------------------------------------------- rotary
+
+
+def mrope_axes(rope: Rope) -> np.ndarray:
+    """Which position row (0 = T, 1 = H, 2 = W) drives each of the rotary_dim / 2 frequency slots."""
+    half = rope.rotary_dim // 2
+    axes = np.zeros(half, np.int64)
+    sections = rope.mrope_section
+    if not sections:
+        return axes
+    if rope.mrope_interleaved:
+        # Interleaved layout: slots cycle T, H, W; H and W stop after their section's share.
+        for axis in (1, 2):
+            axes[axis : 3 * sections[axis] : 3] = axis
+    else:
+        start = 0
+        for axis, length in enumerate(sections):
+            axes[start : start + length] = axis
+            start += length
+    return axes
+
+
+def rotary(b: GraphBuilder, rope: Rope, positions: ir.Value, position_rows: bool) -> Rotary:
+    """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row)."""
+    rd = rope.rotary_dim
+    half = rd // 2
+    inv_freq = (1.0 / (rope.theta ** (np.arange(half, dtype=np.float64) * 2.0 / rd))).astype(np.float32)
+    with b.scope("rotary"):
+        if position_rows:
+            rank = len(positions.shape)
+            rows_last = b.op("Transpose", [positions], {"perm": [*range(1, rank), 0]}, name="Transpose")
+            slot_positions = b.op("Gather", [rows_last, b.constant("slot_axes", mrope_axes(rope))], {"axis": -1},
+                                  name="Gather")
+        else:
+            slot_positions = b.op("Unsqueeze", [positions, b.i64("last_axis", [-1])], name="Unsqueeze")
+        pos = b.op("Cast", [slot_positions], {"to": ir.DataType.FLOAT}, name="Cast")
+        freqs = b.op("Mul", [pos, b.constant("inv_freq", inv_freq)], name="Mul")
+        freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
+        cos = cast(b, b.op("Cos", [freqs], name="Cos"), b.io_dtype, "Cast_cos", ir.DataType.FLOAT)
+        sin = cast(b, b.op("Sin", [freqs], name="Sin"), b.io_dtype, "Cast_sin", ir.DataType.FLOAT)
+    return Rotary(cos, sin, rd)
+
+
+def apply_rotary(b: GraphBuilder, x: ir.Value, rot: Rotary, head_dim: int, name: str) -> ir.Value:
+    """NeoX half-split rotation of the first rotary_dim channels of `[.., heads, head_dim]`."""
+    half = rot.rotary_dim // 2
+    sizes = [half, half] + ([head_dim - rot.rotary_dim] if head_dim > rot.rotary_dim else [])
+    with b.scope(name):
+        parts = b.op_multi("Split", [x, b.i64(f"split_{'_'.join(map(str, sizes))}", sizes)], {"axis": -1},
+                           name="Split", num_outputs=len(sizes))
+        x1, x2 = parts[0], parts[1]
+        r1 = b.op("Sub", [b.op("Mul", [x1, rot.cos], name="x1_cos"), b.op("Mul", [x2, rot.sin], name="x2_sin")],
+                  name="r1")
+        r2 = b.op("Add", [b.op("Mul", [x2, rot.cos], name="x2_cos"), b.op("Mul", [x1, rot.sin], name="x1_sin")],
+                  name="r2")
+        return b.op("Concat", [r1, r2, *parts[2:]], {"axis": -1}, name="Concat")
+
+
+# ---------------------------------------------------------------------------- mixers
+
+
+def gated_attention(b: GraphBuilder, ops: SequenceOps, x: ir.Value, prefix: str, arch: Architecture, rot: Rotary,
+                    past_key: ir.Value, past_value: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
+    eps = arch.rms_norm_eps
+    p = prefix + "self_attn."
+    with b.scope("self_attn"):
+        # q_proj rows are per head [query_h | gate_h]
+        q_gate = split_heads(b, ops, project(b, x, p + "q_proj.weight", "q_proj/MatMul"), nh, 2 * hd,
+                             "q_proj/Reshape")
+        q, gate = b.op_multi("Split", [q_gate, b.i64("split_query_gate", [hd, hd])], {"axis": -1},
+                             name="q_gate/Split", num_outputs=2)
+        k = split_heads(b, ops, project(b, x, p + "k_proj.weight", "k_proj/MatMul"), kvh, hd, "k_proj/Reshape")
+        v = project(b, x, p + "v_proj.weight", "v_proj/MatMul")
+        q = apply_rotary(b, rms_norm(b, q, p + "q_norm.weight", eps, "q_norm"), rot, hd, "q_rotary")
+        k = apply_rotary(b, rms_norm(b, k, p + "k_norm.weight", eps, "k_norm"), rot, hd, "k_rotary")
+        q = merge_heads(b, ops, q, nh * hd, "q/Reshape")
+        k = merge_heads(b, ops, k, kvh * hd, "k/Reshape")
+        out, present_key, present_value = ops.attention(b, q, k, v, past_key, past_value, arch)
+        gate = b.op("Sigmoid", [merge_heads(b, ops, gate, nh * hd, "gate/Reshape")], name="gate/Sigmoid")
+        out = b.op("Mul", [out, gate], name="gate/Mul")
+        out = project(b, out, p + "o_proj.weight", "o_proj/MatMul")
+    return out, present_key, present_value
+
+
+def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: ir.Value, prefix: str, arch: Architecture,
+                    past_conv: ir.Value, past_recurrent: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    la = arch.linear_attention
+    assert la is not None
+    p = prefix + "linear_attn."
+    f32 = ir.DataType.FLOAT
+    with b.scope("linear_attn"):
+        qkv = project(b, x, p + "in_proj_qkv.weight", "in_proj_qkv/MatMul")
+        (conv_w,) = b.weights(b.params.tensor(p + "conv1d.weight", initializer_name(p + "conv1d.weight")))
+        mixed, present_conv = ops.causal_conv(b, qkv, conv_w, past_conv)
+        q, k, v = b.op_multi("Split", [mixed, b.i64("split_qkv", [la.key_dim, la.key_dim, la.value_dim])],
+                             {"axis": -1}, name="qkv/Split", num_outputs=3)
+        q = l2_normalize(b, split_heads(b, ops, q, la.num_key_heads, la.key_head_dim, "q/Reshape"), "q_l2norm")
+        k = l2_normalize(b, split_heads(b, ops, k, la.num_key_heads, la.key_head_dim, "k/Reshape"), "k_l2norm")
+        v = split_heads(b, ops, v, la.num_value_heads, la.value_head_dim, "v/Reshape")
+        # decay = -exp(A_log) * softplus(a + dt_bias), in float32: exp(decay) amplifies rounding.
+        a = cast(b, project(b, x, p + "in_proj_a.weight", "in_proj_a/MatMul"), f32, "a/Cast", b.io_dtype)
+        (dt_bias,) = b.weights(b.params.tensor(p + "dt_bias", initializer_name(p + "dt_bias"), dtype=f32))
+        (decay_scale,) = b.weights(b.params.tensor(p + "decay_scale", initializer_name(p + "decay_scale"),
+                                                   dtype=f32))
+        softplus = b.op("Softplus", [b.op("Add", [a, dt_bias], name="decay/Add")], name="decay/Softplus")
+        decay = b.op("Mul", [softplus, decay_scale], name="decay/Mul")
+        beta_logit = cast(b, project(b, x, p + "in_proj_b.weight", "in_proj_b/MatMul"), f32, "b/Cast", b.io_dtype)
+        beta = b.op("Sigmoid", [beta_logit], name="beta/Sigmoid")
+        o, present_recurrent = ops.recurrence(b, q, k, v, decay, beta, past_recurrent, arch)
+        # Gated RMSNorm per value head (plain scale, not offset form) times silu(z).
+        o = rms_norm(b, o, p + "norm.weight", arch.rms_norm_eps, "norm")
+        z = split_heads(b, ops, project(b, x, p + "in_proj_z.weight", "in_proj_z/MatMul"), la.num_value_heads,
+                        la.value_head_dim, "z/Reshape")
+        o = b.op("Mul", [o, silu(b, z, "z/silu")], name="norm/gate")
+        out = project(b, merge_heads(b, ops, o, la.value_dim, "o/Reshape"), p + "out_proj.weight",
+                      "out_proj/MatMul")
+    return out, present_conv, present_recurrent
+
+
+def l2_normalize(b: GraphBuilder, x: ir.Value, name: str) -> ir.Value:
+    with b.scope(name):
+        sq = b.op("ReduceSumSquare", [x, b.i64("last_axis", [-1])], {"keepdims": 1}, name="ReduceSumSquare")
+        eps = b.constant(f"eps_{b.io_dtype.name.lower()}", np.asarray(L2_NORM_EPS, b.io_dtype.numpy()))
+        norm = b.op("Sqrt", [b.op("Add", [sq, eps], name="Add")], name="Sqrt")
+        return b.op("Div", [x, norm], name="Div")
+
+
+def mlp(b: GraphBuilder, x: ir.Value, prefix: str) -> ir.Value:
+    p = prefix + "mlp."
+    with b.scope("mlp"):
+        gate = silu(b, project(b, x, p + "gate_proj.weight", "gate_proj/MatMul"), "act")
+        up = project(b, x, p + "up_proj.weight", "up_proj/MatMul")
+        return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
+
+
+def residual_block(b: GraphBuilder, x: ir.Value, prefix: str, eps: float, mixer) -> ir.Value:
+    """Pre-norm double residual: x + mixer(norm(x)), then + mlp(norm(.))."""
+    h = rms_norm(b, x, prefix + "input_layernorm.weight", eps, "input_layernorm")
+    x = b.op("Add", [x, mixer(h)], name="attn_residual")
+    h = rms_norm(b, x, prefix + "post_attention_layernorm.weight", eps, "post_attention_layernorm")
+    return b.op("Add", [x, mlp(b, h, prefix)], name="mlp_residual")

@@ -1,0 +1,149 @@
+"""Graph-building mechanics shared by every graph: named ops, constants, weights, contract I/O.
+
+Nodes are recorded on an onnx-ir Tape with explicit names (`/<scope>/<op>`),
+their outputs named after the node, so the same IR always gives the same graph
+bytes. Weights are planned initializers (`initializers.py`) whose values live in
+the graph's external data file; small constants (shapes, frequency tables) are
+stored inline in the proto.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from ..ir import GraphContract, TensorSpec
+from .initializers import DataFile, InitializerGroup
+from .parameters import DTYPES, ParameterSource
+
+# RMSNormalization is an ONNX op from opset 23; onnxruntime's own SimplifiedLayerNormalization sits in the
+# default domain without an ONNX schema, which onnx.checker rejects.
+OPSETS = {"": 23, "com.microsoft": 1}
+IR_VERSION = 11
+MS = "com.microsoft"
+
+ONNX_DTYPES = {**DTYPES, "int64": ir.DataType.INT64, "int32": ir.DataType.INT32}
+
+
+@dataclass(frozen=True)
+class BuiltGraph:
+    model: ir.Model
+    data: DataFile
+
+
+class GraphBuilder:
+    def __init__(self, graph_name: str, params: ParameterSource, data_location: str):
+        self.graph_name = graph_name
+        self.params = params
+        self.io_dtype = params.io_dtype
+        self.data = DataFile(data_location)
+        self.tape = ir.tape.Tape()
+        self.inputs: dict[str, ir.Value] = {}
+        self._initializers: dict[str, ir.Value] = {}
+        self._scope: list[str] = []
+        self._node_names: set[str] = set()
+
+    # ------------------------------------------------------------------ naming
+
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        self._scope.append(name)
+        try:
+            yield
+        finally:
+            self._scope.pop()
+
+    def _node_name(self, local: str) -> str:
+        name = "/" + "/".join([*self._scope, local])
+        if name in self._node_names:
+            raise AssertionError(f"node name {name!r} used twice")
+        self._node_names.add(name)
+        return name
+
+    # ------------------------------------------------------------------ ops
+
+    def op(self, op_type: str, inputs: Sequence[ir.Value | None], attrs: dict | None = None, *, name: str,
+           domain: str = "") -> ir.Value:
+        return self.op_multi(op_type, inputs, attrs, name=name, domain=domain, num_outputs=1)[0]
+
+    def op_multi(self, op_type: str, inputs: Sequence[ir.Value | None], attrs: dict | None = None, *, name: str,
+                 num_outputs: int, domain: str = "") -> Sequence[ir.Value]:
+        node_name = self._node_name(name)
+        outputs = [ir.Value(name=f"{node_name}/output_{i}") for i in range(num_outputs)]
+        return self.tape.op_multi_out(
+            op_type, list(inputs), attrs, outputs=outputs, domain=domain, name=node_name
+        )
+
+    # ------------------------------------------------------------------ constants and weights
+
+    def constant(self, local: str, value: np.ndarray) -> ir.Value:
+        """A small inline constant, named after the current scope."""
+        name = "/".join([*self._scope, local]) if self._scope else local
+        if name in self._initializers:
+            return self._initializers[name]
+        tensor = ir.tensor(np.array(value, order="C"), name=name)  # ascontiguousarray would make 0-d arrays 1-d
+        v = ir.Value(name=name, shape=ir.Shape(value.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+        self._initializers[name] = v
+        return v
+
+    def i64(self, local: str, values: Sequence[int]) -> ir.Value:
+        return self.constant(local, np.asarray(values, np.int64))
+
+    def weights(self, group: InitializerGroup) -> tuple[ir.Value, ...]:
+        """Initializer values for a planned group; a group already added (same names) is reused."""
+        first = group.tensors[0].name
+        if first in self._initializers:
+            return tuple(self._initializers[t.name] for t in group.tensors)
+        self.data.add(group)
+        values = []
+        for t in group.tensors:
+            v = ir.Value(
+                name=t.name, shape=ir.Shape(t.shape), type=ir.TensorType(t.dtype),
+                const_value=self.data.external_tensor(t),
+            )
+            self._initializers[t.name] = v
+            values.append(v)
+        return tuple(values)
+
+    # ------------------------------------------------------------------ I/O
+
+    def declare_inputs(self, contract: GraphContract) -> None:
+        for spec in contract.inputs:
+            self.inputs[spec.name] = ir.Value(
+                name=spec.name, type=ir.TensorType(ONNX_DTYPES[spec.dtype]), shape=_shape(spec)
+            )
+
+    def finish(self, contract: GraphContract, outputs: dict[str, ir.Value]) -> BuiltGraph:
+        """Bind computed values to the contract's outputs (names, dtypes, shapes, order) and make the model."""
+        missing = [s.name for s in contract.outputs if s.name not in outputs]
+        extra = sorted(set(outputs) - {s.name for s in contract.outputs})
+        if missing or extra:
+            raise AssertionError(f"{self.graph_name}: outputs missing {missing}, not in contract {extra}")
+        graph_outputs: list[ir.Value] = []
+        for spec in contract.outputs:
+            value = outputs[spec.name]
+            # A graph output must be produced by a node of its own name: copy inputs, constants and
+            # values that already serve as another output.
+            if value.producer() is None or any(value is v for v in graph_outputs):
+                value = self.op("Identity", [value], name=f"outputs/{spec.name}")
+            value.name = spec.name
+            value.type = ir.TensorType(ONNX_DTYPES[spec.dtype])
+            value.shape = _shape(spec)
+            graph_outputs.append(value)
+        graph = ir.Graph(
+            [self.inputs[s.name] for s in contract.inputs],
+            graph_outputs,
+            nodes=self.tape.nodes,
+            initializers=list(self._initializers.values()),
+            opset_imports=dict(OPSETS),
+            name=self.graph_name,
+        )
+        return BuiltGraph(ir.Model(graph, ir_version=IR_VERSION, producer_name="mtpc"), self.data)
+
+
+def _shape(spec: TensorSpec) -> ir.Shape:
+    return ir.Shape([d if isinstance(d, int) else ir.SymbolicDim(d) for d in spec.shape])

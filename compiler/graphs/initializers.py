@@ -1,0 +1,121 @@
+"""Initializers whose bytes exist only while the data file is being streamed.
+
+A graph is built against *planned* tensors: name, dtype and shape are known up
+front (so the `.onnx` proto can carry external-data references with exact
+offsets), while the values are produced one source weight at a time when the
+`.onnx.data` file is written. Memory therefore stays bounded by the largest
+single weight, whatever the model size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import onnx_ir as ir
+
+# Big tensors start on a 64 KiB boundary (the allocation granularity onnx itself uses
+# when it externalizes data) so runtimes can memory-map them; small ones on 64 bytes.
+LARGE_TENSOR_BYTES = 1 << 20
+LARGE_ALIGNMENT = 1 << 16
+SMALL_ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    name: str
+    dtype: ir.DataType
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.numpy().itemsize
+
+
+@dataclass(frozen=True)
+class InitializerGroup:
+    """Initializers made together from one source weight (a quantized weight gives data, scales, zero points).
+
+    `produce` returns one array per planned tensor, in order; it runs only when
+    the data file is streamed.
+    """
+
+    tensors: tuple[PlannedTensor, ...]
+    produce: Callable[[], tuple[np.ndarray, ...]]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one initializer lives in its data file."""
+
+    offset: int
+    length: int
+
+
+def aligned(offset: int, nbytes: int) -> int:
+    alignment = LARGE_ALIGNMENT if nbytes >= LARGE_TENSOR_BYTES else SMALL_ALIGNMENT
+    return -(-offset // alignment) * alignment
+
+
+class DataFile:
+    """The layout of one `.onnx.data` file: groups in registration order, each tensor aligned."""
+
+    def __init__(self, location: str):
+        self.location = location  # relative to the .onnx file that references it
+        self.groups: list[InitializerGroup] = []
+        self.placements: dict[str, Placement] = {}
+        self.size = 0
+
+    def add(self, group: InitializerGroup) -> list[Placement]:
+        placed = []
+        for tensor in group.tensors:
+            if tensor.name in self.placements:
+                raise AssertionError(f"initializer {tensor.name!r} planned twice")
+            offset = aligned(self.size, tensor.nbytes)
+            placement = Placement(offset, tensor.nbytes)
+            self.placements[tensor.name] = placement
+            self.size = offset + tensor.nbytes
+            placed.append(placement)
+        self.groups.append(group)
+        return placed
+
+    def external_tensor(self, tensor: PlannedTensor) -> ir.ExternalTensor:
+        p = self.placements[tensor.name]
+        return ir.ExternalTensor(
+            self.location, p.offset, p.length, tensor.dtype, shape=ir.Shape(tensor.shape), name=tensor.name
+        )
+
+    def chunks(self) -> Iterator[bytes]:
+        """The file's bytes, produced one group at a time."""
+        written = 0
+        for group in self.groups:
+            arrays = group.produce()
+            if len(arrays) != len(group.tensors):
+                raise AssertionError(f"{group.tensors[0].name}: produced {len(arrays)} arrays")
+            for tensor, array in zip(group.tensors, arrays):
+                data = _tensor_bytes(tensor, array)
+                offset = self.placements[tensor.name].offset
+                if offset > written:
+                    yield b"\0" * (offset - written)
+                yield data
+                written = offset + len(data)
+
+    def layout(self) -> dict[str, tuple[int, int, int, tuple[int, ...]]]:
+        """name -> (offset, length, onnx dtype enum, shape) for every tensor in the file."""
+        out = {}
+        for group in self.groups:
+            for t in group.tensors:
+                p = self.placements[t.name]
+                out[t.name] = (p.offset, p.length, int(t.dtype), t.shape)
+        return out
+
+
+def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> bytes:
+    array = np.asarray(array)
+    if tuple(array.shape) != tensor.shape:
+        raise AssertionError(f"initializer {tensor.name!r}: planned shape {tensor.shape}, produced {array.shape}")
+    data = np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False)).tobytes()
+    if len(data) != tensor.nbytes:
+        raise AssertionError(f"initializer {tensor.name!r}: planned {tensor.nbytes} bytes, produced {len(data)}")
+    return data

@@ -1,0 +1,161 @@
+"""How canonical weights become planned initializers: float, MatMulNBits or GatherBlockQuantized.
+
+The decision for each linear weight is `mtpc.quant.resolve` under the plan's
+scheme for that weight. To lay out the data file before any value is read, the
+resolved *form* (float, or bits / block size / zero points) is predicted here
+from the tensor's metadata; when the file is streamed, `resolve` runs for real
+and the stream checks the produced arrays against the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from ..ir import QuantizationPlan, QuantScheme
+from ..quant import resolve
+from ..weights import QuantizedTensor, WeightStore
+from .initializers import InitializerGroup, PlannedTensor
+
+DTYPES = {"float32": ir.DataType.FLOAT, "float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
+
+
+@dataclass(frozen=True)
+class QuantForm:
+    bits: int
+    block_size: int
+    has_zero_points: bool
+
+
+@dataclass(frozen=True)
+class LinearParams:
+    """One projection `y = x @ W^T` with W `[n, k]`: a float `[k, n]` MatMul operand or MatMulNBits tensors."""
+
+    n: int
+    k: int
+    group: InitializerGroup
+    quant: QuantForm | None
+    accuracy_level: int = 0
+
+
+@dataclass(frozen=True)
+class EmbeddingParams:
+    """A token embedding `[vocab, hidden]`: float for Gather, or GatherBlockQuantized tensors."""
+
+    vocab: int
+    hidden: int
+    group: InitializerGroup
+    quant: QuantForm | None
+
+
+class ParameterSource:
+    def __init__(self, store: WeightStore, plan: QuantizationPlan, io_dtype: str):
+        self.store = store
+        self.plan = plan
+        self.io_dtype = DTYPES[io_dtype]
+
+    # ------------------------------------------------------------------ plain tensors
+
+    def tensor(self, canonical: str, name: str, *, dtype: ir.DataType | None = None) -> InitializerGroup:
+        """A non-linear tensor (norm scale, conv kernel, gate vector) as float, dequantized if need be."""
+        dtype = dtype or self.io_dtype
+        shape = tuple(self.store.info(canonical).shape)
+
+        def produce() -> tuple[np.ndarray, ...]:
+            return (self.store.read_float(canonical),)
+
+        return InitializerGroup((PlannedTensor(name, dtype, shape),), produce)
+
+    # ------------------------------------------------------------------ linear weights
+
+    def linear(self, canonical: str, stem: str) -> LinearParams:
+        scheme = self.plan.scheme_for(canonical)
+        n, k = self.store.info(canonical).shape
+        form = self._resolved_form(canonical, scheme)
+        if form is None:
+            planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
+
+            def produce_float() -> tuple[np.ndarray, ...]:
+                w = resolve(self.store.read(canonical), scheme)
+                return (np.asarray(w).T,)
+
+            return LinearParams(n, k, InitializerGroup(planned, produce_float), None)
+        planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype)
+
+        def produce_quantized() -> tuple[np.ndarray, ...]:
+            w = resolve(self.store.read(canonical), scheme)
+            if not isinstance(w, QuantizedTensor):
+                raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
+            return _quantized_arrays(w, form)
+
+        return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, scheme.accuracy_level)
+
+    def _resolved_form(self, canonical: str, scheme: QuantScheme) -> QuantForm | None:
+        """What `resolve` will return for this weight, without quantizing anything."""
+        if self.store.info(canonical).quantized:
+            source = self.store.read(canonical)
+            assert isinstance(source, QuantizedTensor)
+            if scheme.keep_source or (scheme.bits, scheme.block_size) == (source.bits, source.block_size):
+                return QuantForm(source.bits, source.block_size, source.zero_points is not None)
+        elif scheme.keep_source:
+            return None
+        if scheme.bits is None:
+            return None
+        return QuantForm(scheme.bits, scheme.block_size, False)
+
+    # ------------------------------------------------------------------ embedding
+
+    def embedding(self, canonical: str, name: str) -> EmbeddingParams:
+        """A float embedding stays float; a source-quantized one stays quantized when its scheme keeps it
+        at 4 or 8 bits with whole blocks (GatherBlockQuantized), and is dequantized otherwise."""
+        vocab, hidden = self.store.info(canonical).shape
+        scheme = self.plan.scheme_for(canonical)
+        form = self._resolved_form(canonical, scheme) if self.store.info(canonical).quantized else None
+        if form is not None and (form.bits not in (4, 8) or hidden % form.block_size):
+            form = None
+        if form is None:
+            return EmbeddingParams(vocab, hidden, self.tensor(canonical, name), None)
+        # Zero points are always written: GatherBlockQuantized's defaults differ between execution providers.
+        form = QuantForm(form.bits, form.block_size, True)
+        planned = _quantized_tensors(name, vocab, hidden, form, self.io_dtype)
+        flat = (vocab, hidden * form.bits // 8)
+        planned = (PlannedTensor(planned[0].name, planned[0].dtype, flat),) + planned[1:]
+
+        def produce() -> tuple[np.ndarray, ...]:
+            w = resolve(self.store.read(canonical), scheme)
+            assert isinstance(w, QuantizedTensor)
+            data, scales, zero_points = _quantized_arrays(w, form)
+            return data.reshape(flat), scales, zero_points
+
+        return EmbeddingParams(vocab, hidden, InitializerGroup(planned, produce), form)
+
+
+def _quantized_tensors(base: str, n: int, k: int, form: QuantForm, scale_dtype: ir.DataType):
+    k_blocks = -(-k // form.block_size)
+    tensors = (
+        PlannedTensor(f"{base}_Q{form.bits}", ir.DataType.UINT8, (n, k_blocks, form.block_size * form.bits // 8)),
+        PlannedTensor(f"{base}_scales", scale_dtype, (n, k_blocks)),
+    )
+    if form.has_zero_points:
+        tensors += (PlannedTensor(f"{base}_zp", ir.DataType.UINT8, (n, -(-k_blocks * form.bits // 8))),)
+    return tensors
+
+
+def _quantized_arrays(w: QuantizedTensor, form: QuantForm) -> tuple[np.ndarray, ...]:
+    if (w.bits, w.block_size) != (form.bits, form.block_size):
+        raise AssertionError(f"planned {form}, resolve gave {w.bits}-bit blocks of {w.block_size}")
+    arrays: tuple[np.ndarray, ...] = (w.data, w.scales)
+    if form.has_zero_points:
+        arrays += (w.zero_points if w.zero_points is not None else _default_zero_points(w),)
+    return arrays
+
+
+def _default_zero_points(w: QuantizedTensor) -> np.ndarray:
+    """The op's implicit zero point 2**(bits-1), written out packed."""
+    n, k_blocks = w.scales.shape
+    if w.bits == 8:
+        return np.full((n, k_blocks), 128, np.uint8)
+    # two 4-bit zero points per byte, block 2b in the low nibble
+    return np.full((n, -(-k_blocks // 2)), 0x88, np.uint8)

@@ -1,0 +1,72 @@
+"""Token-layout-dependent ops for dense `[B, S, X]` graphs (CPU-runnable), and the choice of layout.
+
+Dense graphs use GroupQueryAttention with BNSH past/present KV (rotary applied
+before it, so `do_rotary=0`), CausalConvWithState and LinearAttention with
+`[B, Hv, Dk, Dv]` state. GQA's bookkeeping comes from `attention_mask`:
+`seqlens_k = sum(mask) - 1`, `total_sequence_length = mask width`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from ..ir import Architecture, GraphContract
+from .blocks import SequenceOps, merge_heads, split_heads
+from .builder import MS, GraphBuilder
+
+PAGED_INPUTS = ("block_table", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
+
+
+def is_paged(contract: GraphContract) -> bool:
+    return contract.has_input("block_table")
+
+
+def sequence_ops(b: GraphBuilder, contract: GraphContract) -> SequenceOps:
+    if is_paged(contract):
+        from .paged import PagedOps
+
+        return PagedOps(b, *(b.inputs[name] for name in PAGED_INPUTS))
+    return DenseOps(b, b.inputs["attention_mask"])
+
+
+class DenseOps:
+    lead = 2
+
+    def __init__(self, b: GraphBuilder, attention_mask: ir.Value):
+        with b.scope("attention_mask"):
+            total = b.op("ReduceSum", [attention_mask, b.i64("axis_1", [1])], {"keepdims": 0}, name="ReduceSum")
+            seqlens = b.op("Sub", [total, b.i64("one", [1])], name="Sub")
+            self.seqlens_k = b.op("Cast", [seqlens], {"to": ir.DataType.INT32}, name="seqlens_k")
+            width = b.op("Gather", [b.op("Shape", [attention_mask], name="Shape"), b.constant(
+                "index_1", np.asarray(1, np.int64))], {"axis": 0}, name="width")
+            self.total_length = b.op("Cast", [width], {"to": ir.DataType.INT32}, name="total_sequence_length")
+
+    def attention(self, b, q, k, v, past_key, past_value, arch: Architecture):
+        attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
+                 "do_rotary": 0, "scale": arch.head_dim**-0.5}
+        out, present_key, present_value = b.op_multi(
+            "GroupQueryAttention", [q, k, v, past_key, past_value, self.seqlens_k, self.total_length], attrs,
+            name="GroupQueryAttention", num_outputs=3, domain=MS)
+        return out, present_key, present_value
+
+    def causal_conv(self, b, x, weight, past):
+        channels_first = b.op("Transpose", [x], {"perm": [0, 2, 1]}, name="conv/Transpose_in")
+        y, present = b.op_multi("CausalConvWithState", [channels_first, weight, None, past], {"activation": "silu"},
+                                name="conv/CausalConvWithState", num_outputs=2, domain=MS)
+        return b.op("Transpose", [y], {"perm": [0, 2, 1]}, name="conv/Transpose_out"), present
+
+    def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
+        la = arch.linear_attention
+        q = merge_heads(b, self, q, la.key_dim, "q/merge")
+        k = merge_heads(b, self, k, la.key_dim, "k/merge")
+        v = merge_heads(b, self, v, la.value_dim, "v/merge")
+        if b.io_dtype != ir.DataType.FLOAT:
+            decay = b.op("Cast", [decay], {"to": b.io_dtype}, name="decay/Cast")
+            beta = b.op("Cast", [beta], {"to": b.io_dtype}, name="beta/Cast")
+        # q/k heads < value heads: value head j reads key head j // (Hv / Hk) (grouped), as the weights are stored.
+        attrs = {"q_num_heads": la.num_key_heads, "kv_num_heads": la.num_value_heads,
+                 "update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
+        out, present = b.op_multi("LinearAttention", [q, k, v, past, decay, beta], attrs,
+                                  name="LinearAttention", num_outputs=2, domain=MS)
+        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present

@@ -1,0 +1,176 @@
+"""The onnx_graphs emitter: artifacts, external data layout, streaming, determinism, contract I/O."""
+
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from mtpc.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from mtpc.emit import EMITTERS
+from mtpc.ir import GraphContract
+from mtpc.sources.random_weights import seeded_store
+from mtpc.weights import ArrayWeightStore
+from tests.fixtures.arch import tiny_arch
+
+from .tiny import ONNX_GENAI_HEAD_FILE, ORT_HEAD_FILE, contract_io, emit, graph_io, make_ir
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def arch():
+    return tiny_arch()
+
+
+@pytest.fixture(scope="module")
+def store(arch):
+    return seeded_store(arch, 0)
+
+
+@pytest.fixture(scope="module")
+def built(arch, store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("emit") / "pkg"
+    ir = make_ir(arch)
+    artifacts, ctx = emit(ir, store, out)
+    return ir, artifacts, ctx, out
+
+
+def test_registered_under_its_name():
+    assert "onnx_graphs" in EMITTERS
+
+
+def test_one_graph_and_one_streamed_data_file_per_graph(built):
+    _, artifacts, _, _ = built
+    assert [a.relpath for a in artifacts] == [
+        "model.onnx", "model.onnx.data", ORT_HEAD_FILE, ORT_HEAD_FILE + ".data",
+        ONNX_GENAI_HEAD_FILE, ONNX_GENAI_HEAD_FILE + ".data"]
+    for art in artifacts:
+        streamed = art.relpath.endswith(".data")
+        assert (art.content is None) == streamed and (art.chunks is not None) == streamed
+
+
+@pytest.mark.parametrize("filename", ["model.onnx", ORT_HEAD_FILE, ONNX_GENAI_HEAD_FILE])
+def test_graph_io_is_exactly_the_contract(built, filename):
+    ir, _, _, out = built
+    cfg = ir.main if filename == "model.onnx" else next(c for _, c in ir.heads if c.filename == filename)
+    model = onnx.load(out / filename, load_external_data=False)
+    assert graph_io(model.graph.input) == contract_io(cfg.contract.inputs)
+    assert graph_io(model.graph.output) == contract_io(cfg.contract.outputs)
+    onnx.checker.check_model(str(out / filename), full_check=True)
+
+
+@pytest.mark.parametrize("filename", ["model.onnx", ORT_HEAD_FILE, ONNX_GENAI_HEAD_FILE])
+def test_weights_are_external_next_to_the_graph_and_aligned(built, filename):
+    _, _, _, out = built
+    model = onnx.load(out / filename, load_external_data=False)
+    data_name = Path(filename).name + ".data"
+    size = (out / (filename + ".data")).stat().st_size
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert len(external) > 10
+    for t in external:
+        info = {e.key: e.value for e in t.external_data}
+        assert info["location"] == data_name
+        assert int(info["offset"]) % 64 == 0 and int(info["offset"]) + int(info["length"]) <= size
+    inline = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    assert all(np.prod(t.dims) <= 64 for t in inline)  # only shapes, split sizes, frequency tables
+
+
+def test_data_layout_points_at_the_shared_tensors(built, store):
+    _, _, ctx, out = built
+    layouts = ctx.facts["data_layout"]
+    assert set(layouts) == {"model.onnx.data", ORT_HEAD_FILE + ".data", ONNX_GENAI_HEAD_FILE + ".data"}
+    assert layouts[ONNX_GENAI_HEAD_FILE + ".data"] == {}  # the sidecar borrows from the target at run time
+    expected = {EMBEDDING_INITIALIZER: store.read_float("embed_tokens.weight"),
+                LM_HEAD_INITIALIZER: store.read_float("lm_head.weight").T}
+    for relpath in ("model.onnx.data", ORT_HEAD_FILE + ".data"):
+        assert set(layouts[relpath]) == set(expected)
+        data = (out / relpath).read_bytes()
+        for name, value in expected.items():
+            offset, length, dtype, shape = layouts[relpath][name]
+            assert (dtype, shape) == (onnx.TensorProto.FLOAT, value.shape)
+            assert data[offset : offset + length] == np.ascontiguousarray(value, np.float32).tobytes()
+
+
+def test_no_head_build_has_only_the_main_contract(arch, store):
+    ir = make_ir(arch, heads=())
+    contract = ir.main.contract
+    without_hidden = GraphContract(contract.inputs, tuple(t for t in contract.outputs if t.name != "hidden_states"))
+    ir = replace(ir, main=replace(ir.main, contract=without_hidden))
+    artifacts, _ = emit(ir, store)
+    assert [a.relpath for a in artifacts] == ["model.onnx", "model.onnx.data"]
+    model = onnx.load_from_string(artifacts[0].content)
+    assert [o.name for o in model.graph.output] == [t.name for t in without_hidden.outputs]
+
+
+def test_weights_are_read_only_while_streaming_one_at_a_time(arch, store):
+    class CountingStore(ArrayWeightStore):
+        def __init__(self, tensors):
+            super().__init__(tensors)
+            self.reads: list[str] = []
+
+        def read(self, name):
+            self.reads.append(name)
+            return super().read(name)
+
+        def read_float(self, name):
+            self.reads.append(name)
+            return super().read_float(name)
+
+    counting = CountingStore({n: store.read(n) for n in store.names()})
+    artifacts, _ = emit(make_ir(arch), counting)
+    assert counting.reads == []
+    chunks = artifacts[1].chunks()
+    next(chunks)
+    assert len(counting.reads) == 1
+    rest = b"".join(chunks)
+    assert len(rest) > 0 and len(counting.reads) == len(set(counting.reads))
+
+
+def test_progress_reports_each_layer_and_head(built):
+    _, _, ctx, _ = built
+    messages = ctx.facts["progress"]
+    assert sum("model.onnx: layer" in m for m in messages) == 4
+    assert any(ORT_HEAD_FILE in m for m in messages) and any(ONNX_GENAI_HEAD_FILE in m for m in messages)
+
+
+def test_node_names_are_explicit_and_unique(built):
+    _, _, _, out = built
+    names = [n.name for n in onnx.load(out / "model.onnx", load_external_data=False).graph.node]
+    assert all(names) and len(names) == len(set(names))
+
+
+DIGEST_SCRIPT = """
+import hashlib, sys
+sys.path.insert(0, {repo!r})
+from mtpc.ir import QuantizationPlan, QuantScheme
+from mtpc.sources.random_weights import seeded_store
+from tests.fixtures.arch import tiny_arch
+from tests.graphs.tiny import emit, make_ir
+arch = tiny_arch()
+plan = QuantizationPlan(default=QuantScheme(bits=4, block_size=32))
+artifacts, _ = emit(make_ir(arch, quantization=plan), seeded_store(arch, 0))
+for art in artifacts:
+    print(art.relpath, hashlib.sha256(art.read()).hexdigest())
+"""
+
+
+def test_bytes_do_not_depend_on_hash_seed():
+    digests = []
+    for seed in ("0", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        result = subprocess.run([sys.executable, "-c", DIGEST_SCRIPT.format(repo=str(REPO))], env=env, cwd=REPO,
+                                capture_output=True, text=True, check=True)
+        digests.append(result.stdout)
+    assert digests[0] == digests[1] and digests[0].count("\n") == 6
+
+
+def test_emitting_twice_gives_identical_bytes(arch, store):
+    first, _ = emit(make_ir(arch), store)
+    second, _ = emit(make_ir(arch), store)
+    assert [hashlib.sha256(a.read()).digest() for a in first] == [hashlib.sha256(a.read()).digest() for a in second]
