@@ -1,0 +1,604 @@
+"""Cross-artifact contract checks over a package directory (`mtpc check DIR`).
+
+A schema says whether one file is well formed; these checks say whether the
+files of a package agree with each other and with their ONNX graphs: every
+tensor name a config mentions exists in the graph it names, the MTP head's
+hidden-state input matches the main model's output (dtype, width, rank), the
+initializers a sidecar borrows exist in the target graph, and every file a
+config points at is a relative path inside the package.
+
+Every check runs and every finding is collected before anything is reported,
+so one run shows everything that is wrong. Graphs are read without their
+external data: only names, dtypes and shapes are needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterator
+
+import onnx
+import yaml
+
+from .validation import errors as schema_errors, json_path, schema_names
+
+GENAI_CONFIG = "genai_config.json"
+INFERENCE_METADATA = "inference_metadata.yaml"
+HF_CONFIG = "config.json"
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    file: str  # package-relative, "/"-separated
+    pointer: str  # RFC 6901 JSON pointer inside `file` ("" when about the whole file)
+    message: str
+
+    def render(self) -> str:
+        return f"{self.file}:{self.pointer or '/'}: {self.message}"
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "path": self.pointer or "/", "message": self.message}
+
+
+def pointer(*parts: object) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: str  # numpy-style name ("float32", "int64", ...)
+    shape: tuple[int | str | None, ...] | None  # None: rank unknown
+
+    @property
+    def width(self) -> int | str | None:
+        return self.shape[-1] if self.shape else None
+
+
+@dataclass
+class Graph:
+    relpath: str
+    inputs: dict[str, Tensor]
+    outputs: dict[str, Tensor]
+    initializers: dict[str, Tensor]
+    external_files: tuple[str, ...]
+
+
+def _tensor_from_value_info(vi: onnx.ValueInfoProto) -> Tensor:
+    t = vi.type.tensor_type
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "undefined"
+    shape = None
+    if t.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+    return Tensor(vi.name, dtype, shape)
+
+
+def _read_graph(data: bytes, relpath: str) -> Graph:
+    model = onnx.load_model_from_string(data)
+    g = model.graph
+    initializers = {}
+    external = set()
+    for init in g.initializer:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name if init.data_type else "undefined"
+        initializers[init.name] = Tensor(init.name, dtype, tuple(init.dims))
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            for entry in init.external_data:
+                if entry.key == "location":
+                    external.add(entry.value)
+    # Graph inputs that are also initializers are constants with a default, not runtime inputs.
+    inputs = {vi.name: _tensor_from_value_info(vi) for vi in g.input if vi.name not in initializers}
+    outputs = {vi.name: _tensor_from_value_info(vi) for vi in g.output}
+    return Graph(relpath, inputs, outputs, initializers, tuple(sorted(external)))
+
+
+# ----------------------------------------------------------------------------- the checker
+
+
+def _folder(relpath: str) -> str:
+    """The package-relative folder of a file ("" at the root): what its own file references are relative to."""
+    parent = str(PurePosixPath(relpath).parent)
+    return "" if parent == "." else parent
+
+
+# relpath -> a function returning the file's bytes
+Files = dict[str, Callable[[], bytes]]
+
+
+def package_directory(root: str | Path) -> Files:
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): p.read_bytes for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def artifact_files(artifacts) -> Files:
+    """An in-memory package (the driver's artifacts) in the shape `check_files` reads."""
+    return {a.relpath: a.read for a in artifacts}
+
+
+@dataclass
+class _Checker:
+    files: Files
+    findings: list[Finding] = field(default_factory=list)
+    _graphs: dict[str, Graph | None] = field(default_factory=dict)
+
+    def add(self, file: str, where: str, message: str) -> None:
+        self.findings.append(Finding(file, where, message))
+
+    # -- files
+
+    def resolve(self, file: str, where: str, ref: object, base: str = "") -> str | None:
+        """Package-relative path of a file a config names, or None (with a finding) if it is not usable."""
+        if not isinstance(ref, str) or not ref:
+            self.add(file, where, "must name a file")
+            return None
+        p = PurePosixPath(ref.replace("\\", "/"))
+        if p.is_absolute() or re.match(r"^[A-Za-z]:", ref) or ref.startswith(("\\\\", "//")):
+            self.add(file, where, f"{ref!r} must be a relative path")
+            return None
+        if ".." in p.parts:
+            self.add(file, where, f"{ref!r} must not contain '..'")
+            return None
+        rel = str(PurePosixPath(base) / p) if base else str(p)
+        if rel not in self.files:
+            self.add(file, where, f"{ref!r} does not exist in the package")
+            return None
+        return rel
+
+    def graph(self, file: str, where: str, ref: object, base: str = "") -> Graph | None:
+        rel = self.resolve(file, where, ref, base)
+        if rel is None:
+            return None
+        if rel not in self._graphs:
+            try:
+                graph = _read_graph(self.files[rel](), rel)
+            except Exception as exc:  # a corrupt graph is a finding about the package, not a crash
+                self.add(rel, "", f"cannot be read as an ONNX model: {exc}")
+                graph = None
+            else:
+                for location in graph.external_files:
+                    self.resolve(rel, "", location, _folder(rel))
+            self._graphs[rel] = graph
+        return self._graphs[rel]
+
+    def parse(self, rel: str):
+        try:
+            text = self.files[rel]().decode("utf-8")
+            return json.loads(text) if rel.endswith(".json") else yaml.safe_load(text)
+        except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+            self.add(rel, "", f"cannot be parsed: {exc}".replace("\n", " "))
+            return None
+
+    def validate(self, rel: str, instance, schema: str | None) -> None:
+        if schema is None:
+            self.add(rel, "", "no schema in mtpc covers this layout")
+            return
+        for e in schema_errors(schema, instance):
+            self.add(rel, json_path(e), f"{e.message} (schema {schema})")
+
+
+# ----------------------------------------------------------------------------- genai_config.json
+
+# Roles whose names repeat per layer ("%d"), by the kind of layer that has them.
+_RECURRENT_MARKERS = ("conv", "recurrent")
+# Paged-attention inputs a projected MTP head inherits from the main decoder.
+_PAGED_INPUTS = ("block_table", "block_table_windowed", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
+# Inputs onnxruntime-genai feeds under these names when the config does not rename them.
+_DEFAULT_INPUTS = {
+    "input_ids": "input_ids",
+    "inputs_embeds": "inputs_embeds",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+    "past_conv_names": "past_key_values.%d.conv_state",
+    "past_recurrent_names": "past_key_values.%d.recurrent_state",
+    **{name: name for name in _PAGED_INPUTS},
+}
+
+
+def _layer_family(role: str) -> str:
+    return "recurrent" if any(m in role for m in _RECURRENT_MARKERS) else "attention"
+
+
+def _layer_families(decoder: dict, graph: Graph, num_layers: int, templates: dict[str, str]) -> list[set[str]]:
+    """Which state families ("attention", "recurrent") each layer has.
+
+    Taken from `layer_types` or `state_groups` when the config states it; the
+    Qwen3.5 builder writes neither, so otherwise a layer has a family when the
+    graph holds any of that family's names for it. A renamed tensor is then
+    still caught, by its missing partner names.
+    """
+    families: list[set[str]] = [set() for _ in range(num_layers)]
+    kinds = decoder.get("layer_types")
+    groups = decoder.get("state_groups")
+    if isinstance(kinds, list) and len(kinds) == num_layers:
+        for i, kind in enumerate(kinds):
+            families[i].add("recurrent" if kind == "linear_attention" else "attention")
+        return families
+    if isinstance(groups, list) and groups:
+        for group in groups:
+            if not isinstance(group, dict):
+                continue
+            family = "attention" if group.get("kind") == "paged_kv" else "recurrent"
+            for i in group.get("layer_ids") or []:
+                if isinstance(i, int) and 0 <= i < num_layers:
+                    families[i].add(family)
+        return families
+    names = set(graph.inputs) | set(graph.outputs)
+    for role, template in templates.items():
+        for i in range(num_layers):
+            if template.replace("%d", str(i)) in names:
+                families[i].add(_layer_family(role))
+    return families
+
+
+def _check_io_names(
+    c: _Checker, file: str, base: list, decoder: dict, graph: Graph, num_layers: int, inherited: dict[str, str] | None = None
+) -> None:
+    """Every name in `decoder.inputs` / `.outputs` exists in the graph; every graph input is fed.
+
+    `inherited` maps input roles the runtime takes from another section (a
+    projected MTP head's mask and paged inputs come from the main decoder) to
+    the names it feeds; those roles are not read from this section.
+    """
+    inherited = inherited or {}
+    sections = {"inputs": graph.inputs, "outputs": graph.outputs}
+    templates: dict[str, str] = {}
+    for section in sections:
+        names = decoder.get(section)
+        if isinstance(names, dict):
+            templates.update({r: n for r, n in names.items() if isinstance(n, str) and "%d" in n})
+    families = _layer_families(decoder, graph, num_layers, templates)
+    fed: set[str] = set()
+    for section, present in sections.items():
+        names = decoder.get(section)
+        if not isinstance(names, dict):
+            continue
+        kind = "input" if section == "inputs" else "output"
+        for role, name in sorted(names.items()):
+            if not isinstance(name, str) or not name or (section == "inputs" and role in inherited):
+                continue  # an empty name means "not present"
+            where = pointer(*base, section, role)
+            if "%d" in name:
+                wanted = [name.replace("%d", str(i)) for i in range(num_layers) if _layer_family(role) in families[i]]
+            else:
+                wanted = [name]
+            for tensor in wanted:
+                if tensor not in present:
+                    c.add(file, where, f"{tensor!r} is not an {kind} of {graph.relpath}")
+            fed.update(wanted)
+    for i, fams in enumerate(families):
+        if not fams and templates:
+            c.add(file, pointer(*base), f"layer {i} has no state tensors in {graph.relpath} (num_hidden_layers is {num_layers})")
+    configured_inputs = decoder.get("inputs") if isinstance(decoder.get("inputs"), dict) else {}
+    defaults = {role: name for role, name in _DEFAULT_INPUTS.items() if role not in configured_inputs}
+    defaults.update(inherited)
+    for role, name in defaults.items():
+        if "%d" in name:
+            fed.update(name.replace("%d", str(i)) for i in range(num_layers) if _layer_family(role) in families[i])
+        else:
+            fed.add(name)
+    for name in sorted(set(graph.inputs) - fed):
+        c.add(file, pointer(*base, "inputs"), f"{graph.relpath} input {name!r} is not named here, so the runtime never feeds it")
+
+
+def _num_layers(c: _Checker, file: str, where: str, value, default: int | None = None) -> int | None:
+    if value is None:
+        value = default
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        c.add(file, where, "must be a positive integer")
+        return None
+    return value
+
+
+def _same_hidden(c: _Checker, file: str, where: str, main: Tensor, main_graph: str, head: Tensor, head_graph: str) -> None:
+    what = f"main output {main.name!r} ({main_graph}) and head input {head.name!r} ({head_graph})"
+    if main.dtype != head.dtype:
+        c.add(file, where, f"{what} differ in dtype: {main.dtype} vs {head.dtype}")
+    if main.shape is not None and head.shape is not None:
+        if len(main.shape) != len(head.shape):
+            c.add(file, where, f"{what} differ in rank: {len(main.shape)} vs {len(head.shape)} (dense vs packed layout)")
+        if main.width != head.width:
+            c.add(file, where, f"{what} differ in width (last dim): {main.width} vs {head.width}")
+
+
+def _check_genai_config(c: _Checker, rel: str, cfg: dict) -> tuple[Graph | None, Graph | None]:
+    """Returns (main graph, head graph) for cross-config checks."""
+    base = _folder(rel)
+    model = cfg.get("model")
+    if not isinstance(model, dict):
+        return None, None
+    decoder = model.get("decoder")
+    main = head = None
+    if isinstance(decoder, dict):
+        main = c.graph(rel, pointer("model", "decoder", "filename"), decoder.get("filename"), base)
+        layers = _num_layers(c, rel, pointer("model", "decoder", "num_hidden_layers"), decoder.get("num_hidden_layers"))
+        if main is not None and layers is not None:
+            _check_io_names(c, rel, ["model", "decoder"], decoder, main, layers)
+            hidden = decoder.get("outputs", {}).get("hidden_states") if isinstance(decoder.get("outputs"), dict) else None
+            width = decoder.get("hidden_size")
+            for name in filter(None, [hidden, (decoder.get("inputs") or {}).get("hidden_states")]):
+                t = main.outputs.get(name) or main.inputs.get(name)
+                if t is not None and isinstance(t.width, int) and isinstance(width, int) and t.width != width:
+                    c.add(rel, pointer("model", "decoder", "hidden_size"), f"is {width} but {name!r} in {main.relpath} is {t.width} wide")
+    mtp = model.get("mtp")
+    if isinstance(mtp, dict) and mtp.get("filename"):
+        head = c.graph(rel, pointer("model", "mtp", "filename"), mtp.get("filename"), base)
+        layers = _num_layers(c, rel, pointer("model", "mtp", "num_hidden_layers"), mtp.get("num_hidden_layers"), 1)
+        if head is not None and layers is not None:
+            # The projection never reads mtp.inputs.attention_mask: the head gets the main decoder's mask and
+            # paged inputs under the main decoder's names (a paged head has no mask at all).
+            main_inputs = decoder.get("inputs") if isinstance(decoder, dict) and isinstance(decoder.get("inputs"), dict) else {}
+            inherited = {role: main_inputs.get(role, role) for role in ("attention_mask", *_PAGED_INPUTS)}
+            _check_io_names(c, rel, ["model", "mtp"], mtp, head, layers, inherited)
+            if main is not None:
+                _check_mtp_against_main(c, rel, decoder, mtp, main, head)
+    return main, head
+
+
+def _check_mtp_against_main(c: _Checker, rel: str, decoder: dict, mtp: dict, main: Graph, head: Graph) -> None:
+    main_name = mtp.get("main_hidden_states", "hidden_states")
+    head_inputs = mtp.get("inputs") if isinstance(mtp.get("inputs"), dict) else {}
+    head_outputs = mtp.get("outputs") if isinstance(mtp.get("outputs"), dict) else {}
+    head_name = head_inputs.get("hidden_states", "hidden_states")
+    where = pointer("model", "mtp", "main_hidden_states")
+    main_t = main.outputs.get(main_name)
+    if main_t is None:
+        c.add(rel, where, f"{main_name!r} is not an output of {main.relpath}")
+    decoder_hidden = (decoder.get("outputs") or {}).get("hidden_states") if isinstance(decoder.get("outputs"), dict) else None
+    if decoder_hidden and decoder_hidden != main_name:
+        c.add(rel, where, f"{main_name!r} differs from model.decoder.outputs.hidden_states {decoder_hidden!r}")
+    head_t = head.inputs.get(head_name)
+    if main_t is not None and head_t is not None:
+        _same_hidden(c, rel, where, main_t, main.relpath, head_t, head.relpath)
+    out_name = head_outputs.get("hidden_states", "hidden_states_out")
+    if out_name == head_name:
+        c.add(rel, pointer("model", "mtp", "outputs", "hidden_states"), f"{out_name!r} must differ from the head's hidden-state input")
+    for role in _PAGED_INPUTS:
+        name = (decoder.get("inputs") or {}).get(role, role) if isinstance(decoder.get("inputs"), dict) else role
+        if name in main.inputs and name not in head.inputs:
+            c.add(rel, pointer("model", "mtp", "filename"), f"{main.relpath} is paged (input {name!r}) but {head.relpath} lacks that input; the head inherits the main decoder's paged inputs")
+
+
+def _check_head_folder(c: _Checker, rel: str, cfg: dict, root_rel: str, root_cfg: dict, main: Graph | None) -> None:
+    """A head's own folder (for og.MtpGenerator) must agree with the main config it pairs with."""
+    model, root_model = cfg.get("model") or {}, root_cfg.get("model") or {}
+    for key in ("type", "vocab_size"):
+        if key in root_model and model.get(key) != root_model.get(key):
+            c.add(rel, pointer("model", key), f"is {model.get(key)!r} but {root_rel} has {root_model.get(key)!r}")
+    dec, root_dec = model.get("decoder") or {}, root_model.get("decoder") or {}
+    if dec.get("hidden_size") != root_dec.get("hidden_size"):
+        c.add(rel, pointer("model", "decoder", "hidden_size"), f"is {dec.get('hidden_size')!r} but {root_rel} has {root_dec.get('hidden_size')!r}")
+    head_input = (dec.get("inputs") or {}).get("hidden_states")
+    if not head_input:
+        c.add(rel, pointer("model", "decoder", "inputs", "hidden_states"), "must name the head's hidden-state input (og.MtpGenerator feeds it only when set)")
+        return
+    head_graph = c.graph(rel, pointer("model", "decoder", "filename"), dec.get("filename"), _folder(rel))
+    main_name = (root_model.get("mtp") or {}).get("main_hidden_states", "hidden_states")
+    if main is not None and head_graph is not None and main_name in main.outputs and head_input in head_graph.inputs:
+        _same_hidden(c, rel, pointer("model", "decoder", "inputs", "hidden_states"), main.outputs[main_name], main.relpath, head_graph.inputs[head_input], head_graph.relpath)
+
+
+# ----------------------------------------------------------------------------- onnx-genai metadata
+
+
+def _metadata_layout(doc: dict) -> str:
+    pipeline = doc.get("pipeline")
+    return "workflow" if isinstance(pipeline, dict) and "workflow" in pipeline else "flat"
+
+
+def schema_for(kind: str) -> str | None:
+    """The schema in schemas/ for an artifact kind: "genai_config", "workflow", "flat", "speculator"."""
+    names = schema_names()
+    if kind == "genai_config":
+        matches = [n for n in names if n.startswith("genai_config")]
+    elif kind == "speculator":
+        matches = [n for n in names if "speculator" in n]
+    else:
+        matches = [n for n in names if kind in n and ("metadata" in n or "layout" in n)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _walk_invokes(steps) -> Iterator[tuple[list, dict]]:
+    """Every `invoke` step, however deeply nested in loops / branches / sequences, with its path."""
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            if node.get("kind") == "invoke":
+                yield path, node
+            for k in sorted(node, key=str):
+                yield from walk(node[k], path + [k])
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                yield from walk(item, path + [i])
+
+    yield from walk(steps, ["pipeline", "workflow", "steps"])
+
+
+def _check_workflow(c: _Checker, rel: str, doc: dict) -> Graph | None:
+    workflow = doc["pipeline"]["workflow"]
+    components = workflow.get("components") if isinstance(workflow.get("components"), dict) else {}
+    graphs: dict[str, Graph] = {}
+    for name, comp in sorted(components.items()):
+        impl = comp.get("implementation") if isinstance(comp, dict) else None
+        if isinstance(impl, dict) and impl.get("kind") == "onnx":
+            g = c.graph(rel, pointer("pipeline", "workflow", "components", name, "implementation", "artifact"), impl.get("artifact"))
+            if g is not None:
+                graphs[name] = g
+                roles = (comp.get("ports") or {}).get("roles") or {}
+                for port in sorted(roles):
+                    if port not in g.inputs and port not in g.outputs:
+                        c.add(rel, pointer("pipeline", "workflow", "components", name, "ports", "roles", port), f"{port!r} is not an input or output of {g.relpath}")
+    for path, step in _walk_invokes(workflow.get("steps")):
+        g = graphs.get(step.get("component"))
+        if g is None:
+            continue
+        for section, present, kind in (("inputs", g.inputs, "input"), ("outputs", g.outputs, "output")):
+            for port in sorted(step.get(section) or {}):
+                if port not in present:
+                    c.add(rel, pointer(*path, section, port), f"{port!r} is not an {kind} of {g.relpath}")
+    groups = (((workflow.get("serving") or {}).get("state_service") or {}).get("groups")) or {}
+    for group_name, group in sorted(groups.items()):
+        for comp_name, cells in sorted(((group or {}).get("ports") or {}).items()):
+            g = graphs.get(comp_name)
+            if g is None:
+                continue
+            for cell, port in sorted((cells or {}).items()):
+                for key, present, kind in (("input", g.inputs, "input"), ("output", g.outputs, "output")):
+                    name = (port or {}).get(key)
+                    if name and name not in present:
+                        where = pointer("pipeline", "workflow", "serving", "state_service", "groups", group_name, "ports", comp_name, cell, key)
+                        c.add(rel, where, f"{name!r} is not an {kind} of {g.relpath}")
+    # The decoder is the component that takes tokens (or embeddings); the sidecar borrows its weights.
+    for name, comp in sorted(components.items()):
+        roles = ((comp or {}).get("ports") or {}).get("roles") or {}
+        if name in graphs and {"token_ids", "inputs_embeds"} & set(roles.values()):
+            return graphs[name]
+    return graphs[sorted(graphs)[0]] if len(graphs) == 1 else None
+
+
+def _check_flat(c: _Checker, rel: str, doc: dict) -> Graph | None:
+    target = c.graph(rel, "", "model.onnx") if "model.onnx" in c.files else None
+    io = (doc.get("model") or {}).get("io")
+    if target is None or not isinstance(io, dict):
+        return target
+    for key, value in sorted(io.items()):
+        if key.endswith("_input") and isinstance(value, str):
+            if value not in target.inputs:
+                c.add(rel, pointer("model", "io", key), f"{value!r} is not an input of {target.relpath}")
+        elif key.endswith("_output") and isinstance(value, str):
+            if value not in target.outputs:
+                c.add(rel, pointer("model", "io", key), f"{value!r} is not an output of {target.relpath}")
+        elif key in ("kv_inputs", "kv_outputs") and isinstance(value, list):
+            present = target.inputs if key == "kv_inputs" else target.outputs
+            for i, name in enumerate(value):
+                if name not in present:
+                    c.add(rel, pointer("model", "io", key, i), f"{name!r} is not an {key[3:-1]} of {target.relpath}")
+        elif key == "state_pairs" and isinstance(value, list):
+            for i, pair in enumerate(value):
+                for side, present in (("input", target.inputs), ("output", target.outputs)):
+                    name = (pair or {}).get(side)
+                    if name and name not in present:
+                        c.add(rel, pointer("model", "io", key, i, side), f"{name!r} is not an {side} of {target.relpath}")
+    return target
+
+
+def _check_speculator(c: _Checker, file: str, base: list, spec: dict, target: Graph | None, vocab_size) -> None:
+    """The MTP sidecar against the target graph and its own head graph (onnx-genai's load-time checks)."""
+    if str(spec.get("proposal_type", "")).lower() != "mtp":
+        return
+    head = c.graph(file, pointer(*base, "model"), spec.get("model"))
+    width = spec.get("target_hidden_size")
+    if target is not None:
+        seed_name = spec.get("target_hidden_output", "hidden_states")
+        seed = target.outputs.get(seed_name)
+        if seed is None:
+            c.add(file, pointer(*base, "target_hidden_output"), f"{seed_name!r} is not an output of {target.relpath}")
+        else:
+            layout = spec.get("target_hidden_layout", "BSHC")  # onnx-genai's default
+            rank = {"BSH": 3, "BSHC": 4}.get(layout)
+            if rank is not None and seed.shape is not None and len(seed.shape) != rank:
+                c.add(file, pointer(*base, "target_hidden_layout"), f"{layout} needs a rank-{rank} seed but {seed_name!r} in {target.relpath} has rank {len(seed.shape)}")
+            if isinstance(width, int) and seed.width != width:
+                c.add(file, pointer(*base, "target_hidden_size"), f"is {width!r} but {seed_name!r} in {target.relpath} is {seed.width!r} wide")
+            if head is not None and "hidden_states" in head.inputs:
+                _same_hidden(c, file, pointer(*base, "target_hidden_output"), seed, target.relpath, head.inputs["hidden_states"], head.relpath)
+        for key in ("embedding", "lm_head"):
+            ref = spec.get(key)
+            name = ref.get("name") if isinstance(ref, dict) else None
+            if not name:
+                continue
+            init = target.initializers.get(name)
+            if init is None:
+                c.add(file, pointer(*base, key, "name"), f"{name!r} is not an initializer of {target.relpath}")
+            elif key == "embedding" and init.shape and len(init.shape) == 2:
+                if isinstance(vocab_size, int) and init.shape[0] != vocab_size:
+                    c.add(file, pointer(*base, key, "name"), f"{name!r} has {init.shape[0]} rows but model.vocab_size is {vocab_size}")
+                if isinstance(width, int) and init.shape[1] != width:
+                    c.add(file, pointer(*base, key, "name"), f"{name!r} is {init.shape[1]} wide but target_hidden_size is {width!r}")
+            elif key == "embedding":
+                c.add(file, pointer(*base, key, "name"), f"{name!r} must be a dense 2-D [vocab, hidden] tensor, is {init.shape}")
+    if head is not None:
+        for name in ("inputs_embeds", "hidden_states"):
+            if name not in head.inputs:
+                c.add(file, pointer(*base, "model"), f"{head.relpath} has no input {name!r}")
+        out = spec.get("mtp_hidden_output", "mtp_hidden")
+        if out not in head.outputs:
+            c.add(file, pointer(*base, "mtp_hidden_output"), f"{out!r} is not an output of {head.relpath}")
+        embeds = head.inputs.get("inputs_embeds")
+        if embeds is not None and isinstance(width, int) and embeds.width != width:
+            c.add(file, pointer(*base, "target_hidden_size"), f"is {width!r} but {head.relpath} input 'inputs_embeds' is {embeds.width!r} wide")
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def is_package(path: Path) -> bool:
+    return path.is_dir() and any((path / n).is_file() for n in (GENAI_CONFIG, INFERENCE_METADATA))
+
+
+def check_package(root: str | Path) -> list[Finding]:
+    """All findings about the package in directory `root`, sorted; empty when it is sound."""
+    return check_files(package_directory(root))
+
+
+def check_files(files: Files) -> list[Finding]:
+    """All findings about a package given as relpath -> bytes reader, sorted."""
+    c = _Checker(files)
+    configs = sorted(rel for rel in files if PurePosixPath(rel).name == GENAI_CONFIG)
+    parsed = {}
+    for rel in configs:
+        cfg = c.parse(rel)
+        if cfg is None:
+            continue
+        genai_schema = schema_for("genai_config")
+        if genai_schema is None:
+            raise RuntimeError("schemas/ holds no genai_config schema")
+        c.validate(rel, cfg, genai_schema)
+        if isinstance(cfg, dict):
+            parsed[rel] = cfg
+    root_main = root_head = None
+    for rel, cfg in parsed.items():
+        main, head = _check_genai_config(c, rel, cfg)
+        if rel == GENAI_CONFIG:
+            root_main, root_head = main, head
+    if root_head is not None:
+        for rel, cfg in parsed.items():
+            if rel == GENAI_CONFIG:
+                continue
+            dec = (cfg.get("model") or {}).get("decoder") or {}
+            filename = dec.get("filename")
+            if isinstance(filename, str) and str(PurePosixPath(_folder(rel)) / filename) == root_head.relpath:
+                _check_head_folder(c, rel, cfg, GENAI_CONFIG, parsed[GENAI_CONFIG], root_main)
+
+    target = None
+    metadata_doc = None
+    if INFERENCE_METADATA in files:
+        metadata_doc = c.parse(INFERENCE_METADATA)
+        if isinstance(metadata_doc, dict):
+            layout = _metadata_layout(metadata_doc)
+            c.validate(INFERENCE_METADATA, metadata_doc, schema_for(layout))
+            target = _check_workflow(c, INFERENCE_METADATA, metadata_doc) if layout == "workflow" else _check_flat(c, INFERENCE_METADATA, metadata_doc)
+            flat_spec = metadata_doc.get("speculative") or metadata_doc.get("speculator_config")
+            if layout == "flat" and isinstance(flat_spec, dict):
+                vocab = (metadata_doc.get("model") or {}).get("vocab_size")
+                _check_speculator(c, INFERENCE_METADATA, ["speculative"], flat_spec, target, vocab)
+        elif metadata_doc is not None:
+            c.add(INFERENCE_METADATA, "", "must be a mapping")
+    if HF_CONFIG in files:
+        hf = c.parse(HF_CONFIG)
+        spec = hf.get("speculator_config") if isinstance(hf, dict) else None
+        if isinstance(spec, dict):
+            c.validate(HF_CONFIG, hf, schema_for("speculator"))
+            vocab = (metadata_doc.get("model") or {}).get("vocab_size") if isinstance(metadata_doc, dict) else None
+            if metadata_doc is not None and vocab is None:
+                c.add(INFERENCE_METADATA, pointer("model"), "must declare vocab_size: native MTP reads the vocabulary there")
+            if target is None and "model.onnx" in files:
+                target = c.graph(HF_CONFIG, "", "model.onnx")
+            _check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, vocab)
+    return sorted(set(c.findings))

@@ -1,0 +1,126 @@
+"""`mtpc check SPEC|DIR...`: the CI gate. Schemas plus cross-artifact contracts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checks import artifact_files, check_files, package_directory, is_package
+from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from .report import verb_parser, err, out, print_json
+
+HELP = "validate packages (or specs, compiled in memory) against schemas and cross-artifact contracts"
+EPILOG = """\
+A DIR is a package: every genai_config.json (the root one and a head folder's),
+inference_metadata.yaml and config.json's speculator_config are validated
+against mtpc's schemas, then checked against each other and the ONNX graphs
+(read without weights): every tensor name a config mentions exists in the graph
+(%d templates expanded over the layers that have that state), the MTP head's
+hidden-state input matches the main output it is fed from (dtype, width, rank),
+borrowed initializers exist in the target graph, file names are relative
+without '..'. A SPEC is compiled in memory (nothing written) and checked the
+same way. Every finding is reported, one line each: FILE:JSON-PATH: MESSAGE.
+
+examples:
+  mtpc check out/qwen35-tiny-mtp
+  mtpc check specs/*.yaml out/*/ --format github     # annotations in a GitHub Actions log
+  mtpc check out/pkg --format json | jq '.targets[].findings'
+"""
+
+
+@dataclass(frozen=True)
+class Reported:
+    file: str
+    where: str  # JSON path (or artifact:JSON path for a spec's artifacts); "" for a spec diagnostic
+    message: str
+    line: int | None = None
+    col: int | None = None
+    rendered: str | None = None  # a spec diagnostic with its source line and caret
+
+    def text(self) -> str:
+        if self.rendered is not None:
+            return self.rendered
+        return f"{self.file}:{self.where}: {self.message}"
+
+    def github(self) -> str:
+        props = f"file={_escape_property(self.file)}"
+        if self.line is not None:
+            props += f",line={self.line}"
+            if self.col is not None:
+                props += f",col={self.col}"
+        props += ",title=mtpc check"
+        message = f"{self.where}: {self.message}" if self.where else self.message
+        return f"::error {props}::{_escape_data(message)}"
+
+    def to_json(self) -> dict:
+        doc = {"file": self.file, "path": self.where, "message": self.message}
+        if self.line is not None:
+            doc.update(line=self.line, column=self.col)
+        return doc
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def add_parser(sub) -> None:
+    p = verb_parser(sub, "check", HELP, EPILOG, formats=("text", "json", "github"))
+    p.add_argument("targets", nargs="+", metavar="SPEC|DIR", help="spec files and/or package directories")
+    p.set_defaults(run=run)
+
+
+def _from_diagnostic(spec: Path, d: Diagnostic) -> Reported:
+    if d.span is not None:
+        return Reported(d.span.file, "", d.message, d.span.line, d.span.col, d.render())
+    return Reported(str(spec), d.path or "", d.message, rendered=f"{spec}: {d.render()}")
+
+
+def check_target(path: Path) -> tuple[str, list[Reported]]:
+    if path.is_dir():
+        if not is_package(path):
+            raise MtpcError.single(
+                f"{str(path)!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package",
+                exit_code=ExitCode.USAGE,
+            )
+        return "package", [Reported(str(path / f.file), f.pointer or "/", f.message) for f in check_files(package_directory(path))]
+    from ..driver import build
+
+    try:
+        result = build(path)
+    except MtpcError as error:
+        if error.exit_code is not ExitCode.FINDINGS:
+            raise
+        return "spec", [_from_diagnostic(path, d) for d in error.diagnostics]
+    findings = check_files(artifact_files(result.artifacts))
+    return "spec", [Reported(str(path), f"{f.file}:{f.pointer or '/'}", f.message) for f in findings]
+
+
+def run(args) -> int:
+    paths = [Path(t) for t in args.targets]
+    for p in paths:
+        if not p.exists():
+            raise MtpcError.single(f"{str(p)!r} does not exist", exit_code=ExitCode.USAGE)
+    results = [(p, *check_target(p)) for p in paths]
+    total = sum(len(found) for _, _, found in results)
+    summary = f"{total} finding{'s' if total != 1 else ''} in {len(paths)} target{'s' if len(paths) != 1 else ''}"
+    if args.format == "json":
+        print_json(
+            "check",
+            {
+                "ok": total == 0,
+                "summary": summary,
+                "targets": [
+                    {"target": str(p), "kind": kind, "findings": [r.to_json() for r in found]} for p, kind, found in results
+                ],
+            },
+        )
+    else:
+        for _, _, found in results:
+            for r in found:
+                out(r.github() if args.format == "github" else r.text())
+        err(f"mtpc check: {summary}" if total else f"mtpc check: ok ({len(paths)} target{'s' if len(paths) != 1 else ''})")
+    return int(ExitCode.FINDINGS) if total else int(ExitCode.OK)

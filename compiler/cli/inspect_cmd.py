@@ -1,0 +1,91 @@
+"""`mtpc inspect SOURCE`: what a GGUF file or Hugging Face checkpoint holds. Metadata only."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from ..diagnostics import ExitCode, MtpcError
+from ..diffing import to_plain
+from ..ir import SourceRef
+from .report import verb_parser, out, print_json
+
+HELP = "describe a GGUF file or Hugging Face checkpoint: architecture, dims, layer kinds, storage, MTP head"
+EPILOG = """\
+Reads metadata only (the GGUF header, or config.json and the safetensors
+headers), so it answers instantly whatever the checkpoint's size.
+
+examples:
+  mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf
+  mtpc inspect models/qwen3.5-0.8b/          # config.json + *.safetensors
+  mtpc inspect ckpt/ --format json | jq .has_mtp_head
+"""
+
+
+def add_parser(sub) -> None:
+    p = verb_parser(sub, "inspect", HELP, EPILOG)
+    p.add_argument("source", metavar="SOURCE", help="a .gguf file or a checkpoint directory with config.json")
+    p.set_defaults(run=run)
+
+
+def source_ref(path: Path) -> SourceRef:
+    if not path.exists():
+        raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return SourceRef("gguf", str(path.resolve()))
+    if path.is_dir() and (path / "config.json").is_file():
+        return SourceRef("hf", str(path.resolve()))
+    raise MtpcError.single(
+        f"{str(path)!r} is neither a .gguf file nor a checkpoint directory with config.json",
+        exit_code=ExitCode.USAGE,
+    )
+
+
+def _layer_summary(kinds) -> str:
+    counts = Counter(k.value for k in kinds)
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+
+
+def run(args) -> int:
+    from .. import sources
+
+    ref = source_ref(Path(args.source))
+    info = sources.describe(ref)
+    arch = info.architecture
+    if args.format == "json":
+        print_json(
+            "inspect",
+            {
+                "source": {"kind": ref.kind, "path": ref.path},
+                "architecture": to_plain(arch),
+                "has_mtp_head": info.has_mtp_head,
+                "storage": dict(info.storage),
+                "tokenizer_files": sorted(name for name, _ in info.tokenizer_files),
+                "facts": {k: v for k, v in info.facts},
+            },
+        )
+        return 0
+    out(f"source:        {ref.kind} {ref.path}")
+    out(f"architecture:  {arch.family}")
+    out(f"layers:        {arch.num_layers} ({_layer_summary(arch.layer_kinds)})")
+    out(f"layer kinds:   {' '.join(k.value.split('_')[0] for k in arch.layer_kinds)}")
+    out(f"hidden size:   {arch.hidden_size}  (intermediate {arch.intermediate_size})")
+    out(f"attention:     {arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}")
+    if arch.linear_attention is not None:
+        la = arch.linear_attention
+        out(
+            f"linear attn:   {la.num_key_heads} key heads x {la.key_head_dim}, {la.num_value_heads} value heads x "
+            f"{la.value_head_dim}, conv kernel {la.conv_kernel}"
+        )
+    out(f"vocab:         {arch.vocab_size}   context: {arch.context_length}")
+    out(f"rope:          theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}")
+    out(f"mtp head:      {'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}")
+    if info.storage:
+        out("storage:")
+        for group, kind in info.storage:
+            out(f"  {group}: {kind}")
+    if info.tokenizer_files:
+        out(f"tokenizer:     {', '.join(sorted(name for name, _ in info.tokenizer_files))}")
+    for key, value in info.facts:
+        out(f"{key}: {value}")
+    return 0

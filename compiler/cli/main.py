@@ -1,0 +1,99 @@
+"""The `mtpc` command: argument parsing, dispatch, and the one exit-code table.
+
+Each verb lives in its own module with `add_parser(subparsers)` and
+`run(args) -> int`. This file turns whatever a verb raises into an exit code:
+a `MtpcError` is the user's to fix (rendered without a traceback), an
+unreadable file is a usage problem, anything else is a bug in mtpc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from .. import __version__
+from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from . import check, compile_cmd, diff, inspect_cmd, plan, schema_cmd, verify
+from .report import err, print_json
+
+VERBS = (compile_cmd, plan, check, diff, inspect_cmd, schema_cmd, verify)
+
+EPILOG = """\
+exit codes (every verb):
+  0  nothing to report
+  1  findings: invalid spec, failed check, non-empty diff, verify mismatch
+  2  usage error or unreadable input
+  3  internal error (a bug in mtpc; rerun with --traceback and report it)
+
+examples:
+  mtpc compile specs/qwen35-tiny-mtp.yaml -o out/tiny
+  mtpc plan specs/qwen35-tiny-mtp.yaml --against out/tiny
+  mtpc check out/tiny --format github
+  mtpc diff out/old out/new --format markdown
+  mtpc inspect ~/models/qwen3.5-0.8b
+  mtpc schema genai_config
+
+Run `mtpc VERB --help` for a verb's options and examples.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mtpc",
+        description="Compile checkpoints that ship a multi-token-prediction (MTP) head into ONNX runtime packages "
+        "for onnxruntime-genai and onnx-genai, and check, diff and verify those packages.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"mtpc {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb in VERBS:
+        verb.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse: 0 after --help / --version, 2 on a usage error
+        return int(exit_.code or 0)
+    fmt = getattr(args, "format", "text")
+    try:
+        return int(args.run(args))
+    except MtpcError as error:
+        return _report_error(args.verb, fmt, error)
+    except OSError as error:
+        # The verbs check the paths they are given; what is left is a file they cannot read or write.
+        name = error.filename or ""
+        what = f"{name}: {error.strerror or error}" if name else str(error)
+        return _report_error(args.verb, fmt, MtpcError([Diagnostic(what)], ExitCode.USAGE))
+    except KeyboardInterrupt:
+        err("mtpc: interrupted")
+        return 130
+    except Exception as error:  # anything else is ours to fix
+        if args.traceback:
+            traceback.print_exc()
+        message = f"internal error: {type(error).__name__}: {error}"
+        if fmt == "json":
+            print_json(args.verb, {"ok": False, "exit_code": int(ExitCode.INTERNAL), "error": message, "bug": True})
+        err(f"mtpc: {message}")
+        err("this is a bug in mtpc" + ("" if args.traceback else "; rerun with --traceback to see where it happened"))
+        return int(ExitCode.INTERNAL)
+
+
+def _report_error(verb: str, fmt: str, error: MtpcError) -> int:
+    code = int(error.exit_code)
+    if fmt == "json":
+        print_json(verb, {"ok": False, "exit_code": code, "diagnostics": [d.to_json() for d in error.diagnostics]})
+    else:
+        for d in error.diagnostics:
+            err(d.render())
+    if error.exit_code is ExitCode.INTERNAL:
+        err("this is a bug in mtpc")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""`mtpc plan SPEC [--against DIR]`: what `compile` would change, without writing anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ..diffing import digest, file_chunks, to_plain
+from .compile_cmd import default_output
+from .report import verb_parser, existing_file, out, print_json, progress_printer
+
+HELP = "show what compile would create, change or remove, and what each pass did"
+EPILOG = """\
+Compiles in memory and compares every file with DIR by content hash (large files
+are streamed, never loaded whole). Nothing is written. Exit code 0 whatever the
+plan says; use `mtpc diff` when a difference should fail a script.
+
+examples:
+  mtpc plan specs/qwen35-tiny-mtp.yaml                   # against ./out/<spec name>
+  mtpc plan specs/qwen35-tiny-mtp.yaml --against pkg
+  mtpc plan specs/qwen35-tiny-mtp.yaml --print-ir-after-all | less
+"""
+
+CREATE, CHANGE, UNCHANGED, REMOVE = "create", "change", "unchanged", "remove"
+_MARK = {CREATE: "+", CHANGE: "~", UNCHANGED: "=", REMOVE: "-"}
+
+
+def add_parser(sub) -> None:
+    p = verb_parser(sub, "plan", HELP, EPILOG)
+    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
+    p.add_argument("--against", metavar="DIR", help="existing package to compare with (default: ./out/<spec name>)")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(run=run)
+
+
+def file_plan(artifacts, against: Path) -> list[tuple[str, str]]:
+    """(relpath, action) for every file compile would touch, sorted by path."""
+    planned: list[tuple[str, str]] = []
+    names = set()
+    for art in artifacts:
+        names.add(art.relpath)
+        existing = against / art.relpath
+        if not existing.is_file():
+            planned.append((art.relpath, CREATE))
+        elif digest(art.iter_bytes()) == digest(file_chunks(existing)):
+            planned.append((art.relpath, UNCHANGED))
+        else:
+            planned.append((art.relpath, CHANGE))
+    if against.is_dir():
+        for p in sorted(against.rglob("*")):
+            rel = p.relative_to(against).as_posix()
+            if p.is_file() and rel not in names:
+                planned.append((rel, REMOVE))
+    return sorted(planned)
+
+
+def run(args) -> int:
+    from ..driver import build
+
+    spec = existing_file(args.spec, "spec")
+    snapshots: list[tuple[str, object]] = []
+    observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
+    result = build(spec, progress=progress_printer(args.quiet or args.format == "json"), observer=observer)
+    against = Path(args.against) if args.against else default_output(result.ir.name)
+    files = file_plan(result.artifacts, against)
+    passes = [{"pass": name, "modified": r.modified, "changes": list(r.changes)} for name, r in result.pass_results]
+    if args.format == "json":
+        payload = {
+            "against": str(against),
+            "files": [{"path": rel, "action": action} for rel, action in files],
+            "passes": passes,
+            "notes": list(result.ir.notes),
+        }
+        if args.print_ir_after_all:
+            payload["ir_after"] = [{"pass": name, "ir": ir} for name, ir in snapshots]
+        print_json("plan", payload)
+        return 0
+    out("passes:")
+    for entry in passes:
+        out(f"  {entry['pass']}: {'modified' if entry['modified'] else 'no change'}")
+        for line in entry["changes"]:
+            out(f"    - {line}")
+    for name, ir in snapshots:
+        out(f"--- IR after {name} ---")
+        out(yaml.safe_dump(ir, sort_keys=True, allow_unicode=True).rstrip())
+    for note in result.ir.notes:
+        out(f"note: {note}")
+    out(f"files (against {against}):")
+    for rel, action in files:
+        out(f"  {_MARK[action]} {rel}  ({action})")
+    counts = {a: sum(1 for _, x in files if x == a) for a in (CREATE, CHANGE, REMOVE, UNCHANGED)}
+    out("plan: " + ", ".join(f"{n} to {a}" if a != UNCHANGED else f"{n} unchanged" for a, n in counts.items()))
+    return 0

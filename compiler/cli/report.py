@@ -1,0 +1,66 @@
+"""How every verb talks: text for people, JSON for programs, errors on stderr.
+
+JSON output is one object on stdout carrying `format_version`, so scripts can
+rely on its shape; text goes to stdout, progress and summaries to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..diagnostics import ExitCode, MtpcError
+
+FORMAT_VERSION = 1
+
+
+def print_json(command: str, payload: dict) -> None:
+    doc = {"format_version": FORMAT_VERSION, "command": command, **payload}
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+
+
+def out(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def err(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def progress_printer(quiet: bool):
+    if quiet:
+        return lambda message: None
+    return lambda message: err(f"mtpc: {message}")
+
+
+def existing_file(path: str, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE)
+    if not p.is_file():
+        raise MtpcError.single(f"{what} {path!r} is not a file", exit_code=ExitCode.USAGE)
+    return p
+
+
+def existing_dir(path: str, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE)
+    if not p.is_dir():
+        raise MtpcError.single(f"{what} {path!r} is not a directory", exit_code=ExitCode.USAGE)
+    return p
+
+
+def verb_parser(sub, name: str, help: str, epilog: str, formats: tuple[str, ...] = ("text", "json")):
+    """A verb's sub-parser with the options every verb shares."""
+    import argparse
+
+    p = sub.add_parser(
+        name, help=help, description=help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--format", choices=formats, default="text", help=f"output format: {', '.join(formats)} (json carries format_version)"
+    )
+    p.add_argument("--traceback", action="store_true", help="show the Python traceback of an internal error")
+    return p

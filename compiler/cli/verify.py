@@ -1,0 +1,380 @@
+"""`mtpc verify DIR --spec SPEC`: run a package and compare it with the numpy reference.
+
+The package does not record where its weights came from (it holds only what
+its runtimes read), so `verify` takes the spec it was compiled from and
+re-derives the weights from the spec's source. Steps, stopping at the first
+that fails:
+
+1. the static checks of `mtpc check DIR`;
+2. onnxruntime: `model.onnx` on a prompt (prefill) and one more token (a step
+   with the caches it returned), logits and the hidden state the head is
+   seeded from, against `mtpc.reference.Qwen35Reference`;
+3. the MTP head graph named by `model.mtp.filename` on the same tokens, seeded
+   with the reference's hidden state, against `MtpHeadReference`;
+4. onnxruntime-genai: plain greedy decoding, then `og.MtpGenerator`
+   speculative decoding from the head's own folder; the two token sequences
+   must be identical. The draft acceptance rate is reported.
+
+Paged packages (CUDA, packed `[N]` inputs) cannot run on CPU: only step 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from ..checks import GENAI_CONFIG, check_package
+from ..diagnostics import ExitCode, MtpcError
+from .report import verb_parser, existing_dir, existing_file, out, print_json, progress_printer
+
+HELP = "run a package on CPU and compare it with the numpy reference and greedy decoding"
+EPILOG = """\
+The package does not record its source, so give the spec it was compiled from:
+the weights are re-derived from the spec's source for the reference.
+Tolerances follow the build: float32 graphs with float weights must match the
+reference closely; float16 I/O or quantized weights get a looser bound
+(override with --atol, relative to the largest reference value).
+
+examples:
+  mtpc verify out/qwen35-tiny-mtp --spec specs/qwen35-tiny-mtp.yaml
+  mtpc verify pkg --spec spec.yaml --prompt 1,17,42,99 --new-tokens 16 --draft-tokens 3
+  mtpc verify pkg --spec spec.yaml --format json | jq .acceptance_rate
+"""
+
+DEFAULT_PROMPT = (1, 17, 42, 99, 5, 23)
+_STATE_PAIRS = (
+    ("past_key_names", "present_key_names"),
+    ("past_value_names", "present_value_names"),
+    ("past_conv_names", "present_conv_names"),
+    ("past_recurrent_names", "present_recurrent_names"),
+)
+
+
+def add_parser(sub) -> None:
+    p = verb_parser(sub, "verify", HELP, EPILOG)
+    p.add_argument("package", metavar="DIR", help="the compiled package")
+    p.add_argument("--spec", required=True, metavar="SPEC", help="the spec the package was compiled from")
+    p.add_argument("--prompt", metavar="IDS", help="comma-separated prompt token ids (default: a fixed short prompt)")
+    p.add_argument("--new-tokens", type=int, default=8, metavar="N", help="tokens to generate (default 8)")
+    p.add_argument("--draft-tokens", type=int, default=2, metavar="K", help="MTP draft tokens per step (default 2)")
+    p.add_argument("--atol", type=float, metavar="X", help="allowed deviation, relative to the largest reference value")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(run=run)
+
+
+@dataclass
+class Report:
+    checks: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    greedy: list[int] | None = None
+    speculative: list[int] | None = None
+    reference_greedy: list[int] | None = None
+    stats: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c["ok"] for c in self.checks)
+
+    def compare(self, what: str, got: np.ndarray, want: np.ndarray, tolerance) -> None:
+        tolerance = tolerance(np.asarray(got))
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        if got.shape != want.shape:
+            self.checks.append({"check": what, "ok": False, "detail": f"shape {list(got.shape)} != reference {list(want.shape)}"})
+            return
+        scale = max(1.0, float(np.abs(want).max()))
+        diff = float(np.abs(got - want).max())
+        self.checks.append({"check": what, "ok": diff <= tolerance * scale, "max_abs_diff": diff, "bound": tolerance * scale})
+
+    def agree(self, what: str, ok: bool, detail: str) -> None:
+        self.checks.append({"check": what, "ok": ok, "detail": detail})
+
+
+# ----------------------------------------------------------------------------- feeding graphs
+
+
+def _templates(section: dict) -> dict[str, str]:
+    return {k: v for k, v in (section or {}).items() if isinstance(v, str) and v}
+
+
+def _np_dtype(ort_type: str):
+    return {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+            "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bfloat16)": np.float32}[ort_type]
+
+
+class GraphRunner:
+    """Feeds a dense decoder graph named by a genai_config decoder (or mtp) section, carrying its caches."""
+
+    def __init__(self, path: Path, inputs: dict, outputs: dict, num_layers: int, head_dim: int):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.meta = {i.name: i for i in self.session.get_inputs()}
+        self.inputs, self.outputs = _templates(inputs), _templates(outputs)
+        self.head_dim = head_dim
+        self.pairs: dict[str, str] = {}  # past input -> present output
+        for past_role, present_role in _STATE_PAIRS:
+            past, present = self.inputs.get(past_role), self.outputs.get(present_role)
+            if past and present:
+                for i in range(num_layers):
+                    if past.replace("%d", str(i)) in self.meta:
+                        self.pairs[past.replace("%d", str(i))] = present.replace("%d", str(i))
+        self.state: dict[str, np.ndarray] = {}
+        self.length = 0
+
+    def _zeros(self, name: str) -> np.ndarray:
+        shape = []
+        for axis, dim in enumerate(self.meta[name].shape):
+            if isinstance(dim, int):
+                shape.append(dim)
+            elif axis == 0:
+                shape.append(1)  # batch
+            elif "sequence" in str(dim):
+                shape.append(0)
+            else:
+                shape.append(self.head_dim)  # a symbolic KV width ("kv_cache_dim")
+        return np.zeros(shape, _np_dtype(self.meta[name].type))
+
+    def run(self, token_ids, extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        ids = np.asarray([token_ids], np.int64)
+        s = ids.shape[1]
+        feeds: dict[str, np.ndarray] = {}
+        for name, meta in self.meta.items():
+            if extra and name in extra:
+                feeds[name] = extra[name].astype(_np_dtype(meta.type))
+            elif name == self.inputs.get("input_ids", "input_ids"):
+                feeds[name] = ids
+            elif name == self.inputs.get("attention_mask", "attention_mask"):
+                feeds[name] = np.ones((1, self.length + s), np.int64)
+            elif name == self.inputs.get("position_ids", "position_ids"):
+                pos = np.arange(self.length, self.length + s, dtype=np.int64)[None, :]
+                feeds[name] = np.broadcast_to(pos, (3, 1, s)).copy() if len(meta.shape) == 3 else pos
+            elif name in self.pairs:
+                feeds[name] = self.state.get(name, self._zeros(name))
+            else:
+                raise MtpcError.single(f"verify does not know how to feed graph input {name!r}", exit_code=ExitCode.FINDINGS)
+        names = [o.name for o in self.session.get_outputs()]
+        results = dict(zip(names, self.session.run(names, feeds)))
+        for past, present in self.pairs.items():
+            self.state[past] = results[present]
+        self.length += s
+        return results
+
+
+# ----------------------------------------------------------------------------- the verb
+
+
+def tolerance_for(ir, atol: float | None):
+    """Allowed deviation of an output (relative to the largest reference value), by how it was built.
+
+    The reference is float64 from the source's float weights: quantized weights
+    and float16 activations move the result by their own rounding, a float16
+    output (the CPU profile's logits) by one float16 rounding at the end.
+    """
+    quantized = _quantized(ir)
+
+    def tolerance(output: np.ndarray) -> float:
+        if atol is not None:
+            return atol
+        if quantized:
+            return 1e-1
+        if ir.precision.io_dtype != "float32":
+            return 3e-2
+        return 4e-3 if output.dtype == np.float16 else 1e-3
+
+    return tolerance
+
+
+def _quantized(ir) -> bool:
+    return ir.quantization.default.bits is not None or any(o.scheme.bits is not None for o in ir.quantization.overrides)
+
+
+def _float32_build(ir) -> bool:
+    """Float weights and float32 activations: greedy tokens must then equal the reference's."""
+    return not _quantized(ir) and ir.precision.io_dtype == "float32"
+
+
+def _is_paged(cfg: dict) -> bool:
+    decoder = (cfg.get("model") or {}).get("decoder") or {}
+    return "dynamic_batching" in (cfg.get("engine") or {}) or "block_table" in (decoder.get("inputs") or {})
+
+
+def _head_folder(root: Path, cfg: dict) -> Path | None:
+    """The folder whose genai_config.json makes the MTP head an og.Model of its own."""
+    head_file = ((cfg.get("model") or {}).get("mtp") or {}).get("filename")
+    if not head_file:
+        return None
+    for sub in sorted(root.rglob(GENAI_CONFIG)):
+        if sub.parent == root:
+            continue
+        dec = (json.loads(sub.read_text("utf-8")).get("model") or {}).get("decoder") or {}
+        rel = PurePosixPath(sub.parent.relative_to(root).as_posix()) / str(dec.get("filename", ""))
+        if str(rel) == head_file:
+            return sub.parent
+    return None
+
+
+def run(args) -> int:
+    from .. import sources
+    from ..driver import lower_spec
+    from ..ir import SeedHidden
+    from ..passes import default_pipeline
+    from ..reference import MtpHeadReference, Qwen35Reference
+
+    root = existing_dir(args.package, "package")
+    spec = existing_file(args.spec, "spec")
+    progress = progress_printer(args.quiet or args.format == "json")
+    prompt = DEFAULT_PROMPT
+    if args.prompt:
+        try:
+            prompt = tuple(int(t) for t in args.prompt.split(","))
+        except ValueError:
+            raise MtpcError.single(f"--prompt {args.prompt!r} is not a comma-separated list of token ids", exit_code=ExitCode.USAGE)
+    report = Report()
+
+    progress("static checks")
+    findings = check_package(root)
+    for f in findings:
+        report.agree("static", False, f.render())
+    if findings:
+        return _finish(args, report)
+    cfg_path = root / GENAI_CONFIG
+    if not cfg_path.is_file():
+        report.notes.append("no genai_config.json: nothing to run on onnxruntime; static checks only")
+        return _finish(args, report)
+    cfg = json.loads(cfg_path.read_text("utf-8"))
+    if _is_paged(cfg):
+        report.notes.append("paged (CUDA) package: it cannot run on CPU, so only the static checks were done")
+        return _finish(args, report)
+
+    ir, info = lower_spec(spec)
+    ir = default_pipeline().run(ir)
+    arch = ir.architecture
+    if max(prompt) >= arch.vocab_size:
+        raise MtpcError.single(f"prompt token {max(prompt)} is outside the vocabulary ({arch.vocab_size})", exit_code=ExitCode.USAGE)
+    tolerance = tolerance_for(ir, args.atol)
+    progress("reading weights for the reference")
+    weights = sources.open_weights(ir.source, info)
+    reference = Qwen35Reference(arch, weights)
+    decoder = cfg["model"]["decoder"]
+
+    progress("running model.onnx on onnxruntime")
+    main = GraphRunner(root / decoder["filename"], decoder.get("inputs", {}), decoder.get("outputs", {}), decoder["num_hidden_layers"], arch.head_dim)
+    ref_logits, ref_post, ref_pre, ref_state = reference.forward(np.asarray([prompt]))
+    hidden_name = (decoder.get("outputs") or {}).get("hidden_states")
+    ref_seed = ref_pre if ir.mtp.seed_hidden is SeedHidden.PRE_NORM else ref_post
+    got = main.run(prompt)
+    report.compare("main prefill logits", got[main.outputs.get("logits", "logits")], ref_logits, tolerance)
+    if hidden_name:
+        report.compare("main prefill hidden state", got[hidden_name], ref_seed, tolerance)
+    step_token = int(np.argmax(ref_logits[0, -1]))
+    step_logits, step_post, step_pre, _ = reference.forward(np.asarray([[step_token]]), ref_state)
+    got = main.run([step_token])
+    report.compare("main step logits", got[main.outputs.get("logits", "logits")], step_logits, tolerance)
+
+    mtp = (cfg["model"].get("mtp") or {})
+    if mtp.get("filename") and arch.mtp_num_layers > 0:
+        progress(f"running {mtp['filename']} on onnxruntime")
+        head = GraphRunner(root / mtp["filename"], mtp.get("inputs", {}), mtp.get("outputs", {}), mtp.get("num_hidden_layers", 1), arch.head_dim)
+        head_ref = MtpHeadReference(arch, weights)
+        # The head at position t reads token t+1 and the trunk's hidden state at t.
+        ids = list(prompt[1:]) + [step_token]
+        seed = np.asarray(ref_seed, np.float64)
+        want_logits, want_hidden, _ = head_ref.forward(np.asarray([ids]), seed, np.arange(len(ids))[None, :])
+        hidden_input = (mtp.get("inputs") or {}).get("hidden_states", "hidden_states")
+        got = head.run(ids, {hidden_input: seed})
+        report.compare("mtp head logits", got[head.outputs.get("logits", "logits")], want_logits, tolerance)
+        hidden_out = (mtp.get("outputs") or {}).get("hidden_states", "hidden_states_out")
+        if hidden_out in got:
+            report.compare("mtp head hidden state", got[hidden_out], want_hidden, tolerance)
+    elif mtp.get("filename"):
+        report.notes.append("the spec's source has no MTP head: the package's head was not compared")
+
+    _decode(root, cfg, prompt, args, report, reference, _float32_build(ir), progress)
+    return _finish(args, report)
+
+
+def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, progress) -> None:
+    import onnxruntime_genai as og
+
+    max_length = len(prompt) + args.new_tokens
+    progress("greedy decoding with onnxruntime-genai")
+    model = og.Model(str(root))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=max_length, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(list(prompt))
+    while not gen.is_done():
+        gen.generate_next_token()
+    report.greedy = [int(t) for t in gen.get_sequence(0)][len(prompt):]
+    report.reference_greedy = reference.greedy(list(prompt), len(report.greedy))
+    agree = report.greedy == report.reference_greedy
+    if strict:
+        report.agree("greedy tokens vs reference", agree, f"{report.greedy} vs {report.reference_greedy}")
+    elif not agree:
+        report.notes.append(f"greedy tokens differ from the float reference (expected with this precision): {report.greedy} vs {report.reference_greedy}")
+
+    head_dir = _head_folder(root, cfg)
+    if head_dir is None:
+        if (cfg.get("model") or {}).get("mtp"):
+            report.notes.append("no folder with the head's own genai_config.json: speculative decoding not run")
+        return
+    progress(f"MTP speculative decoding ({args.draft_tokens} draft tokens)")
+    head = og.Model(str(head_dir))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=max_length, do_sample=False)
+    params.set_speculative_options(max_draft_tokens=args.draft_tokens)
+    gen = og.MtpGenerator(model, head, params)
+    gen.append_tokens(list(prompt))
+    while not gen.is_done():
+        gen.generate_next_token()
+    report.speculative = [int(t) for t in gen.get_sequence()][len(prompt):]  # MtpGenerator is batch 1: no index
+    report.stats = {k: v for k, v in sorted(dict(gen.get_stats()).items())}
+    report.agree("speculative == greedy", report.speculative == report.greedy, f"{report.speculative} vs {report.greedy}")
+
+
+def acceptance_rate(stats: dict | None) -> float | None:
+    if not stats:
+        return None
+    accepted = stats.get("draft_tokens_accepted")
+    tried = stats.get("draft_tokens_evaluated") or stats.get("draft_tokens_proposed")
+    if accepted is None or not tried:
+        return None
+    return float(accepted) / float(tried)
+
+
+def _finish(args, report: Report) -> int:
+    rate = acceptance_rate(report.stats)
+    if args.format == "json":
+        print_json(
+            "verify",
+            {
+                "ok": report.ok,
+                "checks": report.checks,
+                "notes": report.notes,
+                "greedy": report.greedy,
+                "speculative": report.speculative,
+                "reference_greedy": report.reference_greedy,
+                "stats": report.stats,
+                "acceptance_rate": rate,
+            },
+        )
+    else:
+        for c in report.checks:
+            mark = "ok  " if c["ok"] else "FAIL"
+            if "max_abs_diff" in c:
+                out(f"{mark} {c['check']}: max |diff| {c['max_abs_diff']:.3g} (bound {c['bound']:.3g})")
+            else:
+                out(f"{mark} {c['check']}: {c['detail']}")
+        for note in report.notes:
+            out(f"note: {note}")
+        if report.greedy is not None:
+            out(f"greedy tokens:      {report.greedy}")
+        if report.speculative is not None:
+            out(f"speculative tokens: {report.speculative}")
+        if rate is not None:
+            out(f"draft acceptance:   {rate:.0%} ({report.stats.get('draft_tokens_accepted')} of {report.stats.get('draft_tokens_evaluated') or report.stats.get('draft_tokens_proposed')})")
+        out("verify: ok" if report.ok else "verify: MISMATCH")
+    return int(ExitCode.OK) if report.ok else int(ExitCode.FINDINGS)

@@ -1,0 +1,108 @@
+"""A short README.md for the package: what it is, what is in it, how to run and check it.
+
+Written from the IR alone, with nothing that varies between runs (no dates,
+no absolute paths), so a package stays byte-identical when recompiled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..ir import HeadContract, ModelIR
+from . import Artifact, register
+
+CARD_NAME = "README.md"
+
+
+def _layers(ir: ModelIR) -> str:
+    counts = Counter(k.value for k in ir.architecture.layer_kinds)
+    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(counts.items()))
+
+
+def _weights(ir: ModelIR) -> str:
+    q = ir.quantization.default
+    if q.keep_source:
+        text = "stored as in the source"
+    elif q.bits is None:
+        text = f"{ir.precision.io_dtype}"
+    else:
+        text = f"int{q.bits}, block size {q.block_size} (MatMulNBits)"
+    if ir.quantization.overrides:
+        text += f"; {len(ir.quantization.overrides)} override(s) in the spec"
+    return text
+
+
+def render(ir: ModelIR) -> str:
+    arch = ir.architecture
+    ort_head = ir.head(HeadContract.ORT_GENAI)
+    onnx_genai_head = ir.head(HeadContract.ONNX_GENAI)
+    has_head = bool(ir.heads)
+    lines = [
+        f"# {ir.name}",
+        "",
+        f"A runtime package compiled by mtpc from a {arch.family} checkpoint ({ir.source.kind} source)"
+        + (", with its multi-token-prediction (MTP) head for self-speculative decoding." if has_head else ", text only."),
+        "",
+        "## Model",
+        "",
+        f"- {arch.num_layers} layers: {_layers(ir)}",
+        f"- hidden size {arch.hidden_size}, {arch.num_attention_heads} attention heads, "
+        f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}",
+        f"- vocabulary {arch.vocab_size}, context length {arch.context_length}",
+        f"- I/O dtype {ir.precision.io_dtype}, logits {ir.precision.effective_logits_dtype}; weights {_weights(ir)}",
+        "",
+        "## Files",
+        "",
+        f"- `{ir.main.filename}` (+ `.data`): the main decoder",
+    ]
+    if ir.targets.onnxruntime_genai is not None:
+        lines.append("- `genai_config.json`: onnxruntime-genai configuration" + (" with its `model.mtp` section" if ort_head else ""))
+    if ort_head is not None:
+        lines.append(f"- `{ort_head.filename}` (+ `.data`) and the `genai_config.json` beside it: the MTP head as a model of its own folder")
+    if ir.targets.onnx_genai is not None:
+        lines.append(f"- `inference_metadata.yaml`: onnx-genai metadata ({ir.targets.onnx_genai.layout} layout)")
+    if onnx_genai_head is not None:
+        lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in `config.json` (`speculator_config`)")
+    if ir.targets.onnxruntime_genai is not None:
+        lines += [
+            "",
+            "## Run with onnxruntime-genai",
+            "",
+            "```python",
+            "import onnxruntime_genai as og",
+            "",
+            'model = og.Model(".")',
+            "params = og.GeneratorParams(model)",
+            "params.set_search_options(max_length=64, do_sample=False)",
+        ]
+        if ort_head is not None:
+            head_dir = ort_head.filename.rsplit("/", 1)[0] if "/" in ort_head.filename else "."
+            lines += [
+                f"params.set_speculative_options(max_draft_tokens={ir.targets.onnxruntime_genai.max_draft_tokens})",
+                f'generator = og.MtpGenerator(model, og.Model("{head_dir}"), params)  # or og.Generator(model, params)',
+            ]
+        else:
+            lines.append("generator = og.Generator(model, params)")
+        lines += [
+            "generator.append_tokens(prompt_token_ids)",
+            "while not generator.is_done():",
+            "    generator.generate_next_token()",
+            "print(generator.get_sequence(0))",
+            "```",
+        ]
+    lines += [
+        "",
+        "## Check",
+        "",
+        "```sh",
+        "mtpc check .                       # schemas and cross-file contracts",
+        "mtpc verify . --spec SPEC          # run it against the numpy reference (SPEC: the spec it was compiled from)",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+@register("model_card")
+def emit_model_card(ir: ModelIR, ctx) -> list[Artifact]:
+    return [Artifact(CARD_NAME, render(ir).encode("utf-8"), media_type="text/markdown")]

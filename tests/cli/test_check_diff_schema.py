@@ -1,0 +1,128 @@
+"""`check`, `diff` and `schema` on hand-made packages, in text, JSON, GitHub and Markdown forms."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from mtpc.cli.main import main
+from mtpc.validation import load_schema, schema_names
+from tests.cli import handmade as hm
+from tests.cli.test_main import run_mtpc
+
+
+def broken_package(root):
+    """Two independent faults: a renamed KV output and a missing required key."""
+    cfg = hm.main_config()
+    del cfg["model"]["vocab_size"]
+    inputs, outputs = hm.main_io()
+    return hm.write_package(root, config=cfg, main=(inputs, hm.renamed(outputs, "present.3.value", "present.3.v")))
+
+
+def test_check_clean_package_exits_0_and_prints_nothing_on_stdout(tmp_path):
+    proc = run_mtpc("check", str(hm.write_package(tmp_path / "pkg")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert "ok" in proc.stderr
+
+
+def test_check_broken_package_one_line_per_finding(tmp_path):
+    pkg = broken_package(tmp_path / "pkg")
+    proc = run_mtpc("check", str(pkg))
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        f"{pkg}/genai_config.json:/model: 'vocab_size' is a required property (schema genai_config.schema.json)",
+        f"{pkg}/genai_config.json:/model/decoder/outputs/present_value_names: 'present.3.value' is not an output of model.onnx",
+    ]
+    assert "2 findings in 1 target" in proc.stderr
+
+
+def test_check_gathers_findings_of_every_target(tmp_path, capsys):
+    good = hm.write_package(tmp_path / "good")
+    bad = broken_package(tmp_path / "bad")
+    assert main(["check", "--format", "json", str(good), str(bad)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format_version"] == 1 and doc["command"] == "check" and doc["ok"] is False
+    assert [t["target"] for t in doc["targets"]] == [str(good), str(bad)]
+    assert doc["targets"][0]["findings"] == []
+    assert {f["path"] for f in doc["targets"][1]["findings"]} == {"/model", "/model/decoder/outputs/present_value_names"}
+
+
+def test_check_github_annotations(tmp_path, capsys):
+    pkg = broken_package(tmp_path / "pkg")
+    assert main(["check", "--format", "github", str(pkg)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[1] == (
+        f"::error file={pkg}/genai_config.json,title=mtpc check::/model/decoder/outputs/present_value_names: "
+        "'present.3.value' is not an output of model.onnx"
+    )
+
+
+def test_diff_of_identical_packages_exits_0(tmp_path):
+    a = hm.write_package(tmp_path / "a")
+    b = hm.write_package(tmp_path / "b")
+    proc = run_mtpc("diff", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "no differences"
+
+
+def test_diff_reports_config_paths_and_graph_hashes(tmp_path, capsys):
+    a = hm.write_package(tmp_path / "a")
+    cfg = hm.main_config()
+    cfg["model"]["context_length"] = 256
+    inputs, outputs = hm.main_io()
+    b = hm.write_package(tmp_path / "b", config=cfg, main=(inputs, hm.renamed(outputs, "logits", "scores")))
+    assert main(["diff", str(a), str(b)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "~ genai_config.json:/model/context_length: 128 -> 256",
+        f'~ model.onnx:/: "{sha256(a / "model.onnx")}" -> "{sha256(b / "model.onnx")}"',
+        "2 differences in 2 files: 2 changed",
+    ]
+    assert main(["diff", "--format", "json", str(a), str(b)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format_version"] == 1 and doc["summary"] == "2 differences in 2 files: 2 changed"
+    assert doc["changes"][0] == {"file": "genai_config.json", "path": "/model/context_length", "kind": "changed", "old": 128, "new": 256}
+
+
+def sha256(path):
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_diff_markdown_for_a_pull_request(tmp_path, capsys):
+    a = hm.write_package(tmp_path / "a")
+    cfg = hm.main_config()
+    cfg["model"]["mtp"]["outputs"]["hidden_states"] = "next|hidden"
+    del cfg["speculative"]
+    b = hm.write_package(tmp_path / "b", config=cfg)
+    assert main(["diff", "--format", "markdown", str(a), str(b)]) == 1
+    text = capsys.readouterr().out
+    assert text.startswith(f"### mtpc diff: `{a}` → `{b}`")
+    assert "**2 differences in 1 file: 1 removed, 1 changed**" in text
+    assert "#### `genai_config.json`" in text
+    assert '| ✏️ | `/model/mtp/outputs/hidden_states` | `"hidden_states_out"` | `"next\\|hidden"` |' in text
+    assert '| ➖ | `/speculative` | `{"max_draft_tokens": 2}` |  |' in text
+
+
+def test_diff_spec_against_directory_is_refused_with_a_hint(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("mtpc: 1\n")
+    assert main(["diff", str(spec), str(hm.write_package(tmp_path / "pkg"))]) == 2
+    assert "mtpc plan SPEC --against DIR" in capsys.readouterr().err
+
+
+def test_schema_lists_and_prints(capsys):
+    assert main(["schema"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [n.removesuffix(".schema.json") for n in schema_names()]
+    assert "genai_config" in listed
+    assert main(["schema", "genai_config"]) == 0
+    assert json.loads(capsys.readouterr().out) == load_schema("genai_config")
+    assert main(["schema", "--format", "json", "genai_config.schema.json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format_version"] == 1 and doc["schema"] == load_schema("genai_config")
+
+
+def test_schema_unknown_name_suggests(capsys):
+    assert main(["schema", "genai_cofig"]) == 2
+    assert "did you mean 'genai_config'?" in capsys.readouterr().err

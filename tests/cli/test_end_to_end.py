@@ -1,0 +1,172 @@
+"""The verbs end to end on the tiny spec: compile, check, plan, diff and verify a real package."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mtpc.cli.main import main
+from tests.cli.test_main import run_mtpc
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+TINY = SPECS / "qwen35-tiny-mtp.yaml"
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def compile_with_hash_seed(spec: Path, out: Path, seed: str) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    proc = subprocess.run([sys.executable, "-m", "mtpc", "compile", "-q", str(spec), "-o", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("e2e") / "pkg"
+    compile_with_hash_seed(TINY, out, "1")
+    return out
+
+
+def spec_variant(tmp_path: Path, old: str, new: str) -> Path:
+    text = TINY.read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "variant.yaml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+def test_compile_twice_gives_byte_identical_directories(package, tmp_path):
+    again = tmp_path / "again"
+    compile_with_hash_seed(TINY, again, "12345")
+    assert files_of(again) == files_of(package)
+    assert run_mtpc("diff", str(package), str(again)).returncode == 0
+
+
+def test_compiled_package_passes_check_and_has_its_card(package, capsys):
+    assert main(["check", str(package), str(TINY)]) == 0
+    assert "mtpc check: ok (2 targets)" in capsys.readouterr().err
+    card = (package / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("# qwen35-tiny-mtp\n") and "og.MtpGenerator" in card
+
+
+def test_compile_default_output_directory_and_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "--format", "json", str(TINY)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format_version"] == 1 and doc["output"] == os.path.join("out", "qwen35-tiny-mtp")
+    on_disk = files_of(tmp_path / "out" / "qwen35-tiny-mtp")
+    assert sorted(f["path"] for f in doc["files"]) == sorted(on_disk)
+    assert all(f["bytes"] == len(on_disk[f["path"]]) for f in doc["files"])
+
+
+def test_invalid_spec_exits_1_with_position_and_no_traceback(tmp_path):
+    spec = spec_variant(tmp_path, "precision:", "precison:")
+    proc = run_mtpc("compile", str(spec), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert f"{spec}:" in proc.stderr and "unknown key 'precison'" in proc.stderr
+    line = next(i for i, text in enumerate(spec.read_text().splitlines(), 1) if text.startswith("precison:"))
+    assert f"{spec}:{line}:1:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_failed_compile_leaves_no_directory(tmp_path):
+    # The source has no head but the spec demands one: refused before anything is written.
+    spec = spec_variant(tmp_path, "mtp_num_layers: 1", "mtp_num_layers: 0")
+    spec.write_text(spec.read_text().replace("head: auto", "head: on", 1))
+    proc = run_mtpc("compile", str(spec), "-o", str(tmp_path / "pkg"))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "pkg").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["variant.yaml"]
+
+
+def test_plan_against_the_package_and_an_edited_copy(package, tmp_path, capsys):
+    assert main(["plan", "--format", "json", str(TINY), "--against", str(package)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {f["action"] for f in doc["files"]} == {"unchanged"}
+    assert [p["pass"] for p in doc["passes"]][0] == "head-detection"
+
+    edited = tmp_path / "edited"
+    shutil.copytree(package, edited)
+    (edited / "stale.txt").write_text("old")
+    (edited / "mtp" / "genai_config.json").unlink()
+    (edited / "model.onnx.data").write_bytes(b"different")
+    assert main(["plan", "--format", "json", str(TINY), "--against", str(edited)]) == 0
+    actions = {f["path"]: f["action"] for f in json.loads(capsys.readouterr().out)["files"]}
+    assert actions["stale.txt"] == "remove"
+    assert actions["mtp/genai_config.json"] == "create"
+    assert actions["model.onnx.data"] == "change"
+    assert actions["genai_config.json"] == "unchanged"
+    # plan writes nothing
+    assert (edited / "stale.txt").exists() and not (edited / "mtp" / "genai_config.json").exists()
+
+
+def test_plan_prints_ir_after_every_pass(tmp_path, capsys):
+    assert main(["plan", "-q", str(TINY), "--against", str(tmp_path), "--print-ir-after-all"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("--- IR after ") == 4
+    assert "  + README.md  (create)" in text
+
+
+def test_diff_of_two_specs_shows_ir_and_artifact_paths(tmp_path, capsys):
+    variant = spec_variant(tmp_path, "max_draft_tokens: 4", "max_draft_tokens: 2")
+    assert main(["diff", str(TINY), str(variant)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "~ <ir>:/targets/onnxruntime_genai/max_draft_tokens: 4 -> 2" in lines
+    assert "~ genai_config.json:/speculative/max_draft_tokens: 4 -> 2" in lines
+    assert lines[-1].startswith(f"{len(lines) - 1} differences")
+    assert main(["diff", str(TINY), str(TINY)]) == 0
+
+
+def test_check_finds_a_hand_broken_compiled_package(package, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(package, broken)
+    hf = json.loads((broken / "config.json").read_text())
+    hf["speculator_config"]["target_hidden_output"] = "hidden_states.9"
+    (broken / "config.json").write_text(json.dumps(hf))
+    cfg = json.loads((broken / "genai_config.json").read_text())
+    cfg["model"]["decoder"]["outputs"]["present_key_names"] = "present.%d.k"
+    (broken / "genai_config.json").write_text(json.dumps(cfg))
+    metadata = (broken / "inference_metadata.yaml").read_text()
+    assert "present.3.value" in metadata
+    (broken / "inference_metadata.yaml").write_text(metadata.replace("present.3.value", "present.3.v"))
+    assert main(["check", str(broken)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert f"{broken}/config.json:/speculator_config/target_hidden_output: 'hidden_states.9' is not an output of model.onnx" in out
+    assert f"{broken}/genai_config.json:/model/decoder/outputs/present_key_names: 'present.1.k' is not an output of model.onnx" in out
+    assert f"{broken}/inference_metadata.yaml:/pipeline/workflow/steps/0/outputs/present.3.v: 'present.3.v' is not an output of model.onnx" in out
+
+
+def test_verify_runs_reference_greedy_and_speculative(package, capsys):
+    assert main(["verify", "-q", "--format", "json", str(package), "--spec", str(TINY), "--new-tokens", "6"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True and doc["format_version"] == 1
+    assert {c["check"] for c in doc["checks"]} >= {"main prefill logits", "main step logits", "mtp head logits", "speculative == greedy"}
+    assert len(doc["greedy"]) == 6 and doc["speculative"] == doc["greedy"] == doc["reference_greedy"]
+    assert 0.0 <= doc["acceptance_rate"] <= 1.0
+
+
+def test_verify_against_the_wrong_weights_is_a_mismatch(package, tmp_path, capsys):
+    other = spec_variant(tmp_path, "seed: 0 ", "seed: 1 ")
+    assert main(["verify", "-q", str(package), "--spec", str(other), "--new-tokens", "4"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL main prefill logits" in out and out.rstrip().endswith("verify: MISMATCH")
+
+
+def test_verify_paged_package_is_static_only(tmp_path, capsys):
+    spec = SPECS / "qwen35-tiny-paged.yaml"
+    assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "paged")]) == 0
+    capsys.readouterr()
+    assert main(["verify", "-q", str(tmp_path / "paged"), "--spec", str(spec)]) == 0
+    assert "cannot run on CPU" in capsys.readouterr().out

@@ -1,0 +1,43 @@
+"""`mtpc inspect` on the shared checkpoint fixtures: what the architecture fixture says they hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mtpc.cli.main import main
+from tests.fixtures.arch import tiny_arch
+from tests.fixtures.checkpoints import write_hf_checkpoint
+from tests.fixtures.gguf_writer import write_gguf
+
+
+@pytest.mark.parametrize("with_mtp", [True, False])
+def test_inspect_hf_checkpoint_json(tmp_path, capsys, with_mtp):
+    arch = tiny_arch(mtp_num_layers=1 if with_mtp else 0)
+    ckpt = write_hf_checkpoint(tmp_path / "ckpt", arch, seed=0, with_mtp=with_mtp)
+    assert main(["inspect", "--format", "json", str(ckpt)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format_version"] == 1 and doc["source"]["kind"] == "hf"
+    assert doc["has_mtp_head"] is with_mtp
+    got = doc["architecture"]
+    assert (got["hidden_size"], got["num_attention_heads"], got["num_key_value_heads"], got["vocab_size"]) == (64, 4, 2, 256)
+    assert got["layer_kinds"] == ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+    assert doc["storage"]  # storage types per tensor group are listed
+
+
+def test_inspect_gguf_text(tmp_path, capsys):
+    path = write_gguf(tmp_path / "tiny.gguf", tiny_arch(), seed=0, with_mtp=True)
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "source:        gguf" in text
+    assert "layers:        4 (2 full_attention, 2 linear_attention)" in text
+    assert "layer kinds:   linear full linear full" in text
+    assert "mtp head:      yes, 1 layer(s)" in text
+
+
+def test_inspect_rejects_what_is_not_a_checkpoint(tmp_path, capsys):
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    assert main(["inspect", str(tmp_path / "weights.bin")]) == 2
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "neither a .gguf file nor a checkpoint directory" in capsys.readouterr().err

@@ -1,0 +1,197 @@
+"""Cross-artifact checks over hand-made packages: a sound one, and ones broken one way each."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from onnx import TensorProto
+
+from mtpc.checks import check_package
+from tests.cli import handmade as hm
+
+
+def lines(root) -> list[str]:
+    return [f.render() for f in check_package(root)]
+
+
+def test_sound_package_has_no_findings(tmp_path):
+    assert lines(hm.write_package(tmp_path)) == []
+
+
+def test_renamed_graph_tensor_is_reported_at_the_config_key_that_names_it(tmp_path):
+    inputs, outputs = hm.main_io()
+    hm.write_package(tmp_path, main=(inputs, hm.renamed(outputs, "present.1.key", "present.1.k")))
+    assert lines(tmp_path) == [
+        "genai_config.json:/model/decoder/outputs/present_key_names: 'present.1.key' is not an output of model.onnx"
+    ]
+
+
+def test_renamed_state_input_is_also_an_input_nobody_feeds(tmp_path):
+    inputs, outputs = hm.main_io()
+    hm.write_package(tmp_path, main=(hm.renamed(inputs, "past.2.conv", "past.2.conv_state"), outputs))
+    assert lines(tmp_path) == [
+        "genai_config.json:/model/decoder/inputs: model.onnx input 'past.2.conv_state' is not named here, so the runtime never feeds it",
+        "genai_config.json:/model/decoder/inputs/past_conv_names: 'past.2.conv' is not an input of model.onnx",
+    ]
+
+
+def test_head_width_mismatch_names_both_tensors(tmp_path):
+    inputs, outputs = hm.head_io()
+    wide = hm.reshaped(inputs, "hidden_states", TensorProto.FLOAT, ["batch_size", "sequence_length", 48])
+    hm.write_package(tmp_path, head=(wide, outputs))
+    found = lines(tmp_path)
+    assert (
+        "genai_config.json:/model/mtp/main_hidden_states: main output 'hidden_states' (model.onnx) and head input "
+        "'hidden_states' (mtp/mtp.onnx) differ in width (last dim): 32 vs 48" in found
+    )
+    # The head's own folder config pairs the same two tensors for og.MtpGenerator.
+    assert any(f.startswith("mtp/genai_config.json:/model/decoder/inputs/hidden_states:") and "48" in f for f in found)
+    assert "mtp/genai_config.json:/model/decoder/hidden_size: is 32 but 'hidden_states' in mtp/mtp.onnx is 48 wide" in found
+
+
+def test_head_dtype_and_rank_mismatch(tmp_path):
+    inputs, outputs = hm.head_io()
+    packed = hm.reshaped(inputs, "hidden_states", TensorProto.FLOAT16, ["num_tokens", 32])
+    hm.write_package(tmp_path, head=(packed, outputs))
+    found = [f for f in lines(tmp_path) if f.startswith("genai_config.json:/model/mtp/main_hidden_states")]
+    assert any("differ in dtype: float32 vs float16" in f for f in found)
+    assert any("differ in rank: 3 vs 2" in f for f in found)
+
+
+def test_main_hidden_states_must_be_a_main_output(tmp_path):
+    cfg = hm.main_config()
+    cfg["model"]["mtp"]["main_hidden_states"] = "last_hidden"
+    hm.write_package(tmp_path, config=cfg)
+    found = lines(tmp_path)
+    assert "genai_config.json:/model/mtp/main_hidden_states: 'last_hidden' is not an output of model.onnx" in found
+
+
+def test_missing_required_key_is_a_schema_finding_at_its_parent(tmp_path):
+    cfg = hm.main_config()
+    del cfg["model"]["context_length"]
+    hm.write_package(tmp_path, config=cfg)
+    found = lines(tmp_path)
+    assert len(found) == 1
+    assert found[0].startswith("genai_config.json:/model: 'context_length' is a required property")
+
+
+def test_parent_directory_in_a_filename_is_refused(tmp_path):
+    cfg = hm.main_config()
+    cfg["model"]["mtp"]["filename"] = "../mtp.onnx"
+    hm.write_package(tmp_path, config=cfg)
+    assert "genai_config.json:/model/mtp/filename: '../mtp.onnx' must not contain '..'" in lines(tmp_path)
+
+
+def test_missing_external_data_file(tmp_path):
+    hm.write_package(tmp_path)
+    (tmp_path / "model.onnx.data").unlink()
+    assert lines(tmp_path) == ["model.onnx:/: 'model.onnx.data' does not exist in the package"]
+
+
+def test_a_layer_without_any_state_tensor(tmp_path):
+    inputs, outputs = hm.main_io()
+    keep = lambda vis: [v for v in vis if ".3." not in v.name]  # noqa: E731
+    hm.write_package(tmp_path, main=(keep(inputs), keep(outputs)))
+    assert lines(tmp_path) == [
+        "genai_config.json:/model/decoder: layer 3 has no state tensors in model.onnx (num_hidden_layers is 4)"
+    ]
+
+
+def test_layer_types_decide_which_layers_need_which_state(tmp_path):
+    cfg = hm.main_config()
+    # The config claims layer 3 is linear: its conv / recurrent tensors must exist, its KV need not.
+    cfg["model"]["decoder"]["layer_types"] = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
+    hm.write_package(tmp_path, config=cfg)
+    found = lines(tmp_path)
+    assert "genai_config.json:/model/decoder/inputs/past_conv_names: 'past.3.conv' is not an input of model.onnx" in found
+    assert "genai_config.json:/model/decoder/outputs/present_recurrent_names: 'present.3.recurrent' is not an output of model.onnx" in found
+
+
+def test_paged_main_with_dense_head(tmp_path):
+    inputs, outputs = hm.main_io()
+    inputs = [v for v in inputs if v.name != "attention_mask"] + [
+        hm._vi("block_table", TensorProto.INT32, ["batch_size", "max_num_blocks"])
+    ]
+    cfg = hm.main_config()
+    del cfg["model"]["decoder"]["inputs"]["attention_mask"]
+    cfg["model"]["decoder"]["inputs"]["block_table"] = "block_table"
+    hm.write_package(tmp_path, config=cfg, main=(inputs, outputs))
+    found = lines(tmp_path)
+    assert any(
+        f.startswith("genai_config.json:/model/mtp/filename: model.onnx is paged (input 'block_table')") for f in found
+    )
+
+
+def test_unparseable_config(tmp_path):
+    hm.write_package(tmp_path)
+    (tmp_path / "mtp" / "genai_config.json").write_text("{not json", encoding="utf-8")
+    found = lines(tmp_path)
+    assert len(found) == 1 and found[0].startswith("mtp/genai_config.json:/: cannot be parsed:")
+
+
+# ----------------------------------------------------------------------------- onnx-genai sidecar
+
+
+def _flat_package(tmp_path, *, embedding="model.embed_tokens.weight", seed="hidden_states", width=hm.HIDDEN):
+    hm.write_package(tmp_path)
+    head_inputs = [
+        hm._vi("inputs_embeds", TensorProto.FLOAT, ["batch_size", "sequence_length", hm.HIDDEN]),
+        hm._vi("hidden_states", TensorProto.FLOAT, ["batch_size", "sequence_length", hm.HIDDEN]),
+    ]
+    head_outputs = [hm._vi("mtp_hidden", TensorProto.FLOAT, ["batch_size", "sequence_length", hm.HIDDEN])]
+    hm.save_graph(tmp_path / "mtp_sidecar.onnx", head_inputs, head_outputs)
+    metadata = {
+        "schema_version": "v1",
+        "required_capabilities": ["kv_cache", "grouped_query_attention"],
+        "kv_cache": {"native_dtype": "float32"},
+        "model": {
+            "vocab_size": hm.VOCAB,
+            "max_sequence_length": 128,
+            "attention": {"type": "grouped_query_attention", "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 16},
+            "io": {"sequence_source": "token_ids", "token_input": "input_ids", "attention_mask_input": "attention_mask",
+                   "position_ids_input": "position_ids", "logits_output": "logits", "hidden_output": "hidden_states",
+                   "kv_ownership": "owned", "kv_update": "append", "kv_layout": "head_major_bnsh",
+                   "kv_inputs": ["past_key_values.1.key", "past_key_values.1.value"],
+                   "kv_outputs": ["present.1.key", "present.1.valu"]},
+        },
+        "speculative": {
+            "proposal_type": "mtp",
+            "model": "mtp_sidecar.onnx",
+            "num_speculative_tokens": 1,
+            "target_hidden_output": seed,
+            "target_hidden_layout": "BSH",
+            "target_hidden_size": width,
+            "hc_mult": 1,
+            "vocab_size": hm.VOCAB,
+            "mtp_hidden_output": "mtp_hidden",
+            "kv_mode": "proposal_local",
+            "embedding": {"source": "target_initializer", "name": embedding},
+            "lm_head": {"source": "target_initializer", "name": "lm_head.weight"},
+        },
+    }
+    (tmp_path / "inference_metadata.yaml").write_text(yaml.safe_dump(metadata), encoding="utf-8")
+    return tmp_path
+
+
+def test_flat_metadata_names_and_borrowed_initializers(tmp_path):
+    found = lines(_flat_package(tmp_path, seed="hidden_states.3", width=48))
+    assert found == [
+        "inference_metadata.yaml:/model/io/kv_outputs/1: 'present.1.valu' is not an output of model.onnx",
+        "inference_metadata.yaml:/speculative/embedding/name: 'model.embed_tokens.weight' is 32 wide but target_hidden_size is 48",
+        # the hand-made target has an embedding but no lm_head initializer
+        "inference_metadata.yaml:/speculative/lm_head/name: 'lm_head.weight' is not an initializer of model.onnx",
+        "inference_metadata.yaml:/speculative/target_hidden_output: 'hidden_states.3' is not an output of model.onnx",
+        "inference_metadata.yaml:/speculative/target_hidden_size: is 48 but mtp_sidecar.onnx input 'inputs_embeds' is 32 wide",
+    ]
+
+
+def test_config_json_speculator_is_validated_and_checked(tmp_path):
+    hm.write_package(tmp_path)
+    (tmp_path / "config.json").write_text(
+        json.dumps({"speculator_config": {"proposal_type": "mtp", "model": "missing.onnx", "target_hidden_layout": "bsh"}}),
+        encoding="utf-8",
+    )
+    found = lines(tmp_path)
+    assert "config.json:/speculator_config/model: 'missing.onnx' does not exist in the package" in found
+    assert any(f.startswith("config.json:/speculator_config/target_hidden_layout: 'BSH' was expected") for f in found)
