@@ -1,0 +1,205 @@
+"""`genai_config.json` for onnxruntime-genai, plus the MTP head's own folder config.
+
+The main config describes the main decoder and, when there is a head, its
+`model.mtp` section (what the runtime projects into the head's decoder) and the
+speculative settings. The head also gets `mtp/genai_config.json` whose decoder
+*is* the head: og.MtpGenerator takes the head as a model of its own folder and
+reads the head's hidden-state input name from that config.
+
+Every key comes from the target version's profile (`mtpc.profiles`): the
+runtime's parser rejects unknown keys, so a document the profile would not
+accept is a bug here, not a user error.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR, OrtGenaiTarget
+from ..profiles import OrtGenaiProfile, ort_genai_profile
+from . import Artifact, register
+from .onnx_graphs import is_shareable
+
+CONFIG_NAME = "genai_config.json"
+
+
+@register("genai_config")
+def emit_genai_config(ir: ModelIR, ctx) -> list[Artifact]:
+    target = ir.targets.onnxruntime_genai
+    if target is None:
+        return []
+    profile = ort_genai_profile(target.version)
+    head = ir.head(HeadContract.ORT_GENAI)
+    shared = _shared_initializers(ir.main, head, ctx.facts, profile, target) if head is not None else []
+
+    main_doc = _document(ir, target, profile, _decoder_section(ir.main, shared, config_dir=""))
+    if head is not None:
+        main_doc["model"]["mtp"] = _mtp_section(ir.main, head, shared, profile)
+        main_doc["speculative"] = {"max_draft_tokens": target.max_draft_tokens}
+    artifacts = [_artifact(CONFIG_NAME, main_doc, profile)]
+
+    if head is not None:
+        head_dir = posixpath.dirname(head.filename)
+        if not head_dir:
+            raise AssertionError(f"the head needs a folder of its own, not {head.filename!r}")
+        head_decoder = _decoder_section(head, shared, config_dir=head_dir)
+        head_decoder["filename"] = posixpath.basename(head.filename)
+        head_doc = _document(ir, target, profile, head_decoder)
+        artifacts.append(_artifact(posixpath.join(head_dir, CONFIG_NAME), head_doc, profile))
+    return artifacts
+
+
+def _artifact(relpath: str, doc: dict, profile: OrtGenaiProfile) -> Artifact:
+    problems = profile.unaccepted(doc)
+    if problems:
+        raise AssertionError(f"{relpath} has keys onnxruntime-genai {profile.version} rejects: {problems}")
+    return Artifact(relpath, dumps(doc), schema="genai_config", media_type="application/json")
+
+
+def dumps(doc: dict) -> bytes:
+    # The 0.18.0 parser rejects \uXXXX escapes, so non-ASCII text stays raw UTF-8.
+    text = json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, indent=2)
+    return (text + "\n").encode("utf-8")
+
+
+def _document(ir: ModelIR, target: OrtGenaiTarget, profile: OrtGenaiProfile, decoder: dict) -> dict:
+    arch = ir.architecture
+    tokens = arch.tokens
+    model = {
+        "type": profile.model_types[arch.family],
+        "vocab_size": arch.vocab_size,
+        "context_length": arch.context_length,
+        "bos_token_id": tokens.bos,
+        "eos_token_id": tokens.eos[0] if len(tokens.eos) == 1 else list(tokens.eos),
+        "pad_token_id": tokens.pad,
+        "decoder": decoder,
+    }
+    doc = {
+        "model": model,
+        "search": {
+            "max_length": arch.context_length,
+            "do_sample": False,
+            "past_present_share_buffer": profile.past_present_share_buffer_by_attention[target.attention],
+        },
+    }
+    if target.attention is AttentionMode.PAGED:
+        doc["engine"] = {"dynamic_batching": _dynamic_batching(target, profile, has_head=ir.mtp.emit_head)}
+    return doc
+
+
+def _dynamic_batching(target: OrtGenaiTarget, profile: OrtGenaiProfile, *, has_head: bool) -> dict:
+    batching: dict = {"block_size": target.block_size, "max_batch_size": target.max_batch_size}
+    if target.num_blocks is not None:
+        batching["num_blocks"] = target.num_blocks
+    else:
+        batching["gpu_utilization_factor"] = (
+            target.gpu_utilization_factor
+            if target.gpu_utilization_factor is not None
+            else profile.default_gpu_utilization_factor
+        )
+    if has_head and profile.accepts("engine.dynamic_batching", "prefix_caching"):
+        batching["prefix_caching"] = profile.prefix_caching_with_mtp
+    return batching
+
+
+def _session_options(cfg: DecoderConfig) -> dict:
+    options: dict = dict(cfg.session_options)
+    # The CPU provider is implicit; any other is named with no extra options.
+    options["provider_options"] = [] if cfg.execution_provider == "cpu" else [{cfg.execution_provider: {}}]
+    return options
+
+
+def _decoder_section(cfg: DecoderConfig, shared: list[dict], *, config_dir: str) -> dict:
+    section: dict = {
+        "filename": cfg.filename,
+        "session_options": _session_options(cfg),
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "head_size": cfg.head_size,
+        "inputs": dict(cfg.inputs),
+        "outputs": dict(cfg.outputs),
+    }
+    if cfg.state_groups:
+        section["state_groups"] = [{"kind": g.kind, "layer_ids": list(g.layer_ids)} for g in cfg.state_groups]
+    if cfg.sliding_window is not None:
+        section["sliding_window"] = {
+            "window_size": cfg.sliding_window.window_size,
+            "layers": list(cfg.sliding_window.layers),
+        }
+    if shared:
+        section["shared_initializers"] = _relative_to(shared, config_dir)
+    return section
+
+
+def _mtp_section(main: DecoderConfig, head: DecoderConfig, shared: list[dict], profile: OrtGenaiProfile) -> dict:
+    # The runtime's projection takes the paged input names from model.decoder.inputs;
+    # the head section itself names only the roles the profile lists for it.
+    section: dict = {
+        "filename": head.filename,
+        "num_hidden_layers": head.num_hidden_layers,
+        "num_key_value_heads": head.num_key_value_heads,
+        "head_size": head.head_size,
+        "main_hidden_states": main.output_name("hidden_states"),
+        "inputs": {role: name for role, name in head.inputs if profile.accepts("model.mtp.inputs", role)},
+        "outputs": {role: name for role, name in head.outputs if profile.accepts("model.mtp.outputs", role)},
+    }
+    if profile.accepts("model.mtp", "enabled"):
+        section["enabled"] = True
+    if shared:
+        section["shared_initializers"] = shared
+    return section
+
+
+def _shared_initializers(
+    main: DecoderConfig, head: DecoderConfig, facts: dict, profile: OrtGenaiProfile, target: OrtGenaiTarget
+) -> list[dict]:
+    """Entries pointing the head at the main model's copies, from the graph emitter's data layouts.
+
+    A weight is shared when the head holds all its parts (a quantized weight is
+    data plus scales) under the same names with the same dtype, shape and byte
+    length; both graphs write them from the same weight and scheme. A head whose
+    copy is quantized differently keeps it, even where one part happens to match.
+    """
+    if not profile.shares_initializers(target.execution_provider):
+        return []
+    layouts = facts.get("data_layout", {})
+    data_file = f"{main.filename}.data"
+    main_layout = {name: entry for name, entry in (layouts.get(data_file) or {}).items() if is_shareable(name)}
+    head_layout = {name: entry for name, entry in (layouts.get(f"{head.filename}.data") or {}).items() if is_shareable(name)}
+
+    def storage(layout: dict, weight: str) -> dict:
+        return {
+            name: (int(length), int(data_type), tuple(int(d) for d in shape))
+            for name, (_, length, data_type, shape) in layout.items()
+            if _weight_of(name) == weight
+        }
+
+    shared_weights = {w for w in map(_weight_of, main_layout) if storage(main_layout, w) == storage(head_layout, w)}
+    entries = [
+        {
+            "name": name,
+            "data_file": data_file,
+            "offset": str(int(offset)),
+            "length": str(int(length)),
+            "data_type": int(data_type),
+            "shape": [int(d) for d in shape],
+        }
+        for name, (offset, length, data_type, shape) in main_layout.items()
+        if _weight_of(name) in shared_weights
+    ]
+    return sorted(entries, key=lambda e: (int(e["offset"]), e["name"]))
+
+
+def _weight_of(initializer: str) -> str:
+    """The weight an initializer belongs to: `lm_head.MatMul.weight_Q4` -> `lm_head.MatMul.weight`."""
+    base, sep, _ = initializer.partition(".weight")
+    return base + sep if sep else initializer
+
+
+def _relative_to(shared: list[dict], config_dir: str) -> list[dict]:
+    if not config_dir:
+        return shared
+    return [dict(entry, data_file=posixpath.relpath(entry["data_file"], config_dir)) for entry in shared]

@@ -1,0 +1,108 @@
+"""Derive the MTP head's decoder configs from the main decoder's.
+
+Mirrors onnxruntime-genai's `CreateMtpDecoderConfig`: start from a full copy of
+the main decoder, then
+
+- replace: filename, layer count (one full-attention layer), KV geometry, the
+  head's I/O names and contract, shared initializers (the head shares only what
+  its own list names, so the main list is not inherited);
+- drop: state groups, linear-attention (conv) metadata, sliding window;
+- keep: hidden size, attention heads, attention mode, execution provider,
+  session options and the paged input names (the head reads the target's
+  block table).
+
+One config per head contract: onnxruntime_genai's head (`mtp/mtp.onnx`, in its
+own folder because og.MtpGenerator loads the head as a model of its own) and
+onnx-genai's sidecar (`mtp_sidecar.onnx`, dense: that runtime has no paged mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..contracts import (
+    ONNX_GENAI_HEAD_INPUT_NAMES,
+    ONNX_GENAI_HEAD_OUTPUT_NAMES,
+    ORT_HEAD_INPUT_NAMES,
+    ORT_HEAD_OUTPUT_NAMES,
+    onnx_genai_head_contract,
+    ort_head_contract,
+)
+from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR
+from . import PassResult
+from .paged_io import packed_decoder
+
+ORT_HEAD_FILENAME = "mtp/mtp.onnx"
+ONNX_GENAI_HEAD_FILENAME = "mtp_sidecar.onnx"
+
+
+class MtpHeadProjection:
+    name = "mtp-projection"
+
+    def __call__(self, ir: ModelIR) -> PassResult:
+        if ir.mtp.emit_head is None:
+            raise AssertionError("MtpHeadProjection runs after HeadDetection")
+        heads: list[tuple[HeadContract, DecoderConfig]] = []
+        if ir.mtp.emit_head:
+            if ir.targets.onnxruntime_genai is not None:
+                heads.append((HeadContract.ORT_GENAI, _ort_head(ir)))
+            if ir.targets.onnx_genai is not None:
+                heads.append((HeadContract.ONNX_GENAI, _onnx_genai_head(ir)))
+        new_heads = tuple(heads)
+        if new_heads == ir.heads:
+            return PassResult(ir, False)
+        changes = tuple(
+            f"head {contract.value}: {cfg.filename}, 1 full-attention layer, "
+            f"{cfg.num_key_value_heads} KV heads x {cfg.head_size}"
+            for contract, cfg in new_heads
+        ) or ("no head: cleared head configs",)
+        return PassResult(replace(ir, heads=new_heads), True, changes)
+
+
+def _project(main: DecoderConfig, ir: ModelIR, *, filename: str, inputs: dict, outputs: dict, contract) -> DecoderConfig:
+    arch = ir.architecture
+    if min(arch.num_key_value_heads, arch.head_dim, main.hidden_size) <= 0:
+        raise AssertionError("the head needs positive KV heads, head size and hidden size")
+    if ".." in filename.split("/") or filename.startswith("/"):
+        raise AssertionError(f"head filename must be relative without '..': {filename}")
+    return replace(
+        main,
+        filename=filename,
+        layer_kinds=(LayerKind.FULL_ATTENTION,),
+        # Qwen3.5's MTP block is one full-attention layer with the main model's attention geometry.
+        num_key_value_heads=arch.num_key_value_heads,
+        head_size=arch.head_dim,
+        inputs=tuple(inputs.items()),
+        outputs=tuple(outputs.items()),
+        contract=contract,
+        shared_initializers=(),
+        state_groups=(),
+        sliding_window=None,
+        conv_kernel=0,
+        # The head contracts are written dense; a paged target re-packs them below.
+        attention=AttentionMode.DENSE,
+    )
+
+
+def _ort_head(ir: ModelIR) -> DecoderConfig:
+    head = _project(
+        ir.main,
+        ir,
+        filename=ORT_HEAD_FILENAME,
+        inputs=dict(ORT_HEAD_INPUT_NAMES),
+        outputs=dict(ORT_HEAD_OUTPUT_NAMES),
+        contract=ort_head_contract(ir.architecture, ir.precision),
+    )
+    # Same attention mode as the target, with the target's paged input names.
+    return packed_decoder(head) if ir.main.attention is AttentionMode.PAGED else head
+
+
+def _onnx_genai_head(ir: ModelIR) -> DecoderConfig:
+    return _project(
+        ir.main,
+        ir,
+        filename=ONNX_GENAI_HEAD_FILENAME,
+        inputs=dict(ONNX_GENAI_HEAD_INPUT_NAMES),
+        outputs=dict(ONNX_GENAI_HEAD_OUTPUT_NAMES),
+        contract=onnx_genai_head_contract(ir.architecture, ir.precision),
+    )

@@ -1,0 +1,152 @@
+"""Rewrite dense graph I/O to onnxruntime-genai's packed (paged) layout.
+
+When the onnxruntime_genai target uses paged attention, the main decoder and
+that runtime's MTP head take all sequences' new tokens packed along one axis
+and keep full-attention KV in a block pool:
+
+- tokens `[num_tokens]`, positions `[3, num_tokens]`, hidden states and logits
+  `[num_tokens, width]` (one row per token, never per logits row);
+- KV `[num_blocks, block_size, kv_heads, head_size]`;
+- no `attention_mask`; four int32 inputs instead (`block_table`,
+  `cumulative_sequence_lengths`, `past_sequence_lengths`, `attention_metadata`);
+- linear-attention state stays per sequence slot: conv `[batch, conv_dim, K-1]`
+  in the I/O dtype, recurrent float32 and V-major `[batch, Hv, Dv, Dk]`;
+- the main decoder declares its state groups (paged KV for attention layers,
+  fixed conv and recurrent state for linear layers).
+
+A dense target is left untouched, and so is onnx-genai's head (dense runtime).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from ..contracts import BATCH, NUM_TOKENS
+from ..diagnostics import MtpcError
+from ..ir import (
+    AttentionMode,
+    DecoderConfig,
+    GraphContract,
+    HeadContract,
+    LayerKind,
+    ModelIR,
+    StateGroup,
+    TensorSpec,
+)
+from . import PassResult
+
+NUM_BLOCKS = "num_blocks"
+BLOCK_SIZE = "block_size"
+MAX_NUM_BLOCKS = "max_num_blocks"
+
+PAGED_INPUT_NAMES = {
+    "block_table": "block_table",
+    "cumulative_sequence_lengths": "cumulative_sequence_lengths",
+    "past_sequence_lengths": "past_sequence_lengths",
+    "attention_metadata": "attention_metadata",
+}
+PAGED_INPUTS = (
+    TensorSpec("block_table", "int32", (BATCH, MAX_NUM_BLOCKS)),
+    # Prefix sums of each sequence's new-token count.
+    TensorSpec("cumulative_sequence_lengths", "int32", (f"{BATCH} + 1",)),
+    TensorSpec("past_sequence_lengths", "int32", (BATCH,)),
+    # Host-resident [max_query_len_bound, max_kv_len_bound, max_kv_len_lower_bound]:
+    # lets PagedAttention pick a kernel without a device-to-host sync.
+    TensorSpec("attention_metadata", "int32", (3,)),
+)
+# The GatedDeltaNet op keeps its recurrent state in float32 whatever the activations
+# (precision matters most at the recurrence) and V-major, [batch, Hv, Dv, Dk]; the
+# dense LinearAttention op's state is [batch, Hv, Dk, Dv].
+RECURRENT_STATE_DTYPE = "float32"
+
+
+class PagedIoRewrite:
+    name = "paged-io"
+
+    def __call__(self, ir: ModelIR) -> PassResult:
+        target = ir.targets.onnxruntime_genai
+        if target is None or target.attention is AttentionMode.DENSE:
+            return PassResult(ir, False)
+        changes: list[str] = []
+        main = ir.main
+        if main.attention is AttentionMode.DENSE:
+            if main.sliding_window is not None:
+                raise MtpcError.single(
+                    "paged attention with sliding-window layers is not supported",
+                    hint="use attention: dense",
+                    path="targets.onnxruntime_genai.attention",
+                )
+            main = replace(packed_decoder(main), state_groups=_state_groups(main))
+            groups = ", ".join(f"{g.kind} {list(g.layer_ids)}" for g in main.state_groups)
+            changes.append(f"main decoder: packed paged I/O; state groups {groups}")
+        heads = []
+        for contract, cfg in ir.heads:
+            if contract is HeadContract.ORT_GENAI and cfg.attention is AttentionMode.DENSE:
+                cfg = packed_decoder(cfg)
+                changes.append(f"head {contract.value}: packed paged I/O")
+            heads.append((contract, cfg))
+        if not changes:
+            return PassResult(ir, False)
+        return PassResult(replace(ir, main=main, heads=tuple(heads)), True, tuple(changes))
+
+
+def packed_decoder(cfg: DecoderConfig) -> DecoderConfig:
+    """The paged variant of a dense decoder config: packed contract, paged input names."""
+    if cfg.attention is not AttentionMode.DENSE:
+        raise AssertionError(f"{cfg.filename} is already {cfg.attention.value}")
+    input_roles = _roles_by_name(cfg.inputs, cfg.contract.inputs)
+    output_roles = _roles_by_name(cfg.outputs, cfg.contract.outputs)
+    inputs = [_packed(t, input_roles[t.name]) for t in cfg.contract.inputs if input_roles[t.name] != "attention_mask"]
+    outputs = [_packed(t, output_roles[t.name]) for t in cfg.contract.outputs]
+    names = {role: name for role, name in cfg.inputs if role != "attention_mask"}
+    names.update(PAGED_INPUT_NAMES)
+    return replace(
+        cfg,
+        attention=AttentionMode.PAGED,
+        inputs=tuple(names.items()),
+        contract=GraphContract(tuple(inputs) + PAGED_INPUTS, tuple(outputs)),
+    )
+
+
+def _roles_by_name(role_names, tensors) -> dict[str, str]:
+    """Which role (`past_key_names`, `logits`, ...) each tensor of a contract plays."""
+    patterns = [(role, re.compile(re.escape(name).replace("%d", r"\d+") + r"\Z")) for role, name in role_names]
+    roles = {}
+    for tensor in tensors:
+        matching = [role for role, pattern in patterns if pattern.match(tensor.name)]
+        if len(matching) != 1:
+            raise AssertionError(f"tensor {tensor.name} matches roles {matching}, expected exactly one")
+        roles[tensor.name] = matching[0]
+    return roles
+
+
+def _packed(tensor: TensorSpec, role: str) -> TensorSpec:
+    shape = tensor.shape
+    if role == "input_ids":
+        return replace(tensor, shape=(NUM_TOKENS,))
+    if role == "position_ids":
+        return replace(tensor, shape=(shape[0], NUM_TOKENS))
+    if role in ("hidden_states", "logits"):
+        return replace(tensor, shape=(NUM_TOKENS, shape[-1]))
+    if role in ("past_key_names", "past_value_names", "present_key_names", "present_value_names"):
+        _, kv_heads, _, head_size = shape
+        return replace(tensor, shape=(NUM_BLOCKS, BLOCK_SIZE, kv_heads, head_size))
+    if role in ("past_conv_names", "present_conv_names"):
+        return tensor
+    if role in ("past_recurrent_names", "present_recurrent_names"):
+        batch, value_heads, key_dim, value_dim = shape
+        return replace(tensor, dtype=RECURRENT_STATE_DTYPE, shape=(batch, value_heads, value_dim, key_dim))
+    raise AssertionError(f"no packed layout for role {role} ({tensor.name})")
+
+
+def _state_groups(main: DecoderConfig) -> tuple[StateGroup, ...]:
+    kinds = main.layer_kinds
+    attention = tuple(i for i, kind in enumerate(kinds) if kind is not LayerKind.LINEAR_ATTENTION)
+    linear = tuple(i for i, kind in enumerate(kinds) if kind is LayerKind.LINEAR_ATTENTION)
+    if not attention:
+        raise AssertionError("a paged decoder needs at least one attention layer")
+    groups = [StateGroup("paged_kv", attention)]
+    if linear:
+        groups += [StateGroup("fixed_conv", linear), StateGroup("fixed_recurrent", linear)]
+    return tuple(groups)

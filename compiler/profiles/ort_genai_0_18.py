@@ -1,0 +1,239 @@
+"""onnxruntime-genai 0.18.0: the keys its `genai_config.json` parser accepts, and its quirks.
+
+Facts measured with the 0.18.0 package (`og.Config(dir)` parses a config without
+loading any graph); tests/profiles/test_ort_genai_0_18.py re-checks every key
+listed here against the installed runtime. The table lists what mtpc may emit,
+not every key the runtime knows (multimodal, RNN, pipeline and drafter sections
+are left out on purpose).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ..ir import AttentionMode
+from . import OrtGenaiProfile
+
+_SESSION_OPTIONS = {
+    "log_id": "string",
+    "enable_profiling": "string",
+    "intra_op_num_threads": "int",
+    "inter_op_num_threads": "int",
+    "log_severity_level": "int",
+    "log_verbosity_level": "int",
+    "enable_cpu_mem_arena": "bool",
+    "enable_mem_pattern": "bool",
+    "graph_optimization_level": "string",
+    "custom_ops_library": "string",
+    "provider_options": "array",
+}
+
+_SHARED_INITIALIZER = {
+    "name": "string",
+    "data_file": "string",
+    # Byte offsets and lengths are decimal strings; the parser rejects JSON numbers here.
+    "offset": "string",
+    "length": "string",
+    "data_type": "int",
+    "shape": "array",
+}
+
+_DECODER_INPUTS = (
+    "input_ids",
+    "inputs_embeds",
+    "attention_mask",
+    "position_ids",
+    "past_key_names",
+    "past_value_names",
+    "past_key_scale_names",
+    "past_value_scale_names",
+    "past_conv_names",
+    "past_recurrent_names",
+    "cumulative_sequence_lengths",
+    "past_sequence_lengths",
+    "block_table",
+    "block_table_windowed",
+    "attention_metadata",
+    "logits_indices",
+    "state_update_capture_count",
+    "state_update_active",
+    "hidden_states",
+)
+
+_DECODER_OUTPUTS = (
+    "logits",
+    "present_key_names",
+    "present_value_names",
+    "present_key_scale_names",
+    "present_value_scale_names",
+    "present_conv_names",
+    "present_recurrent_names",
+    "state_update_conv_value_names",
+    "state_update_recurrent_capsule_names",
+    "hidden_states",
+    "aux_hidden_states",
+)
+
+_KEYS = {
+    # Root: objects must be known; scalars with other names are ignored (root_scalars_free).
+    "": {"model": "object", "search": "object", "speculative": "object", "engine": "object"},
+    "model": {
+        "type": "string",
+        "tokenizer_dir": "string",
+        "vocab_size": "int",
+        "context_length": "int",
+        "pad_token_id": "int",
+        "bos_token_id": "int",
+        "sep_token_id": "int",
+        "decoder_start_token_id": "int",
+        "eos_token_id": "int_or_array",
+        "bot_token_id": "int",
+        "eot_token_id": "int",
+        "bor_token_id": "int",
+        "eor_token_id": "int",
+        "decoder": "object",
+        "mtp": "object",
+    },
+    "model.decoder": {
+        "filename": "string",
+        "session_options": "object",
+        "run_options": "object",
+        "hidden_size": "int",
+        "num_attention_heads": "int",
+        "num_key_value_heads": "int",
+        "num_hidden_layers": "int",
+        "head_size": "int",
+        "state_update_capacity": "int",
+        "conv_cache_size": "int",
+        "layer_types": "array",
+        "sliding_window": "object",
+        # New in 0.18.0; older runtimes reject it.
+        "state_groups": "array",
+        "shared_initializers": "array",
+        "inputs": "object",
+        "outputs": "object",
+    },
+    "model.decoder.session_options": _SESSION_OPTIONS,
+    "model.decoder.run_options": {},
+    "model.decoder.inputs": {key: "string" for key in _DECODER_INPUTS},
+    "model.decoder.outputs": {key: "string" for key in _DECODER_OUTPUTS},
+    "model.decoder.sliding_window": {
+        "window_size": "int",
+        "pad_value": "int",
+        "alignment": "string",
+        "slide_key_value_cache": "bool",
+        "slide_inputs": "bool",
+        "layers": "array",
+        "cache_slack": "int",
+    },
+    "model.decoder.state_groups[]": {"kind": "string", "layer_ids": "array", "state_update": "object"},
+    "model.decoder.state_groups[].state_update": {"capacity": "int", "key_head_count": "int", "enabled": "bool"},
+    "model.decoder.shared_initializers[]": _SHARED_INITIALIZER,
+    "model.mtp": {
+        # New in 0.18.0 (PR #2547); older runtimes reject it.
+        "enabled": "bool",
+        "filename": "string",
+        "session_options": "object",
+        "run_options": "object",
+        "shared_initializers": "array",
+        "num_hidden_layers": "int",
+        "num_key_value_heads": "int",
+        "head_size": "int",
+        "main_hidden_states": "string",
+        "inputs": "object",
+        "outputs": "object",
+    },
+    "model.mtp.session_options": _SESSION_OPTIONS,
+    "model.mtp.run_options": {},
+    "model.mtp.shared_initializers[]": _SHARED_INITIALIZER,
+    # The head section names only these roles; the runtime's projection inherits the
+    # paged inputs (block_table, ...) from model.decoder.inputs.
+    "model.mtp.inputs": {
+        key: "string"
+        for key in ("input_ids", "hidden_states", "attention_mask", "position_ids", "past_key_names", "past_value_names")
+    },
+    "model.mtp.outputs": {
+        key: "string" for key in ("logits", "hidden_states", "present_key_names", "present_value_names")
+    },
+    "search": {
+        "min_length": "int",
+        "max_length": "int",
+        "batch_size": "int",
+        "num_beams": "int",
+        "num_return_sequences": "int",
+        "top_k": "int",
+        "top_p": "number",
+        "temperature": "number",
+        "repetition_penalty": "number",
+        "length_penalty": "number",
+        "diversity_penalty": "number",
+        "no_repeat_ngram_size": "int",
+        "random_seed": "int",
+        "chunk_size": "int",
+        "do_sample": "bool",
+        "early_stopping": "bool",
+        "past_present_share_buffer": "bool",
+    },
+    "speculative": {
+        "max_draft_tokens": "int",
+        "ngram_size": "int",
+        "ngram_chained_lookup": "bool",
+        "min_adaptive_k": "int",
+        "cooldown": "bool",
+    },
+    "engine": {"dynamic_batching": "object", "static_batching": "object"},
+    "engine.dynamic_batching": {
+        "block_size": "int",
+        "num_blocks": "int",
+        "gpu_utilization_factor": "number",
+        "max_batch_size": "int",
+        "max_scheduled_tokens": "int",
+        # New in 0.18.0; older runtimes reject it.
+        "prefix_caching": "bool",
+    },
+    "engine.static_batching": {"max_batch_size": "int"},
+}
+
+PROFILE = OrtGenaiProfile(
+    version="0.18.0",
+    keys=MappingProxyType({section: MappingProxyType(keys) for section, keys in _KEYS.items()}),
+    # Any other session-option key becomes an ORT session config entry and must be a
+    # string; every run-option key is a run-config entry, also strings only.
+    open_string_sections=frozenset(
+        {"model.decoder.session_options", "model.mtp.session_options", "model.decoder.run_options", "model.mtp.run_options"}
+    ),
+    root_scalars_free=True,
+    execution_providers=frozenset({"cpu", "cuda"}),
+    # PagedAttention (the op the paged export uses for full-attention layers) exists
+    # only for the CUDA execution provider, and only for half-precision activations.
+    paged_execution_providers=frozenset({"cuda"}),
+    paged_io_dtypes=frozenset({"float16", "bfloat16"}),
+    # og.MtpGenerator casts the logits it reads to float32; on CPU with float32 logits
+    # that Cast has equal input and output types and onnxruntime refuses it ("Cast -
+    # input and output types are the same"). Graphs whose `logits` output is float16
+    # (one final Cast) run, and MTP output then equals plain greedy decoding. Only
+    # needed when a head is emitted: a text-only package keeps exact float32 logits.
+    # CUDA was not measured, so it keeps the I/O dtype.
+    mtp_logits_dtype_by_provider=MappingProxyType({"cpu": "float16"}),
+    # With `shared_initializers` present, og.Model on the CPU EP fails with
+    # "GetMemoryInfo for CPU should not be used."; the same model loads without the list.
+    shared_initializer_failing_providers=frozenset({"cpu"}),
+    # Dense: false. Our dense graphs return present = past ++ new, the layout
+    # share_buffer=false feeds. On CPU our GroupQueryAttention graphs give the same
+    # greedy and MTP tokens with true, but true makes the runtime allocate every KV
+    # cache at max_length up front, and max_length defaults to the context length
+    # (262144 for real Qwen3.5). Paged caches are updated in place by PagedAttention,
+    # and the reference export writes true there.
+    past_present_share_buffer_by_attention=MappingProxyType({AttentionMode.DENSE: False, AttentionMode.PAGED: True}),
+    # "Prefix caching does not yet support an auxiliary cache that mirrors target
+    # blocks": an Engine-hosted MTP head needs prefix caching off, said explicitly.
+    prefix_caching_with_mtp=False,
+    # The reference builder's default when neither num_blocks nor the factor is given.
+    default_gpu_utilization_factor=0.6,
+    # Builder-side limits the runtime was validated with (the parser only checks > 0).
+    max_batch_size_limit=256,
+    min_block_size=16,
+    max_draft_tokens_range=(1, 16),
+    # `model.type` is not checked at parse; a wrong one fails late with a poor error.
+    model_types=MappingProxyType({"qwen35": "qwen3_5_text"}),
+)

@@ -1,0 +1,176 @@
+from dataclasses import replace
+
+import pytest
+
+from mtpc.ir import AttentionMode, HeadContract, LayerKind, OnnxGenaiTarget, StateGroup
+from mtpc.passes import default_pipeline
+from mtpc.passes.paged_io import PagedIoRewrite
+
+from tests.fixtures.arch import tiny_arch
+from tests.passes.ir_factory import CPU_DENSE, CUDA_DENSE, CUDA_PAGED, make_ir
+
+ORT, ONNX = HeadContract.ORT_GENAI, HeadContract.ONNX_GENAI
+PAGED_INPUTS = {
+    "block_table": ("int32", ("batch_size", "max_num_blocks")),
+    "cumulative_sequence_lengths": ("int32", ("batch_size + 1",)),
+    "past_sequence_lengths": ("int32", ("batch_size",)),
+    "attention_metadata": ("int32", (3,)),
+}
+
+
+def _before_and_after(**kw):
+    """The IR as PagedIoRewrite receives it (all earlier passes run) and its result."""
+    pipeline = default_pipeline()
+    before = make_ir(**kw)
+    for p in pipeline.passes[:-1]:
+        before = p(before).ir
+    assert isinstance(pipeline.passes[-1], PagedIoRewrite)
+    return before, pipeline.passes[-1](before)
+
+
+@pytest.mark.parametrize("target", [CPU_DENSE, CUDA_DENSE, None])
+@pytest.mark.parametrize("head", [True, False])
+def test_dense_build_is_unchanged(target, head):
+    before, result = _before_and_after(ort=target, arch=tiny_arch(mtp_num_layers=int(head)), onnx_genai=OnnxGenaiTarget())
+    assert not result.modified
+    assert result.ir is before and result.changes == ()
+
+
+@pytest.fixture(scope="module")
+def paged():
+    before, result = _before_and_after(ort=CUDA_PAGED, onnx_genai=OnnxGenaiTarget())
+    assert result.modified
+    return before, result.ir
+
+
+def _io(contract):
+    return {t.name: (t.dtype, t.shape) for t in contract.all()}
+
+
+def test_main_tokens_positions_and_logits_are_packed(paged):
+    main = paged[1].main.contract
+    assert main.input("input_ids").shape == ("num_tokens",)
+    assert main.input("position_ids").shape == (3, "num_tokens")
+    assert main.output("logits").shape == ("num_tokens", 256)
+
+
+def test_main_hidden_output_and_head_hidden_input_are_num_tokens_by_hidden(paged):
+    out = paged[1]
+    head = out.head(ORT)
+    main_hidden = out.main.contract.output(out.main.output_name("hidden_states"))
+    head_hidden = head.contract.input(head.input_name("hidden_states"))
+    assert main_hidden.shape == head_hidden.shape == ("num_tokens", 64)
+    assert main_hidden.dtype == head_hidden.dtype == "float16"
+    assert head.contract.output("hidden_states_out").shape == ("num_tokens", 64)
+    assert head.contract.output("logits").shape == ("num_tokens", 256)
+
+
+def test_attention_mask_is_gone_from_contract_and_names(paged):
+    out = paged[1]
+    for cfg in (out.main, out.head(ORT)):
+        assert cfg.input_name("attention_mask") is None
+        assert not cfg.contract.has_input("attention_mask")
+        assert cfg.attention is AttentionMode.PAGED
+
+
+def test_paged_control_inputs_are_added(paged):
+    out = paged[1]
+    for cfg in (out.main, out.head(ORT)):
+        io = _io(cfg.contract)
+        for name, spec in PAGED_INPUTS.items():
+            assert cfg.input_name(name) == name
+            assert io[name] == spec
+
+
+def test_kv_caches_become_block_pools(paged):
+    out = paged[1]
+    io = _io(out.main.contract)
+    for name in ("past_key_values.1.key", "past_key_values.3.value", "present.1.key", "present.3.value"):
+        assert io[name] == ("float16", ("num_blocks", "block_size", 2, 64))
+    head_io = _io(out.head(ORT).contract)
+    assert head_io["past_key_values.0.key"] == ("float16", ("num_blocks", "block_size", 2, 64))
+
+
+def test_recurrent_state_is_float32_value_major_and_conv_state_stays():
+    lin = tiny_arch().linear_attention
+    arch = replace(tiny_arch(), linear_attention=replace(lin, value_head_dim=8))  # Dk 16 != Dv 8
+    _, result = _before_and_after(ort=CUDA_PAGED, arch=arch)
+    io = _io(result.ir.main.contract)
+    assert io["past.0.recurrent"] == io["present.2.recurrent"] == ("float32", ("batch_size", 4, 8, 16))
+    conv_dim = 2 * 2 * 16 + 4 * 8
+    assert io["past.0.conv"] == io["present.2.conv"] == ("float16", ("batch_size", conv_dim, 3))
+
+
+def test_main_declares_state_groups(paged):
+    assert paged[1].main.state_groups == (
+        StateGroup("paged_kv", (1, 3)),
+        StateGroup("fixed_conv", (0, 2)),
+        StateGroup("fixed_recurrent", (0, 2)),
+    )
+    assert paged[1].head(ORT).state_groups == ()
+
+
+def test_onnx_genai_head_is_untouched(paged):
+    before, out = paged
+    assert out.head(ONNX) == before.head(ONNX)
+
+
+def test_second_run_changes_nothing(paged):
+    again = PagedIoRewrite()(paged[1])
+    assert not again.modified and again.ir is paged[1]
+
+
+# Graph I/O of the onnxruntime-genai 0.18.0 builder's paged export of a tiny Qwen3.5
+# (4 layers: 3 linear then 1 full attention; hidden 64, 2 KV heads of 16, vocab 256),
+# as measured in shared/reference/builder-io/dense_paged.io.txt.
+_F16, _F32, _I32, _I64 = "float16", "float32", "int32", "int64"
+_KV = (_F16, ("num_blocks", "block_size", 2, 16))
+_CONV = (_F16, ("batch_size", 128, 3))
+_REC = (_F32, ("batch_size", 4, 16, 16))
+_PAGED = dict(PAGED_INPUTS)
+REFERENCE_MAIN_IO = {
+    "input_ids": (_I64, ("num_tokens",)),
+    "position_ids": (_I64, (3, "num_tokens")),
+    "past_key_values.3.key": _KV,
+    "past_key_values.3.value": _KV,
+    **{f"past.{i}.conv": _CONV for i in range(3)},
+    **{f"past.{i}.recurrent": _REC for i in range(3)},
+    **_PAGED,
+    "hidden_states": (_F16, ("num_tokens", 64)),
+    "logits": (_F16, ("num_tokens", 256)),
+    "present.3.key": _KV,
+    "present.3.value": _KV,
+    **{f"present.{i}.conv": _CONV for i in range(3)},
+    **{f"present.{i}.recurrent": _REC for i in range(3)},
+}
+REFERENCE_HEAD_IO = {
+    "input_ids": (_I64, ("num_tokens",)),
+    "position_ids": (_I64, (3, "num_tokens")),
+    "past_key_values.0.key": _KV,
+    "past_key_values.0.value": _KV,
+    **_PAGED,
+    "hidden_states": (_F16, ("num_tokens", 64)),
+    "logits": (_F16, ("num_tokens", 256)),
+    "present.0.key": _KV,
+    "present.0.value": _KV,
+    "hidden_states_out": (_F16, ("num_tokens", 64)),
+}
+
+
+def test_matches_the_reference_builders_paged_graphs():
+    # The reference model: 4 layers (3 linear, then full attention), head size 16.
+    base = tiny_arch()
+    arch = replace(
+        base,
+        head_dim=16,
+        rope=replace(base.rope, head_dim=16, partial_rotary_factor=1.0),
+        layer_kinds=(LayerKind.LINEAR_ATTENTION,) * 3 + (LayerKind.FULL_ATTENTION,),
+    )
+    _, result = _before_and_after(ort=CUDA_PAGED, arch=arch)
+    assert _io(result.ir.main.contract) == REFERENCE_MAIN_IO
+    assert _io(result.ir.head(ORT).contract) == REFERENCE_HEAD_IO
+    assert result.ir.main.state_groups == (
+        StateGroup("paged_kv", (3,)),
+        StateGroup("fixed_conv", (0, 1, 2)),
+        StateGroup("fixed_recurrent", (0, 1, 2)),
+    )

@@ -1,0 +1,209 @@
+"""The 0.18.0 profile against the installed onnxruntime-genai 0.18.0 parser.
+
+`og.Config(dir)` parses genai_config.json without loading any graph, so every key
+the profile lists can be checked for real: listed keys must load, unknown keys in
+strict sections must be refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+import onnxruntime_genai as og
+import pytest
+
+from mtpc.ir import AttentionMode
+from mtpc.profiles import ort_genai_profile
+from mtpc.profiles.ort_genai_0_18 import PROFILE
+from mtpc.validation import errors as schema_errors, load_schema
+
+BUILDER_CONFIGS = sorted((Path(__file__).parent / "builder_configs").glob("*.json"))
+
+BASE = {
+    "model": {
+        "type": "qwen3_5_text",
+        "context_length": 64,
+        "vocab_size": 256,
+        "decoder": {
+            "filename": "model.onnx",
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_size": 16,
+            "num_hidden_layers": 4,
+        },
+    }
+}
+# Array items need their required keys to parse at all.
+ITEM_TEMPLATES = {
+    "model.decoder.state_groups[]": {"kind": "fixed_recurrent", "layer_ids": [0]},
+    "model.decoder.shared_initializers[]": {
+        "name": "w", "data_file": "model.onnx.data", "offset": "0", "length": "4", "data_type": 1, "shape": [1],
+    },
+}
+ITEM_TEMPLATES["model.mtp.shared_initializers[]"] = ITEM_TEMPLATES["model.decoder.shared_initializers[]"]
+OBJECT_TEMPLATES = {"model.decoder.state_groups[].state_update": {"capacity": 1, "key_head_count": 2}}
+# Values the parser range-checks, where the kind's default sample would not do.
+SAMPLES = {
+    "model.decoder.session_options.graph_optimization_level": "ORT_ENABLE_ALL",
+    "model.mtp.session_options.graph_optimization_level": "ORT_ENABLE_ALL",
+    "model.decoder.sliding_window.alignment": "left",
+    "model.decoder.sliding_window.window_size": 8,
+    "model.decoder.state_groups[].kind": "fixed_conv",
+    "model.decoder.state_groups[].layer_ids": [1, 2],
+    "model.decoder.shared_initializers[].offset": "16",
+    "model.mtp.shared_initializers[].offset": "16",
+    "model.eos_token_id": [2, 3],
+    "speculative.ngram_size": 2,
+    "model.decoder.layer_types": ["linear_attention", "full_attention"],
+    "model.decoder.shared_initializers[].shape": [2, 2],
+    "model.mtp.shared_initializers[].shape": [2, 2],
+    "model.decoder.sliding_window.layers": [3],
+}
+KIND_SAMPLES = {"string": "x", "int": 1, "number": 0.5, "bool": True, "object": {}, "array": [], "int_or_array": 2}
+
+
+def _load(tmp_path: Path, doc: dict) -> None:
+    (tmp_path / "genai_config.json").write_text(json.dumps(doc), encoding="utf-8")
+    og.Config(str(tmp_path))
+
+
+def _container(doc: dict, section: str) -> dict:
+    """The object at a profile section path, created (with templates for array items) as needed."""
+    node = doc
+    for part in filter(None, section.split(".")):
+        item_path = section[: section.index(part) + len(part)]
+        if part.endswith("[]"):
+            key = part[:-2]
+            node = node.setdefault(key, [copy.deepcopy(ITEM_TEMPLATES[item_path])])[0]
+        else:
+            node = node.setdefault(part, copy.deepcopy(OBJECT_TEMPLATES.get(item_path, {})))
+    return node
+
+
+KEYS = sorted((section, key) for section, keys in PROFILE.keys.items() for key in keys)
+
+
+def test_the_installed_runtime_is_the_profiled_version():
+    assert version("onnxruntime-genai") == PROFILE.version
+
+
+@pytest.mark.parametrize("section, key", KEYS, ids=[f"{s}.{k}" if s else k for s, k in KEYS])
+def test_every_listed_key_loads(tmp_path, section, key):
+    doc = copy.deepcopy(BASE)
+    path = f"{section}.{key}" if section else key
+    container = _container(doc, section)
+    kind = PROFILE.keys[section][key]
+    if kind == "object":
+        container.setdefault(key, copy.deepcopy(OBJECT_TEMPLATES.get(path, {})))
+    elif f"{path}[]" in ITEM_TEMPLATES:
+        container[key] = [copy.deepcopy(ITEM_TEMPLATES[f"{path}[]"])]
+    else:
+        container[key] = SAMPLES.get(path, KIND_SAMPLES[kind])
+    _load(tmp_path, doc)
+
+
+STRICT_SECTIONS = sorted(s for s in PROFILE.keys if s and s not in PROFILE.open_string_sections)
+
+
+@pytest.mark.parametrize("section", STRICT_SECTIONS)
+def test_unknown_keys_are_refused_in_strict_sections(tmp_path, section):
+    doc = copy.deepcopy(BASE)
+    _container(doc, section)["mtpc_unknown_key"] = "x"
+    with pytest.raises(Exception, match='Unknown value "mtpc_unknown_key"'):
+        _load(tmp_path, doc)
+    assert PROFILE.unaccepted(doc) == [f"{section}.mtpc_unknown_key: not accepted by onnxruntime-genai 0.18.0"]
+
+
+def test_root_scalars_are_free_but_root_objects_are_not(tmp_path):
+    doc = copy.deepcopy(BASE)
+    doc["mtpc_note"] = "ignored"
+    _load(tmp_path, doc)
+    assert PROFILE.unaccepted(doc) == []
+    doc["mtpc_section"] = {}
+    with pytest.raises(Exception, match="mtpc_section"):
+        _load(tmp_path, doc)
+    assert PROFILE.unaccepted(doc) == ["mtpc_section: not accepted by onnxruntime-genai 0.18.0"]
+
+
+@pytest.mark.parametrize("section", sorted(PROFILE.open_string_sections))
+def test_open_sections_take_strings_only(tmp_path, section):
+    doc = copy.deepcopy(BASE)
+    _container(doc, section)["ep.some.entry"] = "1"
+    _load(tmp_path, doc)
+    assert PROFILE.unaccepted(doc) == []
+    _container(doc, section)["ep.some.entry"] = 1
+    with pytest.raises(Exception, match="Expected a string"):
+        _load(tmp_path, doc)
+    assert PROFILE.unaccepted(doc) == [f"{section}.ep.some.entry: not accepted by onnxruntime-genai 0.18.0"]
+
+
+def test_offsets_must_be_decimal_strings(tmp_path):
+    doc = copy.deepcopy(BASE)
+    _container(doc, "model.decoder.shared_initializers[]")["offset"] = 0
+    with pytest.raises(Exception):
+        _load(tmp_path, doc)
+    assert PROFILE.unaccepted(doc) == ["model.decoder.shared_initializers[].offset: expected string, got int"]
+
+
+def test_version_lookup():
+    assert ort_genai_profile("0.18") is PROFILE
+    assert ort_genai_profile("0.18.0") is PROFILE
+
+
+def test_quirks():
+    # MTP on CPU needs float16 logits; without a head, or off CPU, the I/O dtype stays.
+    assert PROFILE.logits_dtype("cpu", "float32", emit_head=True) == "float16"
+    assert PROFILE.logits_dtype("cpu", "float32", emit_head=False) == "float32"
+    assert PROFILE.logits_dtype("cuda", "float32", emit_head=True) == "float32"
+    assert PROFILE.logits_dtype("cpu", "float16", emit_head=True) == "float16"
+    assert not PROFILE.shares_initializers("cpu")
+    assert PROFILE.shares_initializers("cuda")
+    assert PROFILE.past_present_share_buffer_by_attention[AttentionMode.DENSE] is False
+
+
+@pytest.mark.parametrize("path", BUILDER_CONFIGS, ids=lambda p: p.name)
+def test_builder_configs_are_accepted_by_profile_schema_and_runtime(tmp_path, path):
+    # Configs the 0.18.0 builder wrote (shared/reference/builder-configs): the profile, our
+    # schema and the runtime must all accept them.
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert PROFILE.unaccepted(doc) == []
+    assert [e.message for e in schema_errors("genai_config", doc)] == []
+    _load(tmp_path, doc)
+
+
+def _schema_sections(schema: dict) -> dict[str, set[str]]:
+    """Property names per profile section path, read from our JSON Schema."""
+    defs = schema["$defs"]
+
+    def resolve(node):
+        while "$ref" in node:
+            node = defs[node["$ref"].rsplit("/", 1)[-1]]
+        return node
+
+    sections: dict[str, set[str]] = {}
+
+    def walk(node, path):
+        node = resolve(node)
+        if node.get("type") == "array" and "items" in node:
+            walk(node["items"], f"{path}[]")
+        props = node.get("properties")
+        if props is None:
+            return
+        sections[path] = set(props)
+        for key, sub in props.items():
+            walk(sub, f"{path}.{key}" if path else key)
+
+    walk(schema, "")
+    return sections
+
+
+def test_schema_and_profile_list_the_same_keys():
+    sections = _schema_sections(load_schema("genai_config"))
+    for section, keys in PROFILE.keys.items():
+        if section in PROFILE.open_string_sections and not keys:
+            continue
+        assert sections.get(section) == set(keys), section
