@@ -79,15 +79,18 @@ def render(ir: ModelIR) -> str:
             head_dir = ort_head.filename.rsplit("/", 1)[0] if "/" in ort_head.filename else "."
             lines += [
                 f"params.set_speculative_options(max_draft_tokens={ir.targets.onnxruntime_genai.max_draft_tokens})",
-                f'generator = og.MtpGenerator(model, og.Model("{head_dir}"), params)  # or og.Generator(model, params)',
+                "# og.Generator(model, params) decodes without drafting; the tokens are the same.",
+                f'generator = og.MtpGenerator(model, og.Model("{head_dir}"), params)',
             ]
+            sequence = "generator.get_sequence()"
         else:
             lines.append("generator = og.Generator(model, params)")
+            sequence = "generator.get_sequence(0)"
         lines += [
             "generator.append_tokens(prompt_token_ids)",
             "while not generator.is_done():",
             "    generator.generate_next_token()",
-            "print(generator.get_sequence(0))",
+            f"print({sequence})",
             "```",
         ]
     lines += [

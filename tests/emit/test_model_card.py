@@ -34,3 +34,30 @@ def test_text_only_card_has_no_trace_of_mtp():
     assert "text only" in text
     assert "MTP" not in text and "mtp/" not in text and "MtpGenerator" not in text
     assert "og.Generator(model, params)" in text
+
+
+def _python_snippet(card: str) -> str:
+    start = card.index("```python\n") + len("```python\n")
+    return card[start : card.index("```", start)]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("spec", ["qwen35-tiny-mtp", "qwen35-tiny-nohead"])
+def test_card_snippet_runs_in_the_compiled_package(spec, tmp_path, monkeypatch, capsys):
+    """The card's own code must decode with the package it describes, as written."""
+    from pathlib import Path
+
+    from mtpc.driver import build
+    from mtpc.output import write_package
+
+    repo = Path(__file__).resolve().parents[2]
+    package = tmp_path / spec
+    write_package(build(repo / "specs" / f"{spec}.yaml").artifacts, package)
+    snippet = _python_snippet((package / "README.md").read_text(encoding="utf-8"))
+    monkeypatch.chdir(package)
+    exec(compile(snippet, "README.md", "exec"), {"prompt_token_ids": [5, 6, 7, 8]})
+    printed = capsys.readouterr().out
+    tokens = [int(t) for t in printed.replace(",", " ").strip(" []\n").split()]
+    assert tokens[:4] == [5, 6, 7, 8] and len(tokens) == 64  # the card's max_length
