@@ -1,0 +1,133 @@
+"""Golden packages: what each shipped spec emits, kept in tests/golden/<spec name>/.
+
+A change to an emitted artifact must show up here as a diff a reviewer can read.
+Text artifacts are stored as they are; each ONNX graph is stored as a summary
+that onnx itself reads off the emitted bytes (I/O, op counts, initializers).
+
+The goldens are not trusted because mtpc wrote them: the second half of this
+file checks them with the real consumers (onnxruntime-genai 0.18.0's parser and
+the upstream onnx-genai schemas).
+
+To accept an intended change: MTPC_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import jsonschema
+import onnx
+import onnxruntime_genai as og
+import pytest
+import yaml
+
+from mtpc.driver import build
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden"
+SPECS = sorted((REPO / "specs").glob("*.yaml"))
+CONFORMANCE = REPO.parent / "shared" / "conformance" / "onnx-genai"
+UPDATE = os.environ.get("MTPC_UPDATE_GOLDEN") == "1"
+
+TEXT_SUFFIXES = (".json", ".yaml", ".md")
+
+
+def _dims(value_info) -> list:
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+def graph_summary(onnx_bytes: bytes) -> str:
+    model = onnx.load_from_string(onnx_bytes)
+    g = model.graph
+    dtype = onnx.helper.tensor_dtype_to_np_dtype
+    lines = [f"opsets: {sorted((o.domain or 'ai.onnx', o.version) for o in model.opset_import)}", "inputs:"]
+    for v in g.input:
+        lines.append(f"  {v.name}: {dtype(v.type.tensor_type.elem_type)} {_dims(v)}")
+    lines.append("outputs:")
+    for v in g.output:
+        lines.append(f"  {v.name}: {dtype(v.type.tensor_type.elem_type)} {_dims(v)}")
+    ops = collections.Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in g.node)
+    lines.append("ops:")
+    lines += [f"  {op}: {count}" for op, count in sorted(ops.items())]
+    lines.append("initializers:")
+    for t in sorted(g.initializer, key=lambda t: t.name):
+        lines.append(f"  {t.name}: {dtype(t.data_type)} {list(t.dims)}")
+    return "\n".join(lines) + "\n"
+
+
+def golden_files(spec: Path) -> dict[str, bytes]:
+    result = build(spec)
+    files: dict[str, bytes] = {}
+    for art in result.artifacts:
+        if art.relpath.endswith(TEXT_SUFFIXES):
+            files[art.relpath] = art.read()
+        elif art.relpath.endswith(".onnx"):
+            files[art.relpath + ".summary.txt"] = graph_summary(art.read()).encode()
+    return files
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_emitted_artifacts_match_golden(spec: Path):
+    files = golden_files(spec)
+    folder = GOLDEN / spec.stem
+    if UPDATE:
+        shutil.rmtree(folder, ignore_errors=True)
+        for rel, data in files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(data)
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert on_disk == set(files), "golden file set differs; rerun with MTPC_UPDATE_GOLDEN=1 and review the diff"
+    for rel, data in files.items():
+        assert (folder / rel).read_bytes() == data, f"{spec.stem}/{rel} differs from its golden copy"
+
+
+def test_every_spec_has_a_golden_folder():
+    assert {p.name for p in GOLDEN.iterdir() if p.is_dir()} == {s.stem for s in SPECS}
+
+
+# ---- the goldens, checked by the real consumers ---------------------------------------------
+
+
+def _golden_dirs_with(relpath: str) -> list[Path]:
+    return sorted(d for d in GOLDEN.iterdir() if (d / relpath).is_file())
+
+
+@pytest.mark.parametrize("folder", _golden_dirs_with("genai_config.json"), ids=lambda p: p.name)
+def test_golden_genai_configs_parse_in_onnxruntime_genai(folder: Path):
+    og.Config(str(folder))
+    if (folder / "mtp" / "genai_config.json").is_file():
+        og.Config(str(folder / "mtp"))
+
+
+@pytest.mark.parametrize("folder", _golden_dirs_with("inference_metadata.yaml"), ids=lambda p: p.name)
+def test_golden_inference_metadata_satisfies_upstream_schema(folder: Path):
+    document = yaml.safe_load((folder / "inference_metadata.yaml").read_text(encoding="utf-8"))
+    layout = "flat" if "speculative" in document or "kv_cache" in document else "workflow"
+    schema = json.loads((CONFORMANCE / f"{layout}-layout.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(document)
+
+
+def test_golden_with_head_declares_it_everywhere():
+    folder = GOLDEN / "qwen35-tiny-mtp"
+    config = json.loads((folder / "genai_config.json").read_text(encoding="utf-8"))
+    assert config["model"]["mtp"]["filename"] == "mtp/mtp.onnx"
+    summary = (folder / "model.onnx.summary.txt").read_text(encoding="utf-8")
+    assert "  hidden_states: float32 ['batch_size', 'sequence_length', 64]" in summary
+    speculator = json.loads((folder / "config.json").read_text(encoding="utf-8"))["speculator_config"]
+    assert speculator["model"] == "mtp_sidecar.onnx"
+
+
+def test_golden_without_head_has_no_trace_of_mtp():
+    folder = GOLDEN / "qwen35-tiny-nohead"
+    names = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert not any("mtp" in n for n in names)
+    for name in names:
+        text = (folder / name).read_text(encoding="utf-8").lower()
+        # "mtpc" (the tool's own name) may appear; "mtp" as a word or name part may not.
+        assert not re.search(r"mtp(?!c)", text), name
+        assert "hidden_states" not in text and "specul" not in text, name
