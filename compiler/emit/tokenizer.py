@@ -11,9 +11,8 @@ onnxruntime-genai 0.18.0 (whose built-in tokenizer reads `tokenizer.json` +
 
 from __future__ import annotations
 
-import json
-
 from ..ir import Architecture, ModelIR
+from ..tokenizer_json import added_token, byte_level_bpe, dump
 from . import Artifact, register
 
 # Bytes that prompts use most get ids first, so a vocabulary smaller than 256 still encodes text.
@@ -62,33 +61,9 @@ def synthetic_tokenizer_files(arch: Architecture) -> tuple[tuple[str, bytes], ..
         token = specials.get(token_id) or next(byte_tokens, None)
         if token is None or token_id in specials:
             token = token or f"<|extra_{token_id}|>"
-            added.append(
-                {"id": token_id, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
-                 "normalized": False, "special": True}
-            )
+            added.append(added_token(token_id, token, special=True))
         vocab[token] = token_id
-    tokenizer = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": "",
-            "end_of_word_suffix": "",
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [],
-        },
-    }
+    tokenizer = byte_level_bpe(vocab, [], added)
     config = {
         "tokenizer_class": "Qwen2Tokenizer",
         "add_bos_token": False,
@@ -99,8 +74,4 @@ def synthetic_tokenizer_files(arch: Architecture) -> tuple[tuple[str, bytes], ..
         "model_max_length": arch.context_length,
         "clean_up_tokenization_spaces": False,
     }
-    return (("tokenizer.json", _dump(tokenizer)), ("tokenizer_config.json", _dump(config)))
-
-
-def _dump(obj: dict) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+    return (("tokenizer.json", dump(tokenizer)), ("tokenizer_config.json", dump(config)))

@@ -17,6 +17,7 @@ from typing import Callable
 from gguf import Keys, TokenType
 
 from ..ir import Architecture
+from ..tokenizer_json import GPT2_PRE_TOKENIZER, added_token, byte_level_bpe, dump
 
 # The pre-tokenizer split of Qwen2-family byte-level BPE. llama.cpp names it "qwen2";
 # Qwen3.5 GGUFs say "qwen35", which we treat as the same split.
@@ -41,7 +42,7 @@ def tokenizer_files(get: Getter, arch: Architecture, path: str) -> tuple[tuple[s
         return ()
     tokens = list(get(Keys.Tokenizer.LIST, [], required=False))
     config = _tokenizer_config(get, arch, tokens)
-    return (("tokenizer.json", _dump(tokenizer)), ("tokenizer_config.json", _dump(config)))
+    return (("tokenizer.json", dump(tokenizer)), ("tokenizer_config.json", dump(config)))
 
 
 def _byte_level_bpe(get: Getter) -> dict:
@@ -52,24 +53,12 @@ def _byte_level_bpe(get: Getter) -> dict:
     added, vocab = [], {}
     for token_id, (token, kind) in enumerate(zip(tokens, types)):
         if TokenType(int(kind)) in _ADDED:
-            added.append(
-                {
-                    "id": token_id,
-                    "content": token,
-                    "single_word": False,
-                    "lstrip": False,
-                    "rstrip": False,
-                    "normalized": False,
-                    "special": TokenType(int(kind)) is TokenType.CONTROL,
-                }
-            )
+            added.append(added_token(token_id, token, special=TokenType(int(kind)) is TokenType.CONTROL))
         else:
             vocab.setdefault(token, token_id)
     split = _SPLITS.get(pre)
     if split is None:
-        # GPT-2's own split, built into the ByteLevel pre-tokenizer.
-        pre_tokenizer = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-        normalizer = None
+        pre_tokenizer, normalizer = GPT2_PRE_TOKENIZER, None
     else:
         pre_tokenizer = {
             "type": "Sequence",
@@ -79,28 +68,7 @@ def _byte_level_bpe(get: Getter) -> dict:
             ],
         }
         normalizer = {"type": "NFC"}
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": "",
-            "end_of_word_suffix": "",
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": merges,
-        },
-    }
+    return byte_level_bpe(vocab, merges, added, normalizer=normalizer, pre_tokenizer=pre_tokenizer)
 
 
 def _tokenizer_config(get: Getter, arch: Architecture, tokens: list[str]) -> dict:
@@ -122,7 +90,3 @@ def _tokenizer_config(get: Getter, arch: Architecture, tokens: list[str]) -> dic
         config["chat_template"] = template
     return config
 
-
-def _dump(obj: dict) -> bytes:
-    # Insertion order is already deterministic (token id order); keep it for readable vocabularies.
-    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")

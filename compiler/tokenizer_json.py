@@ -1,0 +1,62 @@
+"""The Hugging Face `tokenizer.json` document for byte-level BPE, shared by every
+tokenizer we write (converted from a GGUF vocabulary, or made for synthetic weights).
+
+onnxruntime-genai 0.18.0 reads it through its built-in onnxruntime-extensions,
+which parses BPE models (and rejects WordLevel ones).
+"""
+
+from __future__ import annotations
+
+import json
+
+# GPT-2's own split, built into the ByteLevel pre-tokenizer.
+GPT2_PRE_TOKENIZER = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+
+
+def added_token(token_id: int, content: str, *, special: bool) -> dict:
+    return {
+        "id": token_id,
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
+def byte_level_bpe(
+    vocab: dict[str, int],
+    merges: list[str],
+    added: list[dict],
+    *,
+    normalizer: dict | None = None,
+    pre_tokenizer: dict | None = None,
+) -> dict:
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer or GPT2_PRE_TOKENIZER,
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+
+
+def dump(obj: dict) -> bytes:
+    # Insertion order is already deterministic (token id order); keep it for readable vocabularies.
+    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
