@@ -21,6 +21,14 @@ class LayerKind(str, enum.Enum):
     SLIDING_ATTENTION = "sliding_attention"
 
 
+def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
+    """Qwen3.5's layout: layer i is full attention iff (i + 1) % interval == 0, else linear attention."""
+    return tuple(
+        LayerKind.FULL_ATTENTION if (i + 1) % full_attention_interval == 0 else LayerKind.LINEAR_ATTENTION
+        for i in range(num_layers)
+    )
+
+
 class AttentionMode(str, enum.Enum):
     DENSE = "dense"
     PAGED = "paged"
@@ -303,6 +311,10 @@ class OrtGenaiTarget:
     num_blocks: int | None = None
     gpu_utilization_factor: float | None = None
     max_draft_tokens: int = 4
+    # "dynamic": past and present are separate tensors, present = past ++ new.
+    # "static": one KV buffer per layer, allocated at max_length by the runtime and
+    # written in place (onnxruntime-genai's search.past_present_share_buffer); dense only.
+    kv_cache: str = "dynamic"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as QT, GGUFReader, Keys
 from gguf.quants import dequantize
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
+from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds, hybrid_layer_kinds
 from ..weights import QuantizedTensor, TensorInfo, Weight
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
@@ -105,9 +105,7 @@ def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]
         raise SourceError(f"{meta.path}: {nextn} MTP blocks; mtpc supports one (nextn_predict_layers <= 1)")
     n_main = block_count - nextn
     interval = int(meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, 4, required=False))
-    kinds = tuple(
-        LayerKind.FULL_ATTENTION if (i + 1) % interval == 0 else LayerKind.LINEAR_ATTENTION for i in range(n_main)
-    )
+    kinds = hybrid_layer_kinds(n_main, interval)
     head_dim = int(meta.get(Keys.Attention.KEY_LENGTH))
     rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim, required=False))
     sections = [int(s) for s in meta.get(Keys.Rope.DIMENSION_SECTIONS, [], required=False)]

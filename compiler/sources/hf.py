@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
+from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds, hybrid_layer_kinds
 from ..weights import TensorInfo, Weight
 from . import SourceInfo
 from .safetensors_io import SafetensorsFile
@@ -203,10 +203,7 @@ def _layer_kinds(cfg: _Config, num_layers: int) -> tuple[LayerKind, ...]:
         interval = cfg.int("full_attention_interval", 4)
         if interval == 0:
             raise cfg.fail(cfg.text_prefix + "full_attention_interval", "must be positive")
-        return tuple(
-            LayerKind.FULL_ATTENTION if (i + 1) % interval == 0 else LayerKind.LINEAR_ATTENTION
-            for i in range(num_layers)
-        )
+        return hybrid_layer_kinds(num_layers, interval)
     known = {k.value: k for k in (LayerKind.FULL_ATTENTION, LayerKind.LINEAR_ATTENTION)}
     if not isinstance(types, list) or len(types) != num_layers:
         raise cfg.fail(field, f"must list one type per layer ({num_layers})")

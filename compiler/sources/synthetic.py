@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
+from ..ir import Architecture, LinearAttentionDims, Rope, SourceRef, TokenIds, hybrid_layer_kinds
 from ..validation import load_schema
 from ..weights import WeightStore
 from . import SourceInfo
@@ -104,10 +104,7 @@ def architecture_of(settings: dict) -> Architecture:
         num_key_value_heads=settings["num_key_value_heads"],
         head_dim=settings["head_dim"],
         vocab_size=settings["vocab_size"],
-        layer_kinds=tuple(
-            LayerKind.FULL_ATTENTION if (i + 1) % interval == 0 else LayerKind.LINEAR_ATTENTION
-            for i in range(settings["num_layers"])
-        ),
+        layer_kinds=hybrid_layer_kinds(settings["num_layers"], interval),
         rms_norm_eps=float(settings["rms_norm_eps"]),
         rope=Rope(
             theta=float(rope["theta"]),
