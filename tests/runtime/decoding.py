@@ -1,0 +1,54 @@
+"""Greedy and MTP speculative decoding through onnxruntime-genai's Python API, batch 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime_genai as og
+
+
+@dataclass(frozen=True)
+class Speculation:
+    tokens: list[int]
+    accepted: int  # drafts the main model agreed with
+    proposed: int  # drafts the head made
+    evaluated: int  # drafts the main model checked (those past max_length are not)
+
+    @property
+    def rejected(self) -> int:
+        return self.evaluated - self.accepted
+
+
+def load(package: Path) -> og.Model:
+    return og.Model(str(package))
+
+
+def greedy(model: og.Model, prompt: list[int], steps: int) -> list[int]:
+    """The `steps` tokens og.Generator picks after `prompt` with sampling off."""
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + steps)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [int(t) for t in generator.get_sequence(0)][len(prompt) :]
+
+
+def speculative(main: og.Model, head: og.Model, prompt: list[int], steps: int, max_draft: int) -> Speculation:
+    """og.MtpGenerator's tokens after `prompt`, and its draft counters."""
+    params = og.GeneratorParams(main)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + steps)
+    params.set_speculative_options(max_draft_tokens=max_draft)
+    generator = og.MtpGenerator(main, head, params)
+    generator.append_tokens(prompt)
+    while not generator.is_done():
+        generator.generate_next_token()
+    stats = generator.get_stats()
+    tokens = [int(t) for t in generator.get_sequence()][len(prompt) :]
+    return Speculation(
+        tokens,
+        accepted=int(stats["draft_tokens_accepted"]),
+        proposed=int(stats["draft_tokens_proposed"]),
+        evaluated=int(stats["draft_tokens_evaluated"]),
+    )
