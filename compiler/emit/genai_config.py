@@ -80,7 +80,7 @@ def _document(ir: ModelIR, target: OrtGenaiTarget, profile: OrtGenaiProfile, dec
         "search": {
             "max_length": arch.context_length,
             "do_sample": False,
-            "past_present_share_buffer": profile.past_present_share_buffer_by_attention[target.attention],
+            "past_present_share_buffer": profile.past_present_share_buffer(target.attention, target.kv_cache),
         },
     }
     if target.attention is AttentionMode.PAGED:

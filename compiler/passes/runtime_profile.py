@@ -100,6 +100,12 @@ def _check_target(target: OrtGenaiTarget, io_dtype: str, profile: OrtGenaiProfil
         factor = target.gpu_utilization_factor
         if factor is not None and not 0 < factor <= 1:
             refuse("gpu_utilization_factor", f"gpu_utilization_factor must be in (0, 1], got {factor}")
+    if not profile.supports_kv_cache(target.attention, target.kv_cache):
+        refuse(
+            "kv_cache",
+            f"a {target.kv_cache} KV cache with {target.attention.value} attention is not supported for {runtime}",
+            "a static KV cache needs attention: dense",
+        )
     low, high = profile.max_draft_tokens_range
     if not low <= target.max_draft_tokens <= high:
         refuse("max_draft_tokens", f"max_draft_tokens must be in {low}..{high}, got {target.max_draft_tokens}")

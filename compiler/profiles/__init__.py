@@ -41,7 +41,9 @@ class OrtGenaiProfile:
     paged_io_dtypes: frozenset[str]
     mtp_logits_dtype_by_provider: Mapping[str, str]
     shared_initializer_failing_providers: frozenset[str]
-    past_present_share_buffer_by_attention: Mapping[AttentionMode, bool]
+    # (attention, kv_cache) -> search.past_present_share_buffer; a pair not listed is
+    # one this version cannot run (runtime-profile refuses it).
+    past_present_share_buffer_by_cache: Mapping[tuple[AttentionMode, str], bool]
     prefix_caching_with_mtp: bool
     default_gpu_utilization_factor: float
     max_batch_size_limit: int
@@ -57,6 +59,12 @@ class OrtGenaiProfile:
         if emit_head and io_dtype == "float32":
             return self.mtp_logits_dtype_by_provider.get(execution_provider, io_dtype)
         return io_dtype
+
+    def supports_kv_cache(self, attention: AttentionMode, kv_cache: str) -> bool:
+        return (attention, kv_cache) in self.past_present_share_buffer_by_cache
+
+    def past_present_share_buffer(self, attention: AttentionMode, kv_cache: str) -> bool:
+        return self.past_present_share_buffer_by_cache[(attention, kv_cache)]
 
     def shares_initializers(self, execution_provider: str) -> bool:
         return execution_provider not in self.shared_initializer_failing_providers

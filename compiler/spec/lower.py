@@ -171,4 +171,5 @@ def _ort_target(ort: dict) -> OrtGenaiTarget:
         num_blocks=num_blocks,
         gpu_utilization_factor=float(utilization) if utilization is not None else None,
         max_draft_tokens=ort["max_draft_tokens"],
+        kv_cache=ort["kv_cache"],
     )

@@ -90,6 +90,14 @@ def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
                     hint="num_blocks fixes the KV pool; gpu_utilization_factor sizes it from free GPU memory",
                 )
             )
+        if target["kv_cache"] == "static":
+            out.append(
+                spec.diagnostic(
+                    at + ("kv_cache",),
+                    "kv_cache 'static' needs attention 'dense', not 'paged'",
+                    hint="the paged engine manages its KV blocks itself; remove kv_cache or use attention: dense",
+                )
+            )
     elif spec.get(at + ("paged",)) is not None:
         out.append(
             spec.diagnostic(

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from mtpc.diagnostics import MtpcError
@@ -6,7 +8,7 @@ from mtpc.passes import default_pipeline
 from mtpc.passes.head_detection import HeadDetection
 
 from tests.fixtures.arch import tiny_arch
-from tests.passes.ir_factory import compiled, make_ir
+from tests.passes.ir_factory import CPU_DENSE, compiled, make_ir
 
 WITH_HEAD = tiny_arch(mtp_num_layers=1)
 WITHOUT_HEAD = tiny_arch(mtp_num_layers=0)
@@ -65,3 +67,43 @@ def test_second_run_changes_nothing():
     once = HeadDetection()(make_ir(arch=WITHOUT_HEAD)).ir
     again = HeadDetection()(once)
     assert not again.modified and again.ir is once
+
+
+STATIC_CPU = replace(CPU_DENSE, kv_cache="static")
+
+
+def test_static_cache_target_skips_the_head_with_a_note():
+    result = HeadDetection()(make_ir(arch=WITH_HEAD, ort=STATIC_CPU))
+    assert result.ir.mtp.emit_head is False
+    assert result.ir.main.output_name("hidden_states") is None
+    (note,) = result.ir.notes
+    assert note.startswith("MTP head skipped: a static KV cache target cannot roll back rejected drafts;")
+    assert "kv_cache: dynamic" in note  # says how to keep the head
+    assert "mtp.emit_head = False (targets.onnxruntime_genai.kv_cache is 'static')" in result.changes
+
+
+def test_static_cache_skip_is_stable_on_a_second_run():
+    once = HeadDetection()(make_ir(arch=WITH_HEAD, ort=STATIC_CPU)).ir
+    again = HeadDetection()(once)
+    assert not again.modified and again.ir.notes == once.notes
+
+
+@pytest.mark.parametrize("policy, arch", [(HeadPolicy.OFF, WITH_HEAD), (HeadPolicy.AUTO, WITHOUT_HEAD)])
+def test_static_cache_notes_nothing_when_no_head_was_coming(policy, arch):
+    result = HeadDetection()(make_ir(arch=arch, head=policy, ort=STATIC_CPU))
+    assert result.ir.mtp.emit_head is False
+    assert result.ir.notes == ()
+
+
+def test_dynamic_cache_keeps_the_head_without_a_note():
+    result = HeadDetection()(make_ir(arch=WITH_HEAD, ort=replace(CPU_DENSE, kv_cache="dynamic")))
+    assert result.ir.mtp.emit_head is True and result.ir.notes == ()
+
+
+def test_head_on_with_a_static_cache_is_a_user_error():
+    with pytest.raises(MtpcError) as err:
+        HeadDetection()(make_ir(arch=WITH_HEAD, head=HeadPolicy.ON, ort=STATIC_CPU))
+    message = str(err.value)
+    assert "mtp.head is 'on' but targets.onnxruntime_genai.kv_cache is 'static'" in message
+    assert "cannot roll back rejected drafts" in message
+    assert err.value.exit_code == 1 and err.value.diagnostics[0].path == "mtp.head"

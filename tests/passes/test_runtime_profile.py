@@ -83,6 +83,7 @@ def test_short_version_finds_the_profile():
         (replace(CUDA_PAGED, gpu_utilization_factor=1.5), "float16", "gpu_utilization_factor must be in (0, 1]"),
         (replace(CUDA_DENSE, max_draft_tokens=17), "float16", "max_draft_tokens must be in 1..16"),
         (replace(CUDA_DENSE, execution_provider="dml"), "float16", "execution provider 'dml' is not supported"),
+        (replace(CUDA_PAGED, kv_cache="static"), "float16", "a static KV cache with paged attention is not supported"),
     ],
 )
 def test_target_settings_the_runtime_refuses(target, io_dtype, message):

@@ -162,7 +162,11 @@ def test_quirks():
     assert PROFILE.logits_dtype("cpu", "float16", emit_head=True) == "float16"
     assert not PROFILE.shares_initializers("cpu")
     assert PROFILE.shares_initializers("cuda")
-    assert PROFILE.past_present_share_buffer_by_attention[AttentionMode.DENSE] is False
+    # share_buffer: only a static dense cache and a paged one are written in place.
+    assert PROFILE.past_present_share_buffer(AttentionMode.DENSE, "dynamic") is False
+    assert PROFILE.past_present_share_buffer(AttentionMode.DENSE, "static") is True
+    assert PROFILE.past_present_share_buffer(AttentionMode.PAGED, "dynamic") is True
+    assert not PROFILE.supports_kv_cache(AttentionMode.PAGED, "static")
 
 
 @pytest.mark.parametrize("path", BUILDER_CONFIGS, ids=lambda p: p.name)

@@ -219,6 +219,29 @@ def test_paged_settings_with_dense_attention_are_refused(tmp_path):
     assert (diag.span.line, diag.span.col) == (7, 5)
 
 
+def test_kv_cache_defaults_to_dynamic_and_static_is_kept(tmp_path):
+    ir, _ = lowered(tmp_path, "")
+    assert ir.targets.onnxruntime_genai.kv_cache == "dynamic"
+    ir, _ = lowered(tmp_path, "targets:\n  onnxruntime_genai: {kv_cache: static}\n")
+    assert ir.targets.onnxruntime_genai == OrtGenaiTarget(kv_cache="static")
+
+
+def test_static_kv_cache_with_paged_attention_is_refused_at_the_value(tmp_path):
+    body = (
+        "precision: {io_dtype: float16}\n"
+        "targets:\n  onnxruntime_genai:\n    execution_provider: cuda\n    attention: paged\n    kv_cache: static\n"
+    )
+    (diag,) = failure(tmp_path, body).diagnostics
+    assert diag.message == "kv_cache 'static' needs attention 'dense', not 'paged'"
+    assert (diag.span.line, diag.span.col) == (10, 15)
+
+
+def test_unknown_kv_cache_kind_is_a_schema_error(tmp_path):
+    err = failure(tmp_path, "targets:\n  onnxruntime_genai: {kv_cache: fixed}\n")
+    assert err.exit_code is ExitCode.FINDINGS
+    assert "'fixed'" in str(err) and "static" in str(err)
+
+
 def test_quantization_overrides_inherit_and_first_match_wins(tmp_path):
     body = (
         "quantization:\n  default: {bits: 4, block_size: 64, accuracy_level: 1}\n  overrides:\n"
