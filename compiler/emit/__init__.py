@@ -16,11 +16,11 @@ from typing import Callable, Iterable, Iterator
 class Artifact:
     relpath: str  # path inside the package, "/"-separated
     content: bytes | None = None  # small files
-    chunks: Callable[[], Iterator[bytes]] | None = None  # large files, streamed
+    chunks: Callable[[], Iterator[bytes | memoryview]] | None = None  # large files, streamed
     schema: str | None = None  # schema file in schemas/ (or "conformance:<name>") the content must satisfy
     media_type: str = "application/octet-stream"
 
-    def iter_bytes(self) -> Iterator[bytes]:
+    def iter_bytes(self) -> Iterator[bytes | memoryview]:
         if self.content is not None:
             yield self.content
         elif self.chunks is not None:

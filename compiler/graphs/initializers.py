@@ -86,7 +86,7 @@ class DataFile:
             self.location, p.offset, p.length, tensor.dtype, shape=ir.Shape(tensor.shape), name=tensor.name
         )
 
-    def chunks(self) -> Iterator[bytes]:
+    def chunks(self) -> Iterator[bytes | memoryview]:
         """The file's bytes, produced one group at a time."""
         written = 0
         for group in self.groups:
@@ -111,11 +111,12 @@ class DataFile:
         return out
 
 
-def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> bytes:
+def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> memoryview:
     array = np.asarray(array)
     if tuple(array.shape) != tensor.shape:
         raise AssertionError(f"initializer {tensor.name!r}: planned shape {tensor.shape}, produced {array.shape}")
-    data = np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False)).tobytes()
+    # A view of the array's own buffer rather than a bytes copy: the largest tensor is held once, not twice.
+    data = memoryview(np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False))).cast("B")
     if len(data) != tensor.nbytes:
         raise AssertionError(f"initializer {tensor.name!r}: planned {tensor.nbytes} bytes, produced {len(data)}")
     return data
