@@ -90,6 +90,16 @@ def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
                     hint="num_blocks fixes the KV pool; gpu_utilization_factor sizes it from free GPU memory",
                 )
             )
+        if spec.get(("targets", "onnx_genai")) is not None:
+            out.append(
+                spec.diagnostic(
+                    ("targets", "onnx_genai"),
+                    "the onnx_genai target cannot share a paged main decoder",
+                    at="key",
+                    hint="onnx-genai runs the main graph with dense past/present ports; "
+                    "build it from a spec with attention: dense, or drop the onnx_genai target",
+                )
+            )
         if target["kv_cache"] == "static":
             out.append(
                 spec.diagnostic(
