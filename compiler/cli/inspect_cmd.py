@@ -60,7 +60,7 @@ def run(args) -> int:
                 "architecture": to_plain(arch),
                 "has_mtp_head": info.has_mtp_head,
                 "storage": dict(info.storage),
-                "tokenizer_files": sorted(name for name, _ in info.tokenizer_files),
+                "tokenizer_files": sorted(info.tokenizer_names),
                 "facts": {k: v for k, v in info.facts},
             },
         )
@@ -84,8 +84,8 @@ def run(args) -> int:
         out("storage:")
         for group, kind in info.storage:
             out(f"  {group}: {kind}")
-    if info.tokenizer_files:
-        out(f"tokenizer:     {', '.join(sorted(name for name, _ in info.tokenizer_files))}")
+    if info.tokenizer_names:
+        out(f"tokenizer:     {', '.join(sorted(info.tokenizer_names))}")
     for key, value in info.facts:
         out(f"{key}: {value}")
     return 0

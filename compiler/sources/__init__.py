@@ -9,9 +9,25 @@ Each kind lives in its own module and provides `describe(ref) -> SourceInfo`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable
 
 from ..ir import Architecture, SourceRef
 from ..weights import WeightStore
+
+Files = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
+class DeferredFiles:
+    """Files whose names are known from metadata but whose bytes are built on first use.
+
+    A GGUF's vocabulary (~250k tokens and merges) takes a second to turn into
+    `tokenizer.json`; `describe()` must stay instant for `inspect` and `plan`.
+    """
+
+    names: tuple[str, ...]
+    build: Callable[[], Files] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -19,14 +35,24 @@ class SourceInfo:
     architecture: Architecture
     # Tensor groups and their storage types, for `inspect` (e.g. {"attn_q": "Q4_0"}).
     storage: tuple[tuple[str, str], ...] = ()
-    # Tokenizer files the source can provide: relpath -> bytes.
-    tokenizer_files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    # Tokenizer files the source can provide: (relpath, bytes) pairs, or built on demand.
+    tokenizer: Files | DeferredFiles = field(default=(), repr=False)
     # Free-form facts for `inspect` (format version, file size, ...).
     facts: tuple[tuple[str, object], ...] = ()
 
     @property
     def has_mtp_head(self) -> bool:
         return self.architecture.mtp_num_layers > 0
+
+    @property
+    def tokenizer_names(self) -> tuple[str, ...]:
+        if isinstance(self.tokenizer, DeferredFiles):
+            return self.tokenizer.names
+        return tuple(name for name, _ in self.tokenizer)
+
+    @cached_property
+    def tokenizer_files(self) -> Files:
+        return self.tokenizer.build() if isinstance(self.tokenizer, DeferredFiles) else self.tokenizer
 
 
 def _module(kind: str):

@@ -1,7 +1,8 @@
 """GGUF checkpoints (llama.cpp): metadata -> Architecture, tensors -> canonical weights.
 
-The file is memory-mapped by gguf-py's GGUFReader; tensor data is only touched
-when a weight is read. Where each tensor lives and what the converter did to it
+The file is memory-mapped and its header walked by `gguf_header` (gguf-py's own
+reader takes seconds on a real vocabulary); tensor data is only touched when a
+weight is read, and dequantized with gguf-py's `gguf.quants`. Where each tensor lives and what the converter did to it
 is data in `gguf_names`; this module resolves that table against the metadata,
 checks every tensor's presence and shape up front, and undoes the transforms on
 read. Q4_0 / Q8_0 linear weights are carried over bit-exact as MatMulNBits
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
-from gguf import GGMLQuantizationType as QT, GGUFReader, Keys
+from gguf import GGMLQuantizationType as QT, Keys
 from gguf.quants import dequantize
 
 from ..diagnostics import SourceError
@@ -25,6 +26,7 @@ from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, 
 from ..weights import QuantizedTensor, TensorInfo, Weight
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
+from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
 from .gguf_quant import REPACKABLE, to_quantized_tensor
 from .gguf_tokenizer import tokenizer_files
 
@@ -34,29 +36,25 @@ _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 # ----------------------------------------------------------------------------- reading the file
 
 
-def _open(path: str) -> GGUFReader:
+def _open(path: str) -> GGUFHeader:
     if not os.path.isfile(path):
         raise SourceError(f"{path}: no such GGUF file")
-    try:
-        return GGUFReader(path, "r")
-    except Exception as err:  # gguf-py reports truncation and bad magic as assorted errors
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise SourceError(f"{path}: not a readable GGUF file (truncated or corrupt: {detail})") from None
+    return GGUFHeader(path)
 
 
 class _Metadata:
-    def __init__(self, reader: GGUFReader, path: str):
-        self.reader = reader
+    def __init__(self, header: GGUFHeader, path: str):
+        self.header = header
         self.path = path
         self.arch = self.get("general.architecture")
 
     def get(self, key: str, default=None, *, required: bool = True):
-        field = self.reader.get_field(key.format(arch=getattr(self, "arch", "")))
-        if field is None:
+        value = self.header.metadata.get(key.format(arch=getattr(self, "arch", "")))
+        if value is None:
             if required and default is None:
                 raise SourceError(f"{self.path}: GGUF metadata key {key.format(arch=self.arch)!r} is missing")
             return default
-        return field.contents()
+        return value
 
     def uniform(self, key: str) -> int:
         """A size that may be written per layer; we support only one value across layers."""
@@ -96,7 +94,7 @@ class _Layout:
 
 
 def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]:
-    reader = meta.reader
+    header = meta.header
     block_count = int(meta.get(Keys.LLM.BLOCK_COUNT))
     nextn = int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, required=False))
     if not 0 <= nextn < block_count:
@@ -119,7 +117,7 @@ def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]
             f"{meta.path}: inconsistent ssm sizes (inner_size {inner}, time_step_rank {value_heads}, "
             f"group_count {group_count})"
         )
-    embd = _tensor_shapes(reader).get("token_embd.weight")
+    embd = _tensor_shapes(header).get("token_embd.weight")
     if embd is None:
         raise SourceError(f"{meta.path}: GGUF tensor token_embd.weight is missing")
     eos = int(meta.get(Keys.Tokenizer.EOS_ID, 0, required=False))
@@ -154,7 +152,7 @@ def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]
             value_head_dim=inner // value_heads,
             conv_kernel=int(meta.get(Keys.SSM.CONV_KERNEL)),
         ),
-        tie_word_embeddings="output.weight" not in _tensor_shapes(reader),
+        tie_word_embeddings="output.weight" not in _tensor_shapes(header),
         mtp_num_layers=nextn,
     )
     return arch, n_main
@@ -165,9 +163,8 @@ def _float32(value) -> float:
     return float(str(np.float32(value)))
 
 
-def _tensor_shapes(reader: GGUFReader) -> dict[str, tuple[int, ...]]:
-    # ggml `ne` is innermost first: numpy order is its reverse.
-    return {t.name: tuple(int(d) for d in reversed(t.shape.tolist())) for t in reader.tensors}
+def _tensor_shapes(header: GGUFHeader) -> dict[str, tuple[int, ...]]:
+    return {name: info.shape for name, info in header.tensors.items()}
 
 
 def _dims(arch: Architecture) -> dict[str, int]:
@@ -198,7 +195,7 @@ def _layout(meta: _Metadata) -> _Layout:
         )
     arch, n_main = _architecture(meta, names)
     dims = _dims(arch)
-    present = _tensor_shapes(meta.reader)
+    present = _tensor_shapes(meta.header)
     entries: dict[str, _Entry] = {}
 
     def add(rule: Rule, gguf_prefix: str, canonical_prefix: str, *, optional: bool = False) -> None:
@@ -242,15 +239,15 @@ def _layout(meta: _Metadata) -> _Layout:
     return _Layout(arch, names, n_main, entries, (lin.num_key_heads, lin.num_value_heads, lin.key_dim))
 
 
-def _storage(reader: GGUFReader) -> tuple[tuple[str, str], ...]:
+def _storage(header: GGUFHeader) -> tuple[tuple[str, str], ...]:
     groups: dict[str, set[str]] = defaultdict(set)
-    for t in reader.tensors:
+    for t in header.tensors.values():
         parts = t.name.split(".")
         if parts[0] == "blk":
             parts = parts[2:]
         if parts[-1] == "weight":
             parts = parts[:-1]
-        groups[".".join(parts)].add(t.tensor_type.name)
+        groups[".".join(parts)].add(t.type.name)
     return tuple((group, ",".join(sorted(types))) for group, types in sorted(groups.items()))
 
 
@@ -259,12 +256,12 @@ def describe(ref: SourceRef) -> SourceInfo:
     assert ref.path is not None
     meta = _Metadata(_open(ref.path), ref.path)
     layout = _layout(meta)
-    reader = meta.reader
+    header = meta.header
     facts: list[tuple[str, object]] = [
         ("format", f"GGUF v{int(meta.get('GGUF.version'))}"),
         ("file_size", os.path.getsize(ref.path)),
         ("gguf_architecture", meta.arch),
-        ("tensor_count", len(reader.tensors)),
+        ("tensor_count", len(header.tensors)),
         ("trunk_layers", layout.n_main),
     ]
     if layout.arch.mtp_num_layers:
@@ -277,8 +274,8 @@ def describe(ref: SourceRef) -> SourceInfo:
         facts.append(("tokenizer_model", model))
     return SourceInfo(
         architecture=layout.arch,
-        storage=_storage(reader),
-        tokenizer_files=tokenizer_files(meta.get, layout.arch, ref.path),
+        storage=_storage(header),
+        tokenizer=tokenizer_files(meta.get, layout.arch, ref.path),
         facts=tuple(facts),
     )
 
@@ -308,9 +305,9 @@ class GGUFWeightStore:
 
     def __init__(self, path: str):
         self._path = path
-        self._reader: GGUFReader | None = _open(path)
-        self._layout = _layout(_Metadata(self._reader, path))
-        self._tensors = {t.name: t for t in self._reader.tensors}
+        self._header: GGUFHeader | None = _open(path)
+        self._layout = _layout(_Metadata(self._header, path))
+        self._tensors = self._header.tensors
 
     def names(self) -> Iterable[str]:
         names = set(self._layout.entries)
@@ -327,7 +324,7 @@ class GGUFWeightStore:
 
     def info(self, name: str) -> TensorInfo:
         entry = self._entry(name)
-        qtype = self._tensors[entry.gguf].tensor_type
+        qtype = self._tensors[entry.gguf].type
         return TensorInfo(
             name,
             entry.canonical_shape,
@@ -347,10 +344,10 @@ class GGUFWeightStore:
     def read(self, name: str) -> Weight:
         entry = self._entry(name)
         tensor = self._tensors[entry.gguf]
-        if not self._keeps_quantized(entry, tensor.tensor_type):
+        if not self._keeps_quantized(entry, tensor.type):
             return self.read_float(name)
         n, k = entry.gguf_shape
-        quantized = to_quantized_tensor(tensor.data, tensor.tensor_type, n, k)
+        quantized = to_quantized_tensor(self._data(tensor), tensor.type, n, k)
         if entry.transform is Transform.NONE:
             return quantized
         if entry.transform is Transform.VALUE_COLUMNS:
@@ -369,14 +366,14 @@ class GGUFWeightStore:
     def read_float(self, name: str) -> np.ndarray:
         entry = self._entry(name)
         tensor = self._tensors[entry.gguf]
-        if tensor.tensor_type == QT.F32:
-            value = np.asarray(tensor.data)
+        if tensor.type == QT.F32:
+            value = self._data(tensor)
         else:
             try:
-                value = dequantize(tensor.data, tensor.tensor_type)
+                value = dequantize(self._data(tensor), tensor.type)
             except NotImplementedError:
                 raise SourceError(
-                    f"{self._path}: GGUF tensor {entry.gguf} has type {tensor.tensor_type.name}, which gguf-py cannot dequantize"
+                    f"{self._path}: GGUF tensor {entry.gguf} has type {tensor.type.name}, which gguf-py cannot dequantize"
                 ) from None
         value = value.reshape(entry.gguf_shape)
         if entry.transform is not Transform.NONE:
@@ -392,6 +389,11 @@ class GGUFWeightStore:
         # in_proj_qkv rows and conv channels are [q_all | k_all | v_all]
         return _regroup_value_heads(value, 0, 2 * key_dim, n_k, n_v)
 
+    def _data(self, tensor: GGUFTensorInfo) -> np.ndarray:
+        if self._header is None:
+            raise ValueError(f"{self._path}: the weight store is closed")
+        return self._header.data(tensor)
+
     def close(self) -> None:
-        self._reader = None
+        self._header = None
         self._tensors = {}

@@ -17,6 +17,7 @@ from typing import Callable
 from gguf import Keys, TokenType
 
 from ..ir import Architecture
+from . import DeferredFiles
 from ..tokenizer_json import GPT2_PRE_TOKENIZER, added_token, byte_level_bpe, dump
 
 # The pre-tokenizer split of Qwen2-family byte-level BPE. llama.cpp names it "qwen2";
@@ -30,16 +31,21 @@ _ADDED = (TokenType.CONTROL, TokenType.USER_DEFINED)
 Getter = Callable[..., object]
 
 
-def tokenizer_files(get: Getter, arch: Architecture, path: str) -> tuple[tuple[str, bytes], ...]:
-    """`get(key, default, required=False)` reads one metadata value."""
+def tokenizer_files(get: Getter, arch: Architecture, path: str) -> DeferredFiles | tuple[()]:
+    """`get(key, default, required=False)` reads one metadata value.
+
+    Whether the GGUF has a tokenizer we can convert is known from two keys; the
+    conversion itself waits until the files are asked for.
+    """
     hf_json = get(Keys.Tokenizer.HF_JSON, "", required=False)
     model = get(Keys.Tokenizer.MODEL, "", required=False)
-    if hf_json:
-        tokenizer = json.loads(hf_json)
-    elif model == "gpt2":
-        tokenizer = _byte_level_bpe(get)
-    else:
+    if not hf_json and model != "gpt2":
         return ()
+    return DeferredFiles(("tokenizer.json", "tokenizer_config.json"), lambda: _build(get, arch, hf_json))
+
+
+def _build(get: Getter, arch: Architecture, hf_json: str) -> tuple[tuple[str, bytes], ...]:
+    tokenizer = json.loads(hf_json) if hf_json else _byte_level_bpe(get)
     tokens = list(get(Keys.Tokenizer.LIST, [], required=False))
     config = _tokenizer_config(get, arch, tokens)
     return (("tokenizer.json", dump(tokenizer)), ("tokenizer_config.json", dump(config)))

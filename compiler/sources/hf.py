@@ -438,7 +438,7 @@ def describe(ref: SourceRef) -> SourceInfo:
     return SourceInfo(
         architecture=arch,
         storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
-        tokenizer_files=tokenizer,
+        tokenizer=tokenizer,
         facts=tuple(facts),
     )
 

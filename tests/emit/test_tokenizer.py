@@ -85,7 +85,7 @@ def test_synthetic_tokenizer_is_deterministic():
 def test_source_tokenizer_files_are_copied_as_is():
     arch = tiny_arch()
     files = (("tokenizer_config.json", b'{"tokenizer_class": "Qwen2Tokenizer"}'), ("tokenizer.json", b"{ }"))
-    artifacts = emit_tokenizer(_ir(arch, "hf"), _ctx(SourceInfo(arch, tokenizer_files=files)))
+    artifacts = emit_tokenizer(_ir(arch, "hf"), _ctx(SourceInfo(arch, tokenizer=files)))
     assert {a.relpath: a.read() for a in artifacts} == dict(files)
 
 
@@ -136,3 +136,19 @@ def test_unsupported_tokenizer_class_is_rejected_by_the_runtime(tmp_path):
     config = replace(artifacts[1], content=b'{"tokenizer_class": "NoSuchTokenizer"}')
     with pytest.raises(RuntimeError, match="NoSuchTokenizer"):
         _load(tmp_path, [artifacts[0], config], arch)
+
+
+def test_gguf_describe_defers_building_the_tokenizer(gguf_with_tokenizer, monkeypatch):
+    """`describe` (and so `inspect`) names the tokenizer files without converting the vocabulary."""
+    from mtpc.sources import gguf_tokenizer
+
+    arch, path = gguf_with_tokenizer
+
+    def not_now(*args, **kwargs):
+        raise AssertionError("the vocabulary was converted")
+
+    monkeypatch.setattr(gguf_tokenizer, "_byte_level_bpe", not_now)
+    info = gguf_source.describe(SourceRef("gguf", str(path)))
+    assert info.tokenizer_names == ("tokenizer.json", "tokenizer_config.json")
+    with pytest.raises(AssertionError, match="converted"):
+        info.tokenizer_files

@@ -3,6 +3,8 @@
 import time
 from dataclasses import replace
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT, GGUFReader
@@ -277,7 +279,45 @@ def test_truncated_file(float_gguf, tmp_path):
     data = float_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) // 2])
-    assert "not a readable GGUF file" in _one_line_error(cut)
+    assert "truncated GGUF file: tensor " in _one_line_error(cut)
+
+
+def test_file_truncated_inside_the_header(float_gguf, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(float_gguf.read_bytes()[:200])
+    assert "truncated GGUF file (the header ends early)" in _one_line_error(cut)
+
+
+@pytest.mark.parametrize("content", [b"", b"GGML" + bytes(60)], ids=["empty", "bad-magic"])
+def test_not_a_gguf_file(tmp_path, content):
+    path = tmp_path / "x.gguf"
+    path.write_bytes(content)
+    assert "not a GGUF file" in _one_line_error(path)
+
+
+def test_header_reader_agrees_with_gguf_py(tmp_path):
+    """Our header walk must see what gguf-py's own reader sees: every key's value, every tensor."""
+    import gguf
+
+    from mtpc.sources.gguf_header import GGUFHeader
+
+    # Quantized tensors and a tokenizer (string and integer arrays) exercise every value kind we read.
+    arch = tiny_arch(vocab_size=300)  # room for the fixture vocabulary
+    path = str(write_gguf(tmp_path / "t.gguf", arch, seed=3, types=MIXED_TYPES, tokenizer=True))
+    ours, theirs = GGUFHeader(path), gguf.GGUFReader(path)
+    assert any(isinstance(v, Sequence) and not isinstance(v, str) and v and isinstance(v[0], str)
+               for v in ours.metadata.values())
+    for key, field in theirs.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        value = ours.metadata[key]
+        expected = field.contents()
+        assert (list(value) if not isinstance(value, (str, int, float)) else value) == expected, key
+    assert set(ours.tensors) == {t.name for t in theirs.tensors}
+    for t in theirs.tensors:
+        mine = ours.tensors[t.name]
+        assert mine.type == t.tensor_type and mine.offset == t.data_offset, t.name
+        assert np.array_equal(ours.data(mine), t.data), t.name
 
 
 def test_missing_head_tensor(tmp_path):
