@@ -9,6 +9,7 @@ unreadable file is a usage problem, anything else is a bug in mtpc.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -64,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args))
     except MtpcError as error:
         return _report_error(args.verb, fmt, error)
+    except BrokenPipeError:
+        # The reader went away (`mtpc inspect x | head`): not an error, and nothing more to say.
+        # Point stdout at devnull so the interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as error:
         # The verbs check the paths they are given; what is left is a file they cannot read or write.
         name = error.filename or ""

@@ -101,3 +101,15 @@ def test_console_script_entry_point_is_main():
 def test_version():
     proc = run_mtpc("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("mtpc ")
+
+
+def test_a_closed_pipe_is_not_an_error(tmp_path):
+    """`mtpc schema spec | head -0`: the reader leaves early; mtpc exits quietly."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "mtpc", "schema", "spec"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before mtpc has printed anything (mtpc is still importing)
+    stderr = proc.stderr.read().decode()
+    assert proc.wait() == 0
+    assert "error" not in stderr.lower() and "Traceback" not in stderr
