@@ -10,7 +10,8 @@ that fails:
    with the caches it returned), logits and the hidden state the head is
    seeded from, against `mtpc.reference.Qwen35Reference`;
 3. the MTP head graph named by `model.mtp.filename` on the same tokens, seeded
-   with the reference's hidden state, against `MtpHeadReference`;
+   with the reference's hidden state, against `MtpHeadReference`; likewise the
+   onnx-genai head the speculator config names, fed the embedded tokens;
 4. onnxruntime-genai: plain greedy decoding, then `og.MtpGenerator`
    speculative decoding from the head's own folder; the two token sequences
    must be identical. The draft acceptance rate is reported.
@@ -291,9 +292,42 @@ def run(args) -> int:
             report.compare("mtp head hidden state", got[hidden_out], want_hidden, tolerance)
     elif mtp.get("filename"):
         report.notes.append("the spec's source has no MTP head: the package's head was not compared")
+    sidecar = _speculator(root)
+    if sidecar and arch.mtp_num_layers > 0:
+        _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
 
     _decode(root, cfg, prompt, args, report, reference, _float32_build(ir), progress)
     return _finish(args, report)
+
+
+def _speculator(root: Path) -> dict | None:
+    """The onnx-genai SpeculatorConfig: config.json (workflow layout) or the metadata's `speculative` (flat)."""
+    import yaml
+
+    config, metadata = root / "config.json", root / "inference_metadata.yaml"
+    if config.is_file():
+        found = json.loads(config.read_text("utf-8")).get("speculator_config")
+        if found:
+            return found
+    if metadata.is_file():
+        return (yaml.safe_load(metadata.read_text("utf-8")) or {}).get("speculative")
+    return None
+
+
+def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, report, tolerance, progress) -> None:
+    """onnx-genai's head: the runtime embeds the tokens itself and applies the LM head to `mtp_hidden`."""
+    from ..reference import MtpHeadReference
+
+    progress(f"running {speculator['model']} on onnxruntime")
+    kv = {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    present = {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"}
+    runner = GraphRunner(root / speculator["model"], kv, present, 1, arch.head_dim)
+    ids = list(prompt[1:]) + [step_token]
+    embeds = np.asarray(weights.read_float("embed_tokens.weight"))[ids][None]
+    seed = np.asarray(seed, np.float64)
+    _, want_hidden, _ = MtpHeadReference(arch, weights).forward(np.asarray([ids]), seed, np.arange(len(ids))[None, :])
+    got = runner.run(ids, {"inputs_embeds": embeds, "hidden_states": seed})
+    report.compare("onnx-genai head hidden state", got[speculator["mtp_hidden_output"]], want_hidden, tolerance)
 
 
 def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, progress) -> None:

@@ -152,9 +152,25 @@ def test_verify_runs_reference_greedy_and_speculative(package, capsys):
     assert main(["verify", "-q", "--format", "json", str(package), "--spec", str(TINY), "--new-tokens", "6"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True and doc["format_version"] == 1
-    assert {c["check"] for c in doc["checks"]} >= {"main prefill logits", "main step logits", "mtp head logits", "speculative == greedy"}
+    assert {c["check"] for c in doc["checks"]} >= {
+        "main prefill logits", "main step logits", "mtp head logits", "onnx-genai head hidden state", "speculative == greedy"
+    }
     assert len(doc["greedy"]) == 6 and doc["speculative"] == doc["greedy"] == doc["reference_greedy"]
     assert 0.0 <= doc["acceptance_rate"] <= 1.0
+
+
+def test_verify_catches_a_wrong_onnx_genai_head(package, tmp_path, capsys):
+    """Swap in the sidecar head of other weights: only the onnx-genai head's check may fail."""
+    other = tmp_path / "other"
+    assert main(["compile", "-q", str(spec_variant(tmp_path, "seed: 0 ", "seed: 1 ")), "-o", str(other)]) == 0
+    mixed = tmp_path / "mixed"
+    shutil.copytree(package, mixed)
+    for name in ("mtp_sidecar.onnx", "mtp_sidecar.onnx.data"):
+        shutil.copyfile(other / name, mixed / name)
+    capsys.readouterr()
+    assert main(["verify", "-q", str(mixed), "--spec", str(TINY), "--new-tokens", "4"]) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].startswith("FAIL onnx-genai head hidden state")
 
 
 def test_verify_against_the_wrong_weights_is_a_mismatch(package, tmp_path, capsys):
