@@ -6,10 +6,10 @@ from dataclasses import replace
 import onnxruntime_genai as og
 import pytest
 
-from mtpc.contracts import MAIN_INPUT_NAMES, MAIN_OUTPUT_NAMES, main_contract
+from mtpc.contracts import main_decoder_config
 from mtpc.driver import EmitContext
 from mtpc.emit.tokenizer import emit_tokenizer
-from mtpc.ir import DecoderConfig, ModelIR, MtpSettings, Precision, QuantizationPlan, SourceRef, Targets
+from mtpc.ir import ModelIR, MtpSettings, Precision, QuantizationPlan, SourceRef, Targets
 from mtpc.sources import SourceInfo
 from mtpc.sources import gguf as gguf_source
 from tests.fixtures.arch import tiny_arch
@@ -17,17 +17,7 @@ from tests.fixtures.gguf_writer import fixture_vocab, write_gguf
 
 
 def _ir(arch, kind: str) -> ModelIR:
-    main = DecoderConfig(
-        filename="model.onnx",
-        hidden_size=arch.hidden_size,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-        head_size=arch.head_dim,
-        layer_kinds=arch.layer_kinds,
-        inputs=tuple(MAIN_INPUT_NAMES.items()),
-        outputs=tuple(MAIN_OUTPUT_NAMES.items()),
-        contract=main_contract(arch, Precision()),
-    )
+    main = main_decoder_config(arch, Precision())
     return ModelIR(
         "t", None, SourceRef(kind, seed=0), arch, MtpSettings(), Precision(), QuantizationPlan(), Targets(), main
     )
