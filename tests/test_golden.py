@@ -27,11 +27,11 @@ import pytest
 import yaml
 
 from mtpc.driver import build
+from tests.fixtures.shared import shared_file
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
-CONFORMANCE = REPO.parent / "shared" / "conformance" / "onnx-genai"
 UPDATE = os.environ.get("MTPC_UPDATE_GOLDEN") == "1"
 
 TEXT_SUFFIXES = (".json", ".yaml", ".md")
@@ -108,7 +108,7 @@ def test_golden_genai_configs_parse_in_onnxruntime_genai(folder: Path):
 def test_golden_inference_metadata_satisfies_upstream_schema(folder: Path):
     document = yaml.safe_load((folder / "inference_metadata.yaml").read_text(encoding="utf-8"))
     layout = "flat" if "speculative" in document or "kv_cache" in document else "workflow"
-    schema = json.loads((CONFORMANCE / f"{layout}-layout.schema.json").read_text(encoding="utf-8"))
+    schema = json.loads(shared_file(f"conformance/onnx-genai/{layout}-layout.schema.json").read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(document)
 
 

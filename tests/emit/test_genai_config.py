@@ -2,7 +2,7 @@
 
 `og.Config(dir)` parses a config without loading graphs, so every emitted config is
 loaded for real; expected names come from configs the 0.18.0 builder wrote
-(tests/profiles/builder_configs) and from the runtime reference, not from the emitter.
+(../shared/reference/builder-configs) and from the runtime reference, not from the emitter.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from mtpc.sources import SourceInfo
 from mtpc.validation import errors as schema_errors
 
 from tests.fixtures.arch import tiny_arch
+from tests.fixtures.shared import builder_config
 from tests.passes.ir_factory import CPU_DENSE, CUDA_DENSE, CUDA_PAGED, compiled
 
-BUILDER_CONFIGS = Path(__file__).parents[1] / "profiles" / "builder_configs"
 TARGETS = {"cpu-dense": CPU_DENSE, "cuda-dense": CUDA_DENSE, "cuda-paged": CUDA_PAGED}
 REPO = Path(__file__).parents[2]
 
 
 def _builder(name: str) -> dict:
-    return json.loads((BUILDER_CONFIGS / f"{name}.genai_config.json").read_text(encoding="utf-8"))
+    return json.loads(builder_config(name).read_text(encoding="utf-8"))
 
 
 def _emit(ir, facts=None):

@@ -41,9 +41,9 @@ from mtpc.ir import (
 )
 from mtpc.validation import errors as our_schema_errors
 from tests.fixtures.arch import tiny_arch
+from tests.fixtures.shared import shared_file
 
 REPO = Path(__file__).resolve().parents[2]
-UPSTREAM = REPO.parent / "shared" / "conformance" / "onnx-genai"
 SIDECAR = "mtp_sidecar.onnx"
 NUM_SPECULATIVE_TOKENS = 2
 LAYOUTS = ("workflow", "flat")
@@ -91,8 +91,7 @@ def metadata(files: dict[str, bytes]) -> dict:
 
 
 def upstream_errors(layout: str, instance) -> list[str]:
-    path = UPSTREAM / f"{layout}-layout.schema.json"
-    assert path.is_file(), f"upstream schema missing: {path}"
+    path = shared_file(f"conformance/onnx-genai/{layout}-layout.schema.json")
     schema = json.loads(path.read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(instance)]

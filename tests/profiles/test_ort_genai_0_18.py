@@ -19,8 +19,8 @@ from mtpc.ir import AttentionMode
 from mtpc.profiles import ort_genai_profile
 from mtpc.profiles.ort_genai_0_18 import PROFILE
 from mtpc.validation import errors as schema_errors, load_schema
+from tests.fixtures.shared import BUILDER_CONFIG_NAMES, builder_config
 
-BUILDER_CONFIGS = sorted((Path(__file__).parent / "builder_configs").glob("*.json"))
 
 BASE = {
     "model": {
@@ -169,11 +169,11 @@ def test_quirks():
     assert not PROFILE.supports_kv_cache(AttentionMode.PAGED, "static")
 
 
-@pytest.mark.parametrize("path", BUILDER_CONFIGS, ids=lambda p: p.name)
-def test_builder_configs_are_accepted_by_profile_schema_and_runtime(tmp_path, path):
+@pytest.mark.parametrize("name", BUILDER_CONFIG_NAMES)
+def test_builder_configs_are_accepted_by_profile_schema_and_runtime(tmp_path, name):
     # Configs the 0.18.0 builder wrote (shared/reference/builder-configs): the profile, our
     # schema and the runtime must all accept them.
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc = json.loads(builder_config(name).read_text(encoding="utf-8"))
     assert PROFILE.unaccepted(doc) == []
     assert [e.message for e in schema_errors("genai_config", doc)] == []
     _load(tmp_path, doc)
