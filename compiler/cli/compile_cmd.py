@@ -13,10 +13,15 @@ The package is written atomically: files go to a temporary sibling folder that
 replaces DIR only once everything is written, so a failure leaves DIR exactly
 as it was (or absent). Compiling the same spec twice gives byte-identical files.
 
+DIR may be absent, an empty folder, or a package mtpc wrote before (known by its
+README.md); anything else is refused unless --force. A file, and a folder that
+holds the spec or the source checkpoint, are never replaced.
+
 examples:
   mtpc compile specs/qwen35-tiny-mtp.yaml              # -> out/qwen35-tiny-mtp/
   mtpc compile specs/qwen35-tiny-mtp.yaml -o pkg -q    # no progress on stderr
   mtpc compile spec.yaml --format json | jq .files
+  mtpc compile spec.yaml -o build/pkg --force          # replace build/pkg whatever it holds
 """
 
 
@@ -24,6 +29,7 @@ def add_parser(sub) -> None:
     p = verb_parser(sub, "compile", HELP, EPILOG)
     p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
     p.add_argument("-o", "--output", metavar="DIR", help="output directory (default: ./out/<spec name>)")
+    p.add_argument("--force", action="store_true", help="replace DIR even if it is not an mtpc package")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
 
@@ -34,14 +40,20 @@ def default_output(name: str) -> Path:
 
 def run(args) -> int:
     from ..driver import build
-    from ..output import write_package
+    from ..output import check_destination, write_package
 
     spec = existing_file(args.spec, "spec")
+    protected = [("spec", spec)]
+    if args.output:
+        # Refuse before the build, which can take minutes; the source checkpoint is known only after it.
+        check_destination(args.output, force=args.force, protected=protected)
     progress = progress_printer(args.quiet or args.format == "json")
     result = build(spec, progress=progress)
     target = Path(args.output) if args.output else default_output(result.ir.name)
+    if result.ir.source.path is not None:
+        protected.append(("source checkpoint", result.ir.source.path))
     progress(f"writing {len(result.artifacts)} files to {target}")
-    write_package(result.artifacts, target)
+    write_package(result.artifacts, target, force=args.force, protected=protected)
     files = []
     for art in result.artifacts:
         path = target / art.relpath
