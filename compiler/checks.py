@@ -5,23 +5,28 @@ files of a package agree with each other and with their ONNX graphs: every
 tensor name a config mentions exists in the graph it names, the MTP head's
 hidden-state input matches the main model's output (dtype, width, rank), the
 initializers a sidecar borrows exist in the target graph, and every file a
-config points at is a relative path inside the package.
+config points at is a relative path inside the package, and every external-data
+file a graph points at is long enough to hold the tensors it is said to hold.
 
 Every check runs and every finding is collected before anything is reported,
 so one run shows everything that is wrong. Graphs are read without their
-external data: only names, dtypes and shapes are needed.
+external data: only names, dtypes and shapes are needed, and a data file is
+measured by its size, never read.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
+import numpy as np
 import onnx
 import yaml
+from onnx import TensorProto
 
 from .validation import errors as schema_errors, json_path, schema_names
 
@@ -61,13 +66,42 @@ class Tensor:
         return self.shape[-1] if self.shape else None
 
 
+@dataclass(frozen=True)
+class ExternalTensor:
+    """An initializer whose bytes live in a data file, as the graph describes them."""
+
+    name: str
+    location: str | None
+    offset: str | None  # the raw external_data values; malformed ones are findings
+    length: str | None
+    nbytes: int | None  # what its dims and type need (the runtime's length when none is given); None: not fixed
+
+
 @dataclass
 class Graph:
     relpath: str
     inputs: dict[str, Tensor]
     outputs: dict[str, Tensor]
     initializers: dict[str, Tensor]
-    external_files: tuple[str, ...]
+    external: tuple[ExternalTensor, ...]
+
+
+# Types packed several to a byte; the others take whole bytes (numpy's itemsize).
+_PACKED_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4, TensorProto.INT2: 2, TensorProto.UINT2: 2}
+_UNSIZED = {TensorProto.UNDEFINED, TensorProto.STRING, TensorProto.FLOAT6E2M3, TensorProto.FLOAT6E3M2}
+
+
+def _stored_bytes(init: onnx.TensorProto) -> int | None:
+    """Bytes the initializer's dims and type take in a data file; None where that is not fixed."""
+    if init.data_type in _UNSIZED:
+        return None
+    bits = _PACKED_BITS.get(init.data_type)
+    if bits is None:
+        try:
+            bits = 8 * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+        except (KeyError, TypeError, ValueError):  # a type this onnx does not know
+            return None
+    return -(-math.prod(init.dims) * bits // 8)
 
 
 def _tensor_from_value_info(vi: onnx.ValueInfoProto) -> Tensor:
@@ -83,18 +117,19 @@ def _read_graph(data: bytes, relpath: str) -> Graph:
     model = onnx.load_model_from_string(data)
     g = model.graph
     initializers = {}
-    external = set()
+    external = []
     for init in g.initializer:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name if init.data_type else "undefined"
         initializers[init.name] = Tensor(init.name, dtype, tuple(init.dims))
         if init.data_location == onnx.TensorProto.EXTERNAL:
-            for entry in init.external_data:
-                if entry.key == "location":
-                    external.add(entry.value)
+            entries = {entry.key: entry.value for entry in init.external_data}
+            external.append(
+                ExternalTensor(init.name, entries.get("location"), entries.get("offset"), entries.get("length"), _stored_bytes(init))
+            )
     # Graph inputs that are also initializers are constants with a default, not runtime inputs.
     inputs = {vi.name: _tensor_from_value_info(vi) for vi in g.input if vi.name not in initializers}
     outputs = {vi.name: _tensor_from_value_info(vi) for vi in g.output}
-    return Graph(relpath, inputs, outputs, initializers, tuple(sorted(external)))
+    return Graph(relpath, inputs, outputs, initializers, tuple(external))
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -106,18 +141,31 @@ def _folder(relpath: str) -> str:
     return "" if parent == "." else parent
 
 
-# relpath -> a function returning the file's bytes
-Files = dict[str, Callable[[], bytes]]
+@dataclass(frozen=True)
+class PackageFile:
+    read: Callable[[], bytes]
+    size: Callable[[], int | None]  # None: not known without producing the bytes
+
+
+Files = dict[str, PackageFile]
 
 
 def package_directory(root: str | Path) -> Files:
     root = Path(root)
-    return {p.relative_to(root).as_posix(): p.read_bytes for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): PackageFile(p.read_bytes, lambda p=p: p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def artifact_files(artifacts) -> Files:
-    """An in-memory package (the driver's artifacts) in the shape `check_files` reads."""
-    return {a.relpath: a.read for a in artifacts}
+    """An in-memory package (the driver's artifacts) in the shape `check_files` reads.
+
+    A streamed artifact (a weights file) has no size until it is produced; mtpc
+    streams it whole, so there is nothing to measure it against.
+    """
+    return {a.relpath: PackageFile(a.read, lambda a=a: len(a.content) if a.content is not None else None) for a in artifacts}
 
 
 @dataclass
@@ -155,19 +203,48 @@ class _Checker:
             return None
         if rel not in self._graphs:
             try:
-                graph = _read_graph(self.files[rel](), rel)
+                graph = _read_graph(self.files[rel].read(), rel)
             except Exception as exc:  # a corrupt graph is a finding about the package, not a crash
                 self.add(rel, "", f"cannot be read as an ONNX model: {exc}")
                 graph = None
             else:
-                for location in graph.external_files:
-                    self.resolve(rel, "", location, _folder(rel))
+                self.external_data(graph)
             self._graphs[rel] = graph
         return self._graphs[rel]
 
+    def external_data(self, graph: Graph) -> None:
+        """Each data file a graph names exists in the package and is long enough for what it holds there."""
+        by_location: dict[str, list[ExternalTensor]] = {}
+        for tensor in graph.external:
+            if tensor.location:
+                by_location.setdefault(tensor.location, []).append(tensor)
+            else:
+                self.add(graph.relpath, "", f"initializer {tensor.name!r} is stored externally but names no location")
+        for location, tensors in sorted(by_location.items()):
+            data = self.resolve(graph.relpath, "", location, _folder(graph.relpath))
+            size = self.files[data].size() if data is not None else None
+            if size is not None:
+                self.extents(graph.relpath, data, tensors, size)
+
+    def extents(self, graph: str, data: str, tensors: list[ExternalTensor], size: int) -> None:
+        """One finding per graph and data file: the initializer that ends furthest past the end, and how many do."""
+        past_the_end = []
+        for t in tensors:
+            offset = _byte_count(t.offset, 0)
+            length = _byte_count(t.length, t.nbytes)
+            for key, raw, value in (("offset", t.offset, offset), ("length", t.length, length)):
+                if value is None and raw is not None:
+                    self.add(graph, "", f"initializer {t.name!r}: external-data {key} {raw!r} is not a byte count")
+            if offset is not None and offset + (length or 0) > size:
+                past_the_end.append((offset + (length or 0), t.name))
+        if past_the_end:
+            end, name = max(past_the_end)
+            also = f"; {len(past_the_end)} of the {len(tensors)} {graph} initializers in it run past the end" if len(past_the_end) > 1 else ""
+            self.add(data, "", f"{graph} initializer {name!r} ends at byte {end}, the file has {size} bytes (truncated?){also}")
+
     def parse(self, rel: str):
         try:
-            text = self.files[rel]().decode("utf-8")
+            text = self.files[rel].read().decode("utf-8")
             return json.loads(text) if rel.endswith(".json") else yaml.safe_load(text)
         except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
             self.add(rel, "", f"cannot be parsed: {exc}".replace("\n", " "))
@@ -179,6 +256,13 @@ class _Checker:
             return
         for e in schema_errors(schema, instance):
             self.add(rel, json_path(e), f"{e.message} (schema {schema})")
+
+
+def _byte_count(raw: str | None, default: int | None) -> int | None:
+    """An external_data offset / length ("123"); `default` when absent, None when malformed."""
+    if raw is None:
+        return default
+    return int(raw) if raw.isascii() and raw.isdigit() else None
 
 
 # ----------------------------------------------------------------------------- genai_config.json

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
+import onnx
+import onnxruntime as ort
+import pytest
 import yaml
 from onnx import TensorProto
 
 from mtpc.checks import check_package
+from mtpc.driver import build
+from mtpc.output import write_package
 from tests.cli import handmade as hm
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def lines(root) -> list[str]:
@@ -87,6 +96,110 @@ def test_missing_external_data_file(tmp_path):
     hm.write_package(tmp_path)
     (tmp_path / "model.onnx.data").unlink()
     assert lines(tmp_path) == ["model.onnx:/: 'model.onnx.data' does not exist in the package"]
+
+
+def rewrite_external_data(graph_path, **entries) -> None:
+    """Set (or, with None, drop) external_data keys on every external initializer of a saved graph."""
+    model = onnx.load(str(graph_path), load_external_data=False)
+    for init in model.graph.initializer:
+        kept = {e.key: e.value for e in init.external_data if e.key not in entries}
+        kept.update({k: v for k, v in entries.items() if v is not None})
+        del init.external_data[:]
+        for key, value in kept.items():
+            init.external_data.add(key=key, value=value)
+    onnx.save(model, str(graph_path))
+
+
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        ("../model.onnx.data", "'../model.onnx.data' must not contain '..'"),
+        ("/tmp/model.onnx.data", "'/tmp/model.onnx.data' must be a relative path"),
+    ],
+)
+def test_external_data_outside_the_package(tmp_path, location, message):
+    hm.write_package(tmp_path)
+    rewrite_external_data(tmp_path / "model.onnx", location=location)
+    assert lines(tmp_path) == [f"model.onnx:/: {message}"]
+
+
+def test_external_data_without_a_length_needs_what_its_dims_and_dtype_take(tmp_path):
+    hm.write_package(tmp_path)
+    rewrite_external_data(tmp_path / "model.onnx", length=None)
+    data = tmp_path / "model.onnx.data"
+    data.write_bytes(data.read_bytes()[:-1])
+    need = hm.VOCAB * hm.HIDDEN * 4  # the float32 embedding
+    assert lines(tmp_path) == [
+        f"model.onnx.data:/: model.onnx initializer 'model.embed_tokens.weight' ends at byte {need}, the file has {need - 1} bytes (truncated?)"
+    ]
+
+
+@pytest.mark.parametrize("offset", ["-8", "0x10", ""])
+def test_malformed_external_data_offset(tmp_path, offset):
+    hm.write_package(tmp_path)
+    rewrite_external_data(tmp_path / "model.onnx", offset=offset)
+    assert lines(tmp_path) == [
+        f"model.onnx:/: initializer 'model.embed_tokens.weight': external-data offset {offset!r} is not a byte count"
+    ]
+
+
+def test_external_data_with_no_location(tmp_path):
+    hm.write_package(tmp_path)
+    rewrite_external_data(tmp_path / "model.onnx", location=None)
+    assert lines(tmp_path) == ["model.onnx:/: initializer 'model.embed_tokens.weight' is stored externally but names no location"]
+
+
+# ----------------------------------------------------------------------------- a compiled package
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compiled") / "pkg"
+    write_package(build(REPO / "specs" / "qwen35-tiny-mtp.yaml").artifacts, folder)
+    return folder
+
+
+def extents(graph_path) -> dict[str, int]:
+    """initializer -> the byte its external data ends at, straight from the graph's external_data entries."""
+    model = onnx.load(str(graph_path), load_external_data=False)
+    ends = {}
+    for init in model.graph.initializer:
+        entries = {e.key: e.value for e in init.external_data}
+        if entries:
+            ends[init.name] = int(entries.get("offset", 0)) + int(entries["length"])
+    return ends
+
+
+def test_compiled_package_is_sound(compiled):
+    assert lines(compiled) == []
+
+
+def test_compiled_package_with_a_truncated_data_file(compiled, tmp_path):
+    package = shutil.copytree(compiled, tmp_path / "pkg")
+    data = package / "model.onnx.data"
+    data.write_bytes(data.read_bytes()[:1000])
+    ends = extents(package / "model.onnx")
+    last = max(ends, key=ends.get)
+    past = sum(end > 1000 for end in ends.values())
+    assert lines(package) == [
+        f"model.onnx.data:/: model.onnx initializer {last!r} ends at byte {ends[last]}, the file has 1000 bytes "
+        f"(truncated?); {past} of the {len(ends)} model.onnx initializers in it run past the end"
+    ]
+    # The finding is a real failure: onnxruntime refuses the graph.
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.Fail, match="out of bounds"):
+        ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+
+
+def test_compiled_head_one_byte_short(compiled, tmp_path):
+    package = shutil.copytree(compiled, tmp_path / "pkg")
+    data = package / "mtp" / "mtp.onnx.data"
+    size = data.stat().st_size - 1
+    data.write_bytes(data.read_bytes()[:size])
+    ends = extents(package / "mtp" / "mtp.onnx")
+    last = max(ends, key=ends.get)
+    assert lines(package) == [
+        f"mtp/mtp.onnx.data:/: mtp/mtp.onnx initializer {last!r} ends at byte {ends[last]}, the file has {size} bytes (truncated?)"
+    ]
 
 
 def test_a_layer_without_any_state_tensor(tmp_path):

@@ -47,7 +47,7 @@ class SafetensorsFile:
                 if header_len > _MAX_HEADER:
                     raise SourceError(f"{self.path}: not a safetensors file (header length {header_len})")
                 header = json.loads(f.read(header_len).decode("utf-8"))
-                data_size = self.path.stat().st_size - 8 - header_len
+                file_size = self.path.stat().st_size
         except OSError as e:
             raise SourceError(f"{self.path}: cannot read: {e.strerror}") from None
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -57,12 +57,29 @@ class SafetensorsFile:
         self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
         self._entries: dict[str, dict] = header
         self._data_start = 8 + header_len
-        self._data_size = data_size
         self._map: np.memmap | None = None
+        # Checked from the header alone when the file is opened, so a damaged or truncated
+        # checkpoint fails `describe` (and `mtpc inspect`), not the first read of a weight.
         for name, entry in header.items():
-            if not isinstance(entry, dict) or entry.get("dtype") not in _NUMPY_DTYPES:
-                dtype = entry.get("dtype") if isinstance(entry, dict) else None
-                raise SourceError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
+            self._check_entry(name, entry)
+        past_the_end = [(e["data_offsets"][1], n) for n, e in header.items() if self._data_start + e["data_offsets"][1] > file_size]
+        if past_the_end:
+            end, name = min(past_the_end)
+            raise SourceError(f"{self.path}: truncated: tensor {name!r} ends at byte {self._data_start + end}, the file has {file_size}")
+
+    def _check_entry(self, name: str, entry: object) -> None:
+        """A header entry is usable: a known dtype and a byte range that matches its shape."""
+        if not isinstance(entry, dict) or entry.get("dtype") not in _NUMPY_DTYPES:
+            dtype = entry.get("dtype") if isinstance(entry, dict) else None
+            raise SourceError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+            raise SourceError(f"{self.path}: tensor {name!r} has a malformed shape {shape!r}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets)) and offsets[0] <= offsets[1]):
+            raise SourceError(f"{self.path}: tensor {name!r} has malformed data_offsets {offsets!r}")
+        begin, end = offsets
+        if end - begin != int(np.prod(shape, dtype=np.int64)) * _NUMPY_DTYPES[entry["dtype"]].itemsize:
+            raise SourceError(f"{self.path}: tensor {name!r} byte range does not match its shape and dtype")
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -91,12 +108,8 @@ class SafetensorsFile:
         begin, end = entry["data_offsets"]
         code, shape = entry["dtype"], tuple(entry["shape"])
         dtype = _NUMPY_DTYPES[code]
-        if end - begin != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-            raise SourceError(f"{self.path}: tensor {name!r} byte range does not match its shape and dtype")
         if end == begin:
             return np.zeros(shape, np.float32 if code == "BF16" else dtype)
-        if end > self._data_size:
-            raise SourceError(f"{self.path}: truncated (tensor {name!r} ends past the end of the file)")
         view = self._mapped()[begin:end].view(dtype).reshape(shape)
         if code == "BF16":
             return (view.astype(np.uint32) << 16).view(np.float32)
@@ -106,6 +119,10 @@ class SafetensorsFile:
         if self._map is None:
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start)
         return self._map
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def to_bfloat16_bits(values: np.ndarray) -> np.ndarray:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -264,6 +266,27 @@ def test_index_naming_a_missing_shard(tmp_path):
     directory = write_hf_checkpoint(tmp_path, ARCH, seed=0, sharded=True)
     (directory / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(SourceError, match="model-00002-of-00002.safetensors: missing"):
+        describe(ref(directory))
+
+
+def first_tensor_past(path: Path, size: int) -> tuple[str, int]:
+    """From the raw header: the tensor (in data order) that a file cut to `size` bytes loses first, and its end."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    ends = sorted((8 + n + e["data_offsets"][1], name) for name, e in header.items() if name != "__metadata__")
+    return next((name, end) for end, name in ends if end > size)
+
+
+@pytest.mark.parametrize("sharded, cut", [(False, "model.safetensors"), (True, "model-00002-of-00002.safetensors")])
+def test_describe_reports_a_truncated_safetensors_file(tmp_path, sharded, cut):
+    directory = write_hf_checkpoint(tmp_path, ARCH, seed=0, sharded=sharded)
+    path = directory / cut
+    size = path.stat().st_size // 2
+    name, end = first_tensor_past(path, size)
+    path.write_bytes(path.read_bytes()[:size])
+    message = f"{path}: truncated: tensor {name!r} ends at byte {end}, the file has {size}"
+    with pytest.raises(SourceError, match=re.escape(message) + "$"):
         describe(ref(directory))
 
 

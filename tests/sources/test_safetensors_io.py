@@ -94,9 +94,30 @@ def test_unsupported_dtype_and_bad_offsets(tmp_path):
         SafetensorsFile(tmp_path / "b").read("x")
 
 
-def test_truncated_file(tmp_path):
+def test_truncated_file_fails_on_open_naming_the_first_tensor_cut(tmp_path):
     path = tmp_path / "t.safetensors"
-    write_safetensors(path, {"x": np.ones(8, np.float32)})
-    path.write_bytes(path.read_bytes()[:-4])
-    with pytest.raises(SourceError, match="truncated"):
-        SafetensorsFile(path).read("x")
+    write_safetensors(path, {"a": np.ones(8, np.float32), "b": np.ones(8, np.float32), "c": np.ones(8, np.float32)})
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    # Cut inside "b" (data bytes 32..64): "a" is whole, "b" and "c" run past the end.
+    path.write_bytes(raw[: 8 + n + 40])
+    with pytest.raises(SourceError, match=rf"t.safetensors: truncated: tensor 'b' ends at byte {8 + n + 64}, the file has {8 + n + 40}$"):
+        SafetensorsFile(path)
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"dtype": "F32", "shape": [2]}, "malformed data_offsets None"),
+        ({"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}, r"malformed data_offsets \[8, 0\]"),
+        ({"dtype": "F32", "shape": [2], "data_offsets": ["0", "8"]}, "malformed data_offsets"),
+        ({"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}, r"a malformed shape \[-2\]"),
+        ({"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}, "a malformed shape '2'"),
+    ],
+)
+def test_malformed_header_entries_fail_on_open(tmp_path, entry, message):
+    header = json.dumps({"x": entry}).encode()
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+    with pytest.raises(SourceError, match=f"tensor 'x' has {message}"):
+        SafetensorsFile(path)
