@@ -7,9 +7,10 @@ Every verb that compiles (`compile`, `plan`, `check SPEC`, `diff SPEC SPEC`,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 
@@ -18,9 +19,12 @@ from .diagnostics import Diagnostic, ExitCode, MtpcError
 from .emit import EMITTERS, Artifact
 from .ir import ModelIR
 from .passes import PassResult, default_pipeline
-from .validation import errors as schema_errors, json_path
+from .validation import errors as schema_errors, json_path, load_schema
 from .sources import SourceInfo
 from .weights import WeightStore
+
+if TYPE_CHECKING:
+    from .spec.loader import LoadedSpec
 
 Progress = Callable[[str], None]
 
@@ -64,6 +68,28 @@ def lower_spec(spec_path: str | Path) -> tuple[ModelIR, SourceInfo]:
     return lower(spec)
 
 
+def _positioned(err: MtpcError, spec: "LoadedSpec") -> MtpcError:
+    """`err` with each unplaced diagnostic about a spec field (`path` like "mtp.head") pointed at that field.
+
+    Passes see only the IR, so they name the spec field they refuse; the spec knows where it is written.
+    """
+    fields = load_schema("spec")["properties"]
+
+    def placed(diag: Diagnostic) -> Diagnostic:
+        if diag.span is not None or not diag.path or not _SPEC_FIELD.fullmatch(diag.path):
+            return diag
+        path = tuple(diag.path.split("."))
+        if path[0] not in fields:
+            return diag
+        anchor = spec.diagnostic(path, diag.message)
+        return replace(diag, span=anchor.span, source_line=anchor.source_line)
+
+    return MtpcError([placed(d) for d in err.diagnostics], err.exit_code)
+
+
+_SPEC_FIELD = re.compile(r"[a-z_]+(\.[a-z_]+)*")  # "mtp.head"; an artifact path matches no spec section
+
+
 def build(
     spec_path: str | Path,
     *,
@@ -72,9 +98,16 @@ def build(
     with_weights: bool = True,
 ) -> Build:
     """Compile a spec in memory. With `with_weights=False` the large artifacts stay lazy."""
-    ir, info = lower_spec(spec_path)
+    from .spec.loader import load_spec
+    from .spec.lower import lower
+
+    spec = load_spec(spec_path)
+    ir, info = lower(spec)
     pipeline = default_pipeline(observer)
-    ir = pipeline.run(ir)
+    try:
+        ir = pipeline.run(ir)
+    except MtpcError as err:
+        raise _positioned(err, spec) from err
     _load_emitters()
     ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress)
     artifacts: list[Artifact] = []

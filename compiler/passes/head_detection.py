@@ -40,7 +40,7 @@ class HeadDetection:
                 path="mtp.head",
             )
         skip_for_static_cache = source_has_head and policy is HeadPolicy.AUTO and static_cache
-        emit_head = source_has_head and policy is not HeadPolicy.OFF and not skip_for_static_cache
+        emit_head = emits_head(ir)
         changes: list[str] = []
         notes = ir.notes
         if skip_for_static_cache and STATIC_CACHE_NOTE not in notes:
@@ -82,6 +82,15 @@ STATIC_CACHE_NOTE = (
     "in place), so the package is text-only. Use kv_cache: dynamic to keep the head, or mtp.head: off to "
     "silence this note."
 )
+
+
+def emits_head(ir: ModelIR) -> bool:
+    """Whether the package will carry an MTP head, for a spec this pass accepts.
+
+    Shared with lowering, which refuses choices that only matter when a head is built.
+    """
+    source_has_head = ir.architecture.mtp_num_layers > 0
+    return source_has_head and ir.mtp.head is not HeadPolicy.OFF and not _has_static_kv_cache(ir)
 
 
 def _has_static_kv_cache(ir: ModelIR) -> bool:

@@ -1,7 +1,9 @@
 """Read a spec file: YAML with positions, checked against schemas/spec.schema.json.
 
 Every mistake found is reported at once, sorted by position, each pointing at
-the offending key or value. Exit codes: an unreadable file or text that is not
+the offending key or value: schema errors, and the cross-field rules of the
+sections that are schema-valid (a rule over a section with a schema error runs
+once that error is fixed). Exit codes: an unreadable file or text that is not
 YAML is a usage error (2); YAML that is not a valid spec is a finding (1).
 """
 
@@ -15,8 +17,10 @@ from typing import Any, Literal, Mapping
 import yaml
 
 from ..diagnostics import Diagnostic, ExitCode, MtpcError, Span
-from . import yaml_positions
-from .schema_messages import schema_diagnostics
+from ..validation import load_schema
+from . import rules, yaml_positions
+from .defaults import apply_defaults
+from .schema_messages import invalid_sections, schema_diagnostics
 from .yaml_positions import JsonPath, NodeSpan, dotted
 
 
@@ -84,6 +88,9 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
     spec = LoadedSpec(parsed.data, parsed.spans, tuple(text.splitlines()), path)
     problems = list(parsed.problems) + schema_diagnostics(spec)
     if problems:
+        broken = invalid_sections(spec)
+        if broken is not None:
+            problems += rules.check(spec, apply_defaults(load_schema("spec"), spec.data), skip=broken)
         raise MtpcError(by_position(problems), ExitCode.FINDINGS)
     return spec
 

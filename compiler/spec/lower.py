@@ -9,6 +9,7 @@ node, so the user sees which line of the spec led there.
 from __future__ import annotations
 
 from dataclasses import replace
+from fnmatch import fnmatchcase
 
 from .. import sources
 from ..contracts import main_decoder_config
@@ -29,11 +30,14 @@ from ..ir import (
     SourceRef,
     Targets,
 )
+from ..passes.head_detection import emits_head
 from ..sources import SourceInfo, synthetic
+from ..sources.hf import expected_shapes
 from ..validation import load_schema
 from . import rules
 from .defaults import apply_defaults
 from .loader import LoadedSpec, by_position
+from .suggest import closest
 
 # The onnxruntime-genai builder's default share of free GPU memory for the paged KV pool,
 # used when a paged spec pins neither num_blocks nor gpu_utilization_factor.
@@ -66,7 +70,11 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
         quantization=_quantization(filled["quantization"]),
         targets=targets,
         main=main_decoder_config(architecture, precision, execution_provider=provider),
+        notes=_tokenizer_notes(ref, info),
     )
+    problems = _unmatched_overrides(spec, ir) + _quantized_lm_head_for_onnx_genai(spec, ir)
+    if problems:
+        raise MtpcError(by_position(problems), ExitCode.FINDINGS)
     return ir, info
 
 
@@ -144,6 +152,70 @@ def _quantization(quantization: dict) -> QuantizationPlan:
     default = _scheme(quantization["default"], QuantScheme())
     overrides = tuple(QuantOverride(o["match"], _scheme(o, default)) for o in quantization["overrides"])
     return QuantizationPlan(default=default, overrides=overrides)
+
+
+def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
+    """An override whose glob matches no weight is a typo that silently changes nothing."""
+    names = sorted(expected_shapes(ir.architecture))
+    out = []
+    for i, override in enumerate(ir.quantization.overrides):
+        if any(fnmatchcase(name, override.match) for name in names):
+            continue
+        guess = closest(override.match, names)
+        hint = f"did you mean '{guess}'?" if guess else None
+        if hint is None:
+            hint = "globs match canonical weight names such as embed_tokens.weight, layers.0.mlp.up_proj.weight"
+            hint += ", mtp.fc.weight" if ir.architecture.mtp_num_layers else " (this source has no mtp.* weights)"
+        out.append(
+            spec.diagnostic(
+                ("quantization", "overrides", i, "match"),
+                f"override '{override.match}' matches no weight of this model",
+                hint=hint,
+            )
+        )
+    return out
+
+
+def _quantized_lm_head_for_onnx_genai(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
+    # onnx-genai's MTP sidecar borrows the main model's LM head by initializer name, and finds a
+    # packed head's scales as `<name minus last segment>.scales`, which our MatMulNBits names do not
+    # follow; so only a float LM head can be named.
+    bits = ir.quantization.scheme_for("lm_head.weight").bits
+    if ir.targets.onnx_genai is None or bits is None or not emits_head(ir):
+        return []
+    deciding = next(
+        (i for i, o in enumerate(ir.quantization.overrides) if fnmatchcase("lm_head.weight", o.match)), None
+    )
+    if deciding is None:
+        where, what = ("quantization", "default", "bits"), "quantization.default"
+    else:
+        override = ("quantization", "overrides", deciding)
+        where = override + ("bits",) if spec.get(override + ("bits",)) is not None else override + ("match",)
+        what = f"the override '{ir.quantization.overrides[deciding].match}'"
+    return [
+        spec.diagnostic(
+            where,
+            f"{what} stores lm_head.weight in {bits} bits, but the onnx_genai target's MTP sidecar "
+            "borrows the main model's LM head by name and can only use a float one",
+            hint="put {match: lm_head.weight, bits: null} first in quantization.overrides, "
+            "or drop the onnx_genai target, or set mtp.head: off",
+        )
+    ]
+
+
+def _tokenizer_notes(ref: SourceRef, info: SourceInfo) -> tuple[str, ...]:
+    # A synthetic source gets a generated tokenizer from the tokenizer emitter.
+    if ref.kind == "synthetic" or "tokenizer.json" in info.tokenizer_names:
+        return ()
+    if not info.tokenizer_names:
+        return (
+            "the source ships no tokenizer files: the package has none; onnxruntime-genai needs "
+            "tokenizer.json to encode text (token ids still work)",
+        )
+    return (
+        f"the source's tokenizer files ({', '.join(info.tokenizer_names)}) include no tokenizer.json: "
+        "onnxruntime-genai needs it to encode text (token ids still work)",
+    )
 
 
 def _targets(targets: dict) -> Targets:

@@ -1,22 +1,36 @@
 """Rules of a valid spec that JSON Schema cannot say, checked before the source is opened.
 
 Each rule reports at the key or value that breaks it; all are checked and
-reported together.
+reported together. A spec with schema errors still gets the rules whose
+sections are schema-valid (the loader asks), so one mistake does not hide another.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, AbstractSet
+
 from ..diagnostics import Diagnostic
 from ..sources import synthetic
-from .loader import LoadedSpec
 from .yaml_positions import dotted
+
+if TYPE_CHECKING:
+    from .loader import LoadedSpec
 
 _SCHEME_FIELDS = ("bits", "block_size", "accuracy_level")
 
 
-def check(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
-    """`filled` is `spec.data` with the schema defaults applied."""
-    return _quantization(spec) + _onnxruntime_genai(spec, filled) + _synthetic(spec, filled)
+def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset()) -> list[Diagnostic]:
+    """`filled` is `spec.data` with the schema defaults applied.
+
+    `skip`: top-level sections with schema errors; a rule reading any of them is
+    not run, since it may assume what the schema guarantees.
+    """
+    rules = (
+        ({"quantization"}, lambda: _quantization(spec)),
+        ({"targets", "precision"}, lambda: _onnxruntime_genai(spec, filled)),
+        ({"source"}, lambda: _synthetic(spec, filled)),
+    )
+    return [finding for reads, rule in rules if not reads & skip for finding in rule()]
 
 
 def _power_of_two_block(spec: LoadedSpec, path: tuple) -> list[Diagnostic]:
@@ -121,7 +135,7 @@ def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
 
 
 def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
-    settings = filled["source"].get("synthetic")
+    settings = filled.get("source", {}).get("synthetic")  # a missing source is the schema's finding
     if settings is None:
         return []
     at = ("source", "synthetic")

@@ -14,7 +14,7 @@ import jsonschema
 
 from ..diagnostics import Diagnostic
 from ..validation import load_schema
-from .suggest import closest
+from .suggest import choice_for, closest
 from .yaml_positions import dotted
 
 if TYPE_CHECKING:
@@ -42,8 +42,19 @@ _TYPE_NAMES = {
 }
 
 
+def _errors(spec: "LoadedSpec") -> list[jsonschema.ValidationError]:
+    return list(_Validator(load_schema("spec")).iter_errors(spec.data))
+
+
+def invalid_sections(spec: "LoadedSpec") -> frozenset[str] | None:
+    """The top-level keys with a schema error under them; None when the spec is not even a mapping."""
+    if not isinstance(spec.data, dict):
+        return None
+    return frozenset(str(e.absolute_path[0]) for e in _errors(spec) if e.absolute_path)
+
+
 def schema_diagnostics(spec: "LoadedSpec") -> list[Diagnostic]:
-    errors = list(_Validator(load_schema("spec")).iter_errors(spec.data))
+    errors = _errors(spec)
     # A value of the wrong type also fails its enum / range checks; the type error says it all.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     out: list[Diagnostic] = []
@@ -52,7 +63,8 @@ def schema_diagnostics(spec: "LoadedSpec") -> list[Diagnostic]:
         if path in mistyped and error.validator != "type":
             continue
         out.extend(_explain(spec, error, path))
-    return out
+    # jsonschema raises one `required` error per missing key, each listing every required key.
+    return list(dict.fromkeys(out))
 
 
 def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple) -> list[Diagnostic]:
@@ -78,14 +90,16 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
         ]
     if kind == "type":
         wanted = [expected] if isinstance(expected, str) else expected
-        hint = "write {} for an empty mapping" if value is None and "object" in wanted else None
+        hint = None
+        if value is None and "object" in wanted:
+            hint = _MINIMAL_SPEC if not path else "write {} for an empty mapping"
         if isinstance(value, (int, float)) and not isinstance(value, bool) and wanted == ["string"]:
             hint = f"quote it to make it text: \"{value}\""
         names = " or ".join(_TYPE_NAMES[t] for t in wanted)
         return [spec.diagnostic(path, f"{where} must be {names}, not {_shown(value)}", hint=hint)]
     if kind == "enum":
         choices = ", ".join(_literal(c) for c in expected)
-        guess = closest(value, [c for c in expected if isinstance(c, str)]) if isinstance(value, str) else None
+        guess = choice_for(value, [c for c in expected if isinstance(c, str)])
         hint = f"did you mean '{guess}'?" if guess else None
         return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}", hint=hint)]
     if kind == "const":
@@ -119,6 +133,12 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
     if kind == "pattern":
         return [spec.diagnostic(path, f"{where} {_literal(value)} is not allowed", hint=_about(schema))]
     return [spec.diagnostic(path, f"{where}: {error.message}")]
+
+
+_MINIMAL_SPEC = (
+    "the smallest spec is three lines: `mtpc: 1`, `name: my-model` and `source: {synthetic: {}}` "
+    "(or `source: {hf: FOLDER}` / `source: {gguf: FILE}`)"
+)
 
 
 def _about(schema: dict, key: str | None = None) -> str | None:

@@ -5,7 +5,7 @@ import pytest
 from mtpc.diagnostics import MtpcError
 from mtpc.ir import HeadPolicy
 from mtpc.passes import default_pipeline
-from mtpc.passes.head_detection import HeadDetection
+from mtpc.passes.head_detection import HeadDetection, emits_head
 
 from tests.fixtures.arch import tiny_arch
 from tests.passes.ir_factory import CPU_DENSE, compiled, make_ir
@@ -107,3 +107,17 @@ def test_head_on_with_a_static_cache_is_a_user_error():
     assert "mtp.head is 'on' but targets.onnxruntime_genai.kv_cache is 'static'" in message
     assert "cannot roll back rejected drafts" in message
     assert err.value.exit_code == 1 and err.value.diagnostics[0].path == "mtp.head"
+
+
+@pytest.mark.parametrize("policy", list(HeadPolicy))
+@pytest.mark.parametrize("arch", [WITH_HEAD, WITHOUT_HEAD], ids=["head", "nohead"])
+@pytest.mark.parametrize("ort", [CPU_DENSE, STATIC_CPU, None], ids=["dynamic", "static", "no-ort"])
+def test_emits_head_agrees_with_the_pass(policy, arch, ort):
+    # Lowering asks emits_head() before the pass runs; both must mean the same package.
+    ir = make_ir(arch=arch, head=policy, ort=ort)
+    try:
+        decided = HeadDetection()(ir).ir.mtp.emit_head
+    except MtpcError:
+        return  # a refused combination: the pass's own error stands
+    expected = arch is WITH_HEAD and policy is not HeadPolicy.OFF and ort is not STATIC_CPU
+    assert emits_head(ir) is decided is expected

@@ -1,5 +1,6 @@
 """Data-driven spec cases: tests/cases/valid/*.yaml and specs/*.yaml must load and lower;
-each tests/cases/invalid/<name>.yaml must fail with exactly the text in <name>.expected.
+each tests/cases/invalid/<name>.yaml must fail to compile (through `mtpc.driver.build`, so
+refusals of the passes count too) with exactly the text in <name>.expected.
 
 An .expected file starts with `exit: N` (the CLI's exit code), then the rendered
 diagnostics, with the spec named relative to tests/ so the text is machine-independent.
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mtpc.diagnostics import MtpcError
+from mtpc.driver import build
 from mtpc.spec.loader import load_spec
 from mtpc.spec.lower import lower
 
@@ -36,7 +38,7 @@ def test_valid_spec_loads_and_lowers(path):
 def test_invalid_spec_fails_with_the_expected_text(path, monkeypatch):
     monkeypatch.chdir(TESTS)
     with pytest.raises(MtpcError) as caught:
-        lower(load_spec(path.relative_to(TESTS)))
+        build(path.relative_to(TESTS))
     expected = path.with_suffix(".expected").read_text(encoding="utf-8")
     got = f"exit: {int(caught.value.exit_code)}\n{caught.value}\n"
     assert got == expected

@@ -189,3 +189,46 @@ def test_docs_mention_every_field():
 def test_schema_is_the_shipped_file():
     shipped = json.loads((REPO / "schemas" / "spec.schema.json").read_text(encoding="utf-8"))
     assert shipped == load_schema("spec")
+
+
+@pytest.mark.parametrize(
+    "body, meant",
+    [
+        ("targets: {onnxruntime_genai: {execution_provider: gpu}}\n", "cuda"),  # spelling alone says 'cpu'
+        ("mtp: {head: yes}\n", "on"),
+        ("mtp: {head: true}\n", "on"),
+        ("mtp: {head: No}\n", "off"),
+        ("mtp: {head: false}\n", "off"),
+        ("mtp: {head: aut}\n", "auto"),
+    ],
+)
+def test_enum_hints_know_common_aliases(tmp_path, body, meant):
+    (diag,) = failure(write(tmp_path, MINIMAL + body)).diagnostics
+    assert diag.hint == f"did you mean '{meant}'?"
+
+
+def test_an_empty_spec_is_told_what_a_minimal_spec_is(tmp_path):
+    (diag,) = failure(write(tmp_path, "")).diagnostics
+    assert diag.message == "the spec must be a mapping, not null"
+    assert "`mtpc: 1`, `name: my-model` and `source: {synthetic: {}}`" in diag.hint
+    minimal = "mtpc: 1\nname: my-model\nsource: {synthetic: {}}\n"
+    assert load_spec(write(tmp_path, minimal, "minimal.yaml")).data["name"] == "my-model"
+
+
+def test_an_empty_mapping_names_each_missing_key_once(tmp_path):
+    err = failure(write(tmp_path, "{}\n"))
+    assert [d.message for d in err.diagnostics] == [
+        "the spec is missing the required key 'mtpc'",
+        "the spec is missing the required key 'name'",
+        "the spec is missing the required key 'source'",
+    ]
+
+
+def test_cross_field_rules_run_beside_schema_errors_in_other_sections(tmp_path):
+    body = "mtp: {head: maybe}\nquantization:\n  default: {bits: 4, block_size: 48}\n"
+    err = failure(write(tmp_path, MINIMAL + body))
+    assert [d.path for d in err.diagnostics] == ["mtp.head", "quantization.default.block_size"]
+    # ... but not over a section that has a schema error of its own
+    body = "quantization:\n  default: {bits: 3, block_size: 48}\n"
+    (diag,) = failure(write(tmp_path, MINIMAL + body)).diagnostics
+    assert diag.path == "quantization.default.bits"

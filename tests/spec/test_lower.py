@@ -248,6 +248,7 @@ def test_quantization_overrides_inherit_and_first_match_wins(tmp_path):
         "    - {match: 'mtp.fc.weight', bits: null}\n"
         "    - {match: 'layers.*.mlp.*', bits: 8}\n"
         "    - {match: 'layers.0.*', keep: source}\n"
+        "targets:\n  onnxruntime_genai: {}\n"  # an int4 LM head is refused next to onnx_genai
     )
     plan = lowered(tmp_path, body)[0].quantization
     assert plan.scheme_for("mtp.fc.weight") == QuantScheme(bits=None, block_size=64, accuracy_level=1)
@@ -290,3 +291,88 @@ def test_spec_path_is_kept_as_given(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ir, _ = lower(load_spec("spec.yaml"))
     assert ir.spec_path == "spec.yaml"
+
+
+# ----------------------------------------------------------------------------- checks that need the source
+
+
+def test_quantized_lm_head_with_onnx_genai_is_refused_at_the_default(tmp_path):
+    # targets omitted: both are built, and the onnx-genai sidecar can only borrow a float LM head
+    err = failure(tmp_path, "quantization:\n  default: {bits: 4}\n")
+    assert err.exit_code is ExitCode.FINDINGS
+    (diag,) = err.diagnostics
+    assert diag.message.startswith("quantization.default stores lm_head.weight in 4 bits")
+    assert (diag.span.line, diag.span.col) == (6, 19)  # line 6 is "  default: {bits: 4}"
+    assert "{match: lm_head.weight, bits: null}" in diag.hint
+
+
+def test_quantized_lm_head_is_refused_at_the_override_that_decides_it(tmp_path):
+    body = (
+        "quantization:\n  default: {bits: 4}\n  overrides:\n"
+        "    - {match: 'mtp.*', bits: null}\n"
+        "    - {match: '*head*', block_size: 64}\n"
+        "    - {match: 'lm_head.weight', bits: null}\n"
+    )
+    # the first override to match decides, here inheriting the default's bits: pointed at by its match
+    (diag,) = failure(tmp_path, body).diagnostics
+    assert diag.message.startswith("the override '*head*' stores lm_head.weight in 4 bits")
+    assert (diag.span.line, diag.span.col) == (9, 15)  # "    - {match: '*head*', block_size: 64}"
+    body = body.replace("{bits: 4}", "{bits: null}").replace("block_size: 64", "bits: 8")
+    (diag,) = failure(tmp_path, body).diagnostics
+    assert diag.message.startswith("the override '*head*' stores lm_head.weight in 8 bits")
+    assert (diag.span.line, diag.span.col) == (9, 31)  # "    - {match: '*head*', bits: 8}"
+
+
+def test_quantized_lm_head_is_fine_without_a_head_or_with_a_float_override(tmp_path):
+    quantized = "quantization:\n  default: {bits: 4}\n"
+    for body in (
+        quantized + "mtp: {head: off}\n",
+        quantized + "targets:\n  onnxruntime_genai: {}\n",
+        quantized + "targets:\n  onnxruntime_genai: {kv_cache: static}\n  onnx_genai: {}\n",
+        quantized + "  overrides:\n    - {match: lm_head.weight, bits: null}\n",
+    ):
+        ir, _ = lowered(tmp_path, body)
+        assert ir.quantization.default.bits == 4
+    ir, _ = lowered(tmp_path, quantized, "source:\n  synthetic: {mtp_num_layers: 0}\n")
+    assert ir.quantization.scheme_for("lm_head.weight").bits == 4
+
+
+def test_an_override_matching_no_weight_is_an_error_with_a_guess(tmp_path):
+    body = "quantization:\n  overrides:\n    - {match: mtp.fc.weights, bits: null}\n    - {match: 'layers.*', bits: 8}\n"
+    (diag,) = failure(tmp_path, body + "targets: {onnxruntime_genai: {}}\n").diagnostics
+    assert diag.message == "override 'mtp.fc.weights' matches no weight of this model"
+    assert diag.hint == "did you mean 'mtp.fc.weight'?"
+    assert (diag.span.line, diag.span.col) == (7, 15)  # "    - {match: mtp.fc.weights, bits: null}"
+
+
+def test_mtp_overrides_match_nothing_when_the_source_has_no_head(tmp_path):
+    body = "quantization:\n  overrides:\n    - {match: 'mtp.*', bits: null}\n"
+    lowered(tmp_path, body)
+    (diag,) = failure(tmp_path, body, "source:\n  synthetic: {mtp_num_layers: 0}\n").diagnostics
+    assert diag.message == "override 'mtp.*' matches no weight of this model"
+    assert "no mtp.* weights" in diag.hint
+
+
+NO_TOKENIZER_NOTE = (
+    "the source ships no tokenizer files: the package has none; onnxruntime-genai needs "
+    "tokenizer.json to encode text (token ids still work)"
+)
+
+
+def test_a_source_without_tokenizer_files_gets_a_note(tmp_path):
+    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
+    assert not any((tmp_path / "ckpt").glob("tokenizer*"))
+    ir, _ = lowered(tmp_path, "", "source:\n  hf: ckpt\n")
+    assert ir.notes == (NO_TOKENIZER_NOTE,)
+    write_gguf(tmp_path / "bare.gguf", tiny_arch())
+    assert lowered(tmp_path, "", "source:\n  gguf: bare.gguf\n")[0].notes == (NO_TOKENIZER_NOTE,)
+
+
+def test_a_source_with_tokenizer_files_or_a_synthetic_one_gets_no_note(tmp_path):
+    write_gguf(tmp_path / "tok.gguf", tiny_arch(vocab_size=300), tokenizer=True)  # room for its vocabulary
+    assert lowered(tmp_path, "", "source:\n  gguf: tok.gguf\n")[0].notes == ()
+    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
+    (tmp_path / "ckpt" / "tokenizer_config.json").write_text("{}")
+    (note,) = lowered(tmp_path, "", "source:\n  hf: ckpt\n")[0].notes
+    assert note.startswith("the source's tokenizer files (tokenizer_config.json) include no tokenizer.json")
+    assert lowered(tmp_path, "")[0].notes == ()
