@@ -20,6 +20,8 @@ hidden-state input matches the main output it is fed from (dtype, width, rank),
 borrowed initializers exist in the target graph, file names are relative
 without '..'. A SPEC is compiled in memory (nothing written) and checked the
 same way. Every finding is reported, one line each: FILE:JSON-PATH: MESSAGE.
+A target that cannot be checked (missing, not a package, not a spec file) is
+reported on stderr and the others are still checked; the exit code is then 2.
 
 examples:
   mtpc check out/qwen35-tiny-mtp
@@ -79,7 +81,13 @@ def _from_diagnostic(spec: Path, d: Diagnostic) -> Reported:
     return Reported(str(spec), d.path or "", d.message, rendered=f"{spec}: {d.render()}")
 
 
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
 def check_target(path: Path) -> tuple[str, list[Reported]]:
+    """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
+    if not path.exists():
+        raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
     if path.is_dir():
         if not is_package(path):
             raise MtpcError.single(
@@ -87,6 +95,12 @@ def check_target(path: Path) -> tuple[str, list[Reported]]:
                 exit_code=ExitCode.USAGE,
             )
         return "package", [Reported(str(path / f.file), f.pointer or "/", f.message) for f in check_files(package_directory(path))]
+    if path.suffix.lower() not in SPEC_SUFFIXES:
+        raise MtpcError.single(
+            f"{str(path)!r} is neither a spec file ({', '.join(SPEC_SUFFIXES)}) nor a package folder",
+            exit_code=ExitCode.USAGE,
+            hint="`mtpc check` takes spec files and compiled package folders; to look at a checkpoint, run: mtpc inspect",
+        )
     from ..driver import build
 
     try:
@@ -101,26 +115,39 @@ def check_target(path: Path) -> tuple[str, list[Reported]]:
 
 def run(args) -> int:
     paths = [Path(t) for t in args.targets]
+    results: list[tuple[Path, str, list[Reported]]] = []
+    unusable: list[Diagnostic] = []  # targets that could not be checked at all: a usage problem, reported per target
     for p in paths:
-        if not p.exists():
-            raise MtpcError.single(f"{str(p)!r} does not exist", exit_code=ExitCode.USAGE)
-    results = [(p, *check_target(p)) for p in paths]
+        try:
+            results.append((p, *check_target(p)))
+        except MtpcError as error:
+            if error.exit_code is not ExitCode.USAGE:
+                raise
+            unusable.extend(error.diagnostics)
     total = sum(len(found) for _, _, found in results)
-    summary = f"{total} finding{'s' if total != 1 else ''} in {len(paths)} target{'s' if len(paths) != 1 else ''}"
+    summary = f"{total} finding{'s' if total != 1 else ''} in {_targets(len(results))}"
+    if unusable:
+        summary += f"; {_targets(len(unusable))} could not be checked"
+    code = ExitCode.USAGE if unusable else ExitCode.FINDINGS if total else ExitCode.OK
     if args.format == "json":
-        print_json(
-            "check",
-            {
-                "ok": total == 0,
-                "summary": summary,
-                "targets": [
-                    {"target": str(p), "kind": kind, "findings": [r.to_json() for r in found]} for p, kind, found in results
-                ],
-            },
-        )
+        payload = {
+            "summary": summary,
+            "targets": [
+                {"target": str(p), "kind": kind, "findings": [r.to_json() for r in found]} for p, kind, found in results
+            ],
+        }
+        if unusable:
+            payload.update(exit_code=int(code), diagnostics=[d.to_json() for d in unusable])
+        print_json("check", payload, ok=code is ExitCode.OK)
     else:
         for _, _, found in results:
             for r in found:
                 out(r.github() if args.format == "github" else r.text())
-        err(f"mtpc check: {summary}" if total else f"mtpc check: ok ({len(paths)} target{'s' if len(paths) != 1 else ''})")
-    return int(ExitCode.FINDINGS) if total else int(ExitCode.OK)
+        for d in unusable:
+            err(d.render())
+        err(f"mtpc check: {summary}" if code is not ExitCode.OK else f"mtpc check: ok ({_targets(len(results))})")
+    return int(code)
+
+
+def _targets(n: int) -> str:
+    return f"{n} target{'s' if n != 1 else ''}"

@@ -91,7 +91,11 @@ def _cell(value) -> str:
 def run(args) -> int:
     changes = compute(Path(args.old), Path(args.new))
     if args.format == "json":
-        print_json("diff", {"old": args.old, "new": args.new, "summary": summary(changes), "changes": [c.to_json() for c in changes]})
+        print_json(
+            "diff",
+            {"old": args.old, "new": args.new, "summary": summary(changes), "changes": [c.to_json() for c in changes]},
+            ok=not changes,
+        )
     elif args.format == "markdown":
         out(render_markdown(args.old, args.new, changes).rstrip("\n"))
     else:

@@ -63,6 +63,7 @@ def run(args) -> int:
                 "tokenizer_files": sorted(info.tokenizer_names),
                 "facts": {k: v for k, v in info.facts},
             },
+            ok=True,
         )
         return 0
     out(f"source:        {ref.kind} {ref.path}")

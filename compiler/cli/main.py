@@ -19,6 +19,23 @@ from . import check, compile_cmd, diff, inspect_cmd, plan, schema_cmd, verify
 from .report import err, print_json
 
 VERBS = (compile_cmd, plan, check, diff, inspect_cmd, schema_cmd, verify)
+# 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`mtpc diff a b | head -2`).
+EXIT_BROKEN_PIPE = 141
+
+
+class UsageError(Exception):
+    """argparse's complaint, carried out of the parser so `main` can also answer it in JSON."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class Parser(argparse.ArgumentParser):
+    """Raises `UsageError` where argparse would print and exit; its sub-parsers (the verbs) inherit this."""
+
+    def error(self, message: str):
+        raise UsageError(self, message)
 
 EPILOG = """\
 exit codes (every verb):
@@ -26,6 +43,7 @@ exit codes (every verb):
   1  findings: invalid spec, failed check, non-empty diff, verify mismatch
   2  usage error or unreadable input
   3  internal error (a bug in mtpc; rerun with --traceback and report it)
+  141  stdout was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE
 
 examples:
   mtpc compile specs/qwen35-tiny-mtp.yaml -o out/tiny
@@ -39,8 +57,8 @@ Run `mtpc VERB --help` for a verb's options and examples.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="mtpc",
         description="Compile checkpoints that ship a multi-token-prediction (MTP) head into ONNX runtime packages "
         "for onnxruntime-genai and onnx-genai, and check, diff and verify those packages.",
@@ -51,25 +69,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
         verb.add_parser(sub)
+    parser.verb_parsers = dict(sub.choices)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse: 0 after --help / --version, 2 on a usage error
+        args = _parse(parser, argv)
+    except SystemExit as exit_:  # argparse: 0 after --help / --version
         return int(exit_.code or 0)
+    except UsageError as error:
+        return _report_usage(error, argv)
     fmt = getattr(args, "format", "text")
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's final flush
+        return code
     except MtpcError as error:
         return _report_error(args.verb, fmt, error)
     except BrokenPipeError:
-        # The reader went away (`mtpc inspect x | head`): not an error, and nothing more to say.
+        # The reader went away (`mtpc diff a b | head`): the shell's convention for that, and nothing more to say.
         # Point stdout at devnull so the interpreter's final flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return EXIT_BROKEN_PIPE
     except OSError as error:
         # The verbs check the paths they are given; what is left is a file they cannot read or write.
         name = error.filename or ""
@@ -87,6 +111,28 @@ def main(argv: list[str] | None = None) -> int:
         err(f"mtpc: {message}")
         err("this is a bug in mtpc" + ("" if args.traceback else "; rerun with --traceback to see where it happened"))
         return int(ExitCode.INTERNAL)
+
+
+def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
+    """Like parse_args, but an unknown option is reported by the verb's parser, with the verb's usage."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.verb_parsers[args.verb].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return "--format=json" in argv or any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:]))
+
+
+def _report_usage(error: UsageError, argv: list[str]) -> int:
+    code = int(ExitCode.USAGE)
+    error.parser.print_usage(sys.stderr)
+    err(f"{error.parser.prog}: error: {error.message}")
+    if _wants_json(argv):
+        verb = error.parser.prog.split()[-1]
+        print_json(verb, {"ok": False, "exit_code": code, "message": error.message})
+    return code
 
 
 def _report_error(verb: str, fmt: str, error: MtpcError) -> int:

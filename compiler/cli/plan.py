@@ -75,7 +75,7 @@ def run(args) -> int:
         }
         if args.print_ir_after_all:
             payload["ir_after"] = [{"pass": name, "ir": ir} for name, ir in snapshots]
-        print_json("plan", payload)
+        print_json("plan", payload, ok=True)
         return 0
     out("passes:")
     for entry in passes:

@@ -1,7 +1,7 @@
 """How every verb talks: text for people, JSON for programs, errors on stderr.
 
-JSON output is one object on stdout carrying `format_version`, so scripts can
-rely on its shape; text goes to stdout, progress and summaries to stderr.
+JSON output is one object on stdout carrying `format_version` and `ok`, so
+scripts can rely on its shape; text goes to stdout, progress and summaries to stderr.
 """
 
 from __future__ import annotations
@@ -15,8 +15,13 @@ from ..diagnostics import ExitCode, MtpcError
 FORMAT_VERSION = 1
 
 
-def print_json(command: str, payload: dict) -> None:
-    doc = {"format_version": FORMAT_VERSION, "command": command, **payload}
+def print_json(command: str, payload: dict, *, ok: bool | None = None) -> None:
+    """One JSON result on stdout. Every result says whether it is `ok`, so a script needs no per-verb logic."""
+    if ok is None:
+        ok = payload.get("ok")
+    if not isinstance(ok, bool):
+        raise ValueError(f"the JSON result of {command!r} must say whether it is ok")
+    doc = {"format_version": FORMAT_VERSION, "command": command, **payload, "ok": ok}
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
 
 

@@ -33,7 +33,7 @@ def run(args) -> int:
     short = [n[: -len(SUFFIX)] for n in names]
     if args.name is None:
         if args.format == "json":
-            print_json("schema", {"schemas": short})
+            print_json("schema", {"schemas": short}, ok=True)
         else:
             for n in short:
                 out(n)
@@ -48,7 +48,7 @@ def run(args) -> int:
         )
     schema = load_schema(wanted)
     if args.format == "json":
-        print_json("schema", {"name": wanted, "schema": schema})
+        print_json("schema", {"name": wanted, "schema": schema}, ok=True)
     else:
         out(json.dumps(schema, indent=2, ensure_ascii=False))
     return 0

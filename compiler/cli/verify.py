@@ -17,17 +17,23 @@ that fails:
    must be identical. The draft acceptance rate is reported.
 
 Paged packages (CUDA, packed `[N]` inputs) cannot run on CPU: only step 1.
+A runtime that refuses the package (a graph it cannot load or run) is a failed
+check with the runtime's one-line reason, not a crash.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from ..checks import GENAI_CONFIG, check_package
+from ..checks import GENAI_CONFIG, check_package, is_package
 from ..diagnostics import ExitCode, MtpcError
 from .report import verb_parser, existing_dir, existing_file, out, print_json, progress_printer
 
@@ -46,6 +52,7 @@ examples:
 """
 
 DEFAULT_PROMPT = (1, 17, 42, 99, 5, 23)
+MAX_DRAFT_TOKENS = 16  # onnxruntime-genai 0.18.0 accepts max_draft_tokens in 1..16
 _STATE_PAIRS = (
     ("past_key_names", "present_key_names"),
     ("past_value_names", "present_value_names"),
@@ -58,12 +65,84 @@ def add_parser(sub) -> None:
     p = verb_parser(sub, "verify", HELP, EPILOG)
     p.add_argument("package", metavar="DIR", help="the compiled package")
     p.add_argument("--spec", required=True, metavar="SPEC", help="the spec the package was compiled from")
-    p.add_argument("--prompt", metavar="IDS", help="comma-separated prompt token ids (default: a fixed short prompt)")
-    p.add_argument("--new-tokens", type=int, default=8, metavar="N", help="tokens to generate (default 8)")
-    p.add_argument("--draft-tokens", type=int, default=2, metavar="K", help="MTP draft tokens per step (default 2)")
-    p.add_argument("--atol", type=float, metavar="X", help="allowed deviation, relative to the largest reference value")
+    p.add_argument(
+        "--prompt", type=token_ids, default=DEFAULT_PROMPT, metavar="IDS",
+        help="comma-separated prompt token ids (default: a fixed short prompt)",
+    )
+    p.add_argument(
+        "--new-tokens", type=whole_number(1), default=8, metavar="N",
+        help="tokens to generate, at least 1; prompt plus N must fit the context length (default 8)",
+    )
+    p.add_argument(
+        "--draft-tokens", type=whole_number(1, MAX_DRAFT_TOKENS), default=2, metavar="K",
+        help=f"MTP draft tokens per step, 1 to {MAX_DRAFT_TOKENS} (default 2)",
+    )
+    p.add_argument(
+        "--atol", type=tolerance_value, metavar="X",
+        help="allowed deviation (>= 0), relative to the largest reference value",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
+
+
+def whole_number(least: int, most: int | None = None):
+    """An argparse type: an integer in [least, most]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least or (most is not None and value > most):
+            bounds = f"from {least} to {most}" if most is not None else f"at least {least}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def tolerance_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def token_ids(text: str) -> tuple[int, ...]:
+    parts = [t.strip() for t in text.split(",")]
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give at least one token id (or leave --prompt out for the default)")
+    try:
+        ids = tuple(int(t) for t in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of token ids") from None
+    if min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"token ids cannot be negative, got {min(ids)}")
+    return ids
+
+
+class RuntimeRefused(Exception):
+    """onnxruntime or onnxruntime-genai would not load or run a graph of the package."""
+
+
+@contextmanager
+def runtime_step(what: str):
+    """Turns a runtime's exception during `what` into `RuntimeRefused` with its one-line reason."""
+    try:
+        yield
+    except Exception as error:  # the runtimes raise their own classes (pybind Fail, RuntimeError, ...)
+        raise RuntimeRefused(f"{what}: {_reason(error)}") from error
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    # "[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: ... [ONNXRuntimeError] : 1 : FAIL : why"
+    text = re.split(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", text)[-1]
+    return text.splitlines()[0].strip() if text.strip() else type(error).__name__
 
 
 @dataclass
@@ -111,7 +190,10 @@ class GraphRunner:
     def __init__(self, path: Path, inputs: dict, outputs: dict, num_layers: int, head_dim: int):
         import onnxruntime as ort
 
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # fatal only: a refusal is reported once, by verify, not also as a log line
+        with runtime_step(f"onnxruntime could not load {path.name}"):
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.meta = {i.name: i for i in self.session.get_inputs()}
         self.inputs, self.outputs = _templates(inputs), _templates(outputs)
         self.head_dim = head_dim
@@ -124,6 +206,7 @@ class GraphRunner:
                         self.pairs[past.replace("%d", str(i))] = present.replace("%d", str(i))
         self.state: dict[str, np.ndarray] = {}
         self.length = 0
+        self.name = path.name
 
     def _zeros(self, name: str) -> np.ndarray:
         shape = []
@@ -157,7 +240,8 @@ class GraphRunner:
             else:
                 raise MtpcError.single(f"verify does not know how to feed graph input {name!r}", exit_code=ExitCode.FINDINGS)
         names = [o.name for o in self.session.get_outputs()]
-        results = dict(zip(names, self.session.run(names, feeds)))
+        with runtime_step(f"onnxruntime could not run {self.name}"):
+            results = dict(zip(names, self.session.run(names, feeds)))
         for past, present in self.pairs.items():
             self.state[past] = results[present]
         self.length += s
@@ -218,21 +302,10 @@ def _head_folder(root: Path, cfg: dict) -> Path | None:
 
 
 def run(args) -> int:
-    from .. import sources
-    from ..driver import lower_spec
-    from ..ir import SeedHidden
-    from ..passes import default_pipeline
-    from ..reference import MtpHeadReference, Qwen35Reference
-
-    root = existing_dir(args.package, "package")
+    root = package_root(args.package)
     spec = existing_file(args.spec, "spec")
     progress = progress_printer(args.quiet or args.format == "json")
-    prompt = DEFAULT_PROMPT
-    if args.prompt:
-        try:
-            prompt = tuple(int(t) for t in args.prompt.split(","))
-        except ValueError:
-            raise MtpcError.single(f"--prompt {args.prompt!r} is not a comma-separated list of token ids", exit_code=ExitCode.USAGE)
+    prompt = args.prompt
     report = Report()
 
     progress("static checks")
@@ -249,6 +322,50 @@ def run(args) -> int:
     if _is_paged(cfg):
         report.notes.append("paged (CUDA) package: it cannot run on CPU, so only the static checks were done")
         return _finish(args, report)
+    context = (cfg.get("model") or {}).get("context_length")
+    if isinstance(context, int) and len(prompt) + args.new_tokens > context:
+        raise MtpcError.single(
+            f"--new-tokens {args.new_tokens} with a {len(prompt)}-token prompt exceeds the package's context length ({context})",
+            exit_code=ExitCode.USAGE,
+            hint=f"use --new-tokens {context - len(prompt)} or less" if len(prompt) < context else "use a shorter --prompt",
+        )
+    try:
+        _run_package(args, root, spec, cfg, prompt, report, progress)
+    except RuntimeRefused as refused:
+        report.agree("runtime", False, str(refused))
+    return _finish(args, report)
+
+
+def package_root(path: str) -> Path:
+    """The package folder `verify` was given, refused (usage) when it is not a package root."""
+    root = existing_dir(path, "package")
+    if not is_package(root):
+        raise MtpcError.single(
+            f"{path!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package",
+            exit_code=ExitCode.USAGE,
+            hint="give the folder `mtpc compile` wrote (a checkpoint is the spec's source, not a package)",
+        )
+    config = root / GENAI_CONFIG
+    if config.is_file():
+        try:
+            decoder = (json.loads(config.read_text("utf-8")).get("model") or {}).get("decoder") or {}
+        except (ValueError, AttributeError):
+            decoder = {}  # a malformed config is for the static checks to report
+        if isinstance(decoder, dict) and "hidden_states" in (decoder.get("inputs") or {}):
+            raise MtpcError.single(
+                f"{path!r}: this is the MTP head's folder; pass the package root", exit_code=ExitCode.USAGE,
+                hint=f"mtpc verify {root.resolve().parent} --spec ...",
+            )
+    return root
+
+
+def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report, progress) -> None:
+    """Steps 2 to 4 of the module docstring, adding to `report`."""
+    from .. import sources
+    from ..driver import lower_spec
+    from ..ir import SeedHidden
+    from ..passes import default_pipeline
+    from ..reference import MtpHeadReference, Qwen35Reference
 
     ir, info = lower_spec(spec)
     ir = default_pipeline().run(ir)
@@ -297,7 +414,6 @@ def run(args) -> int:
         _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
 
     _decode(root, cfg, prompt, args, report, reference, _float32_build(ir), progress)
-    return _finish(args, report)
 
 
 def _speculator(root: Path) -> dict | None:
@@ -335,14 +451,15 @@ def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, pr
 
     max_length = len(prompt) + args.new_tokens
     progress("greedy decoding with onnxruntime-genai")
-    model = og.Model(str(root))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=max_length, do_sample=False)
-    gen = og.Generator(model, params)
-    gen.append_tokens(list(prompt))
-    while not gen.is_done():
-        gen.generate_next_token()
-    report.greedy = [int(t) for t in gen.get_sequence(0)][len(prompt):]
+    with runtime_step("onnxruntime-genai greedy decoding failed"):
+        model = og.Model(str(root))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=max_length, do_sample=False)
+        gen = og.Generator(model, params)
+        gen.append_tokens(list(prompt))
+        while not gen.is_done():
+            gen.generate_next_token()
+        report.greedy = [int(t) for t in gen.get_sequence(0)][len(prompt):]
     report.reference_greedy = reference.greedy(list(prompt), len(report.greedy))
     agree = report.greedy == report.reference_greedy
     if strict:
@@ -356,16 +473,17 @@ def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, pr
             report.notes.append("no folder with the head's own genai_config.json: speculative decoding not run")
         return
     progress(f"MTP speculative decoding ({args.draft_tokens} draft tokens)")
-    head = og.Model(str(head_dir))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=max_length, do_sample=False)
-    params.set_speculative_options(max_draft_tokens=args.draft_tokens)
-    gen = og.MtpGenerator(model, head, params)
-    gen.append_tokens(list(prompt))
-    while not gen.is_done():
-        gen.generate_next_token()
-    report.speculative = [int(t) for t in gen.get_sequence()][len(prompt):]  # MtpGenerator is batch 1: no index
-    report.stats = {k: v for k, v in sorted(dict(gen.get_stats()).items())}
+    with runtime_step("onnxruntime-genai MTP speculative decoding failed"):
+        head = og.Model(str(head_dir))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=max_length, do_sample=False)
+        params.set_speculative_options(max_draft_tokens=args.draft_tokens)
+        gen = og.MtpGenerator(model, head, params)
+        gen.append_tokens(list(prompt))
+        while not gen.is_done():
+            gen.generate_next_token()
+        report.speculative = [int(t) for t in gen.get_sequence()][len(prompt):]  # MtpGenerator is batch 1: no index
+        report.stats = {k: v for k, v in sorted(dict(gen.get_stats()).items())}
     report.agree("speculative == greedy", report.speculative == report.greedy, f"{report.speculative} vs {report.greedy}")
 
 
@@ -410,5 +528,6 @@ def _finish(args, report: Report) -> int:
             out(f"speculative tokens: {report.speculative}")
         if rate is not None:
             out(f"draft acceptance:   {rate:.0%} ({report.stats.get('draft_tokens_accepted')} of {report.stats.get('draft_tokens_evaluated') or report.stats.get('draft_tokens_proposed')})")
-        out("verify: ok" if report.ok else "verify: MISMATCH")
+        refused = any(c["check"] == "runtime" and not c["ok"] for c in report.checks)
+        out("verify: ok" if report.ok else "verify: FAILED (a runtime refused the package)" if refused else "verify: MISMATCH")
     return int(ExitCode.OK) if report.ok else int(ExitCode.FINDINGS)

@@ -126,3 +126,59 @@ def test_schema_lists_and_prints(capsys):
 def test_schema_unknown_name_suggests(capsys):
     assert main(["schema", "genai_cofig"]) == 2
     assert "did you mean 'genai_config'?" in capsys.readouterr().err
+
+
+def test_diff_json_says_ok_only_without_differences(tmp_path, capsys):
+    a = hm.write_package(tmp_path / "a")
+    assert main(["diff", "--format", "json", str(a), str(hm.write_package(tmp_path / "same"))]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    cfg = hm.main_config()
+    cfg["model"]["context_length"] = 256
+    assert main(["diff", "--format", "json", str(a), str(hm.write_package(tmp_path / "b", config=cfg))]) == 1
+    assert json.loads(capsys.readouterr().out)["ok"] is False
+
+
+def test_diff_into_a_closed_pipe_exits_141_not_0(tmp_path):
+    """`mtpc diff a b | head -0` with differences: a script must not read the pipe's early close as "no differences"."""
+    import subprocess
+    import sys
+
+    a = hm.write_package(tmp_path / "a")
+    cfg = hm.main_config()
+    cfg["model"]["context_length"] = 256
+    b = hm.write_package(tmp_path / "b", config=cfg)
+    proc = subprocess.Popen([sys.executable, "-m", "mtpc", "diff", str(a), str(b)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait() == 141 and stderr == ""
+
+
+def test_check_of_a_checkpoint_file_says_what_check_takes(tmp_path, capsys):
+    gguf = tmp_path / "good.gguf"
+    gguf.write_bytes(b"GGUF\x03\x00\x00\x00\xff\xfe")
+    assert main(["check", str(gguf)]) == 2
+    err = capsys.readouterr().err
+    assert "is neither a spec file (.yaml, .yml) nor a package folder" in err
+    assert "not UTF-8" not in err
+
+
+def test_check_checks_every_existing_target_and_reports_each_missing_one(tmp_path, capsys):
+    pkg = broken_package(tmp_path / "pkg")
+    missing_a, missing_b = tmp_path / "nope", tmp_path / "gone"
+    assert main(["check", str(missing_a), str(pkg), str(missing_b)]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2  # the broken package's two findings, still reported
+    assert f"error: '{missing_a}' does not exist" in captured.err
+    assert f"error: '{missing_b}' does not exist" in captured.err
+    assert "2 findings in 1 target; 2 targets could not be checked" in captured.err
+
+    assert main(["check", "--format", "json", str(pkg), str(missing_a)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], doc["exit_code"]) == (False, 2)
+    assert [t["target"] for t in doc["targets"]] == [str(pkg)] and len(doc["targets"][0]["findings"]) == 2
+    assert [d["message"] for d in doc["diagnostics"]] == [f"'{missing_a}' does not exist"]
+
+
+def test_check_of_a_clean_package_and_a_missing_one_is_still_a_usage_error(tmp_path, capsys):
+    assert main(["check", str(hm.write_package(tmp_path / "pkg")), str(tmp_path / "nope")]) == 2
+    assert "1 target could not be checked" in capsys.readouterr().err

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from mtpc.cli import main as cli_main
 from mtpc.cli.main import main
+from mtpc.cli.report import print_json
 
 
 def run_mtpc(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -103,13 +105,63 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.startswith("mtpc ")
 
 
-def test_a_closed_pipe_is_not_an_error(tmp_path):
-    """`mtpc schema spec | head -0`: the reader leaves early; mtpc exits quietly."""
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-m", "mtpc", "schema", "spec"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.mark.parametrize("argv", [["schema", "spec"], ["schema"]])  # a large output, and one small enough to sit in the buffer
+def test_a_closed_pipe_exits_141_quietly(argv):
+    """`mtpc schema spec | head -0`: the reader leaves early; mtpc exits like a process killed by SIGPIPE, silently."""
+    proc = subprocess.Popen([sys.executable, "-m", "mtpc", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before mtpc has printed anything (mtpc is still importing)
     stderr = proc.stderr.read().decode()
-    assert proc.wait() == 0
-    assert "error" not in stderr.lower() and "Traceback" not in stderr
+    assert proc.wait() == 141  # 128 + SIGPIPE, as a shell reports it; never 0, which would hide a diff's or check's verdict
+    assert stderr == ""
+
+
+def test_usage_errors_in_json_format_are_json_documents_too(capsys):
+    assert main(["compile", "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc == {
+        "format_version": 1,
+        "command": "compile",
+        "ok": False,
+        "exit_code": 2,
+        "message": "the following arguments are required: SPEC",
+    }
+    assert captured.err.startswith("usage: mtpc compile")
+    assert main(["diff", "--format=json", "a", "b", "--colour"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["command"], doc["ok"], doc["exit_code"]) == ("diff", False, 2)
+    assert doc["message"] == "unrecognized arguments: --colour"
+
+
+def test_usage_errors_in_text_format_print_nothing_on_stdout(capsys):
+    assert main(["compile"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_an_unknown_option_after_a_verb_shows_the_verbs_usage(capsys):
+    assert main(["diff", "a", "b", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: mtpc diff ")
+    assert "mtpc diff: error: unrecognized arguments: --bogus" in err
+
+
+def test_every_json_result_says_whether_it_is_ok(tmp_path, capsys):
+    from tests.fixtures.arch import tiny_arch
+    from tests.fixtures.checkpoints import write_hf_checkpoint
+
+    spec = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
+    ckpt = write_hf_checkpoint(tmp_path / "ckpt", tiny_arch(), seed=0, with_mtp=True)
+    for argv in (
+        ["schema"],
+        ["schema", "spec"],
+        ["plan", "-q", str(spec), "--against", str(tmp_path / "none")],
+        ["inspect", str(ckpt)],
+    ):
+        assert main([argv[0], "--format", "json", *argv[1:]]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["ok"] is True, argv
+
+
+def test_a_json_result_without_ok_is_a_bug():
+    with pytest.raises(ValueError, match="must say whether it is ok"):
+        print_json("schema", {"schemas": []})
