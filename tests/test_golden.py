@@ -41,6 +41,35 @@ def _dims(value_info) -> list:
     return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
 
 
+# Ops whose attributes carry the model's semantics (head counts, scales, activations, quantization),
+# listed per op type in the summary; for MatMulNBits only the encoding (K and N vary per node).
+SUMMARIZED_ATTRIBUTES = {
+    "GroupQueryAttention": None, "PagedAttention": None, "LinearAttention": None, "GatedDeltaNet": None,
+    "CausalConvWithState": None, "VarlenCausalConvWithState": None, "MatMulNBits": ("bits", "block_size"),
+}
+
+
+def _attribute_text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, float):
+        return f"{value:.8g}"
+    return str(value)
+
+
+def _attribute_lines(nodes) -> list[str]:
+    """One line per distinct attribute set of each summarized op type, with its node count."""
+    sets = collections.Counter()
+    for n in nodes:
+        if n.op_type not in SUMMARIZED_ATTRIBUTES:
+            continue
+        names = SUMMARIZED_ATTRIBUTES[n.op_type]
+        attrs = sorted((a.name, _attribute_text(onnx.helper.get_attribute_value(a)))
+                       for a in n.attribute if names is None or a.name in names)
+        sets[(f"{n.domain or 'ai.onnx'}::{n.op_type}", " ".join(f"{k}={v}" for k, v in attrs))] += 1
+    return [f"  {op}: {attrs} (x{count})" for (op, attrs), count in sorted(sets.items())]
+
+
 def graph_summary(onnx_bytes: bytes) -> str:
     model = onnx.load_from_string(onnx_bytes)
     g = model.graph
@@ -54,6 +83,8 @@ def graph_summary(onnx_bytes: bytes) -> str:
     ops = collections.Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in g.node)
     lines.append("ops:")
     lines += [f"  {op}: {count}" for op, count in sorted(ops.items())]
+    lines.append("attributes:")
+    lines += _attribute_lines(g.node)
     lines.append("initializers:")
     for t in sorted(g.initializer, key=lambda t: t.name):
         lines.append(f"  {t.name}: {dtype(t.data_type)} {list(t.dims)}")
@@ -110,6 +141,16 @@ def test_golden_inference_metadata_satisfies_upstream_schema(folder: Path):
     layout = "flat" if "speculative" in document or "kv_cache" in document else "workflow"
     schema = json.loads(shared_file(f"conformance/onnx-genai/{layout}-layout.schema.json").read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(document)
+
+
+@pytest.mark.parametrize("folder", _golden_dirs_with("config.json"), ids=lambda p: p.name)
+def test_golden_speculator_config_satisfies_upstream_definition(folder: Path):
+    # The only upstream definition of SpeculatorConfig is in the flat layout's schema (its `speculative`).
+    flat = json.loads(shared_file("conformance/onnx-genai/flat-layout.schema.json").read_text(encoding="utf-8"))
+    speculator_schema = {"$schema": flat["$schema"], "$ref": "#/$defs/SpeculatorConfig", "$defs": flat["$defs"]}
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert list(config) == ["speculator_config"]
+    jsonschema.Draft202012Validator(speculator_schema).validate(config["speculator_config"])
 
 
 def test_golden_with_head_declares_it_everywhere():

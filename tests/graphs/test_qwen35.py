@@ -97,7 +97,8 @@ def test_float16_io_graph_runs_close_to_reference(arch, store, reference, tmp_pa
     out = run(sess, step_feeds(PROMPT, 0, empty_state(sess, 2)))
     logits, _, _, _ = reference.forward(PROMPT)
     assert out["logits"].dtype == np.float16
-    assert np.abs(out["logits"].astype(np.float64) - logits).max() < 0.05
+    # float16 activations through 4 layers: measured 4.7e-3 against the numpy reference.
+    assert np.abs(out["logits"].astype(np.float64) - logits).max() < 1e-2
 
 
 def test_interleaved_mrope_slot_assignment():
@@ -113,7 +114,7 @@ def test_interleaved_mrope_slot_assignment():
     assert mrope_axes(contiguous).tolist() == [0, 0, 0, 0, 1, 1, 2, 2]
 
 
-def test_position_rows_drive_their_frequency_slots(main):
+def test_position_rows_drive_their_frequency_slots(main, reference):
     # With T/H/W rows that differ, changing only the W row must change the output (slots 2 and 5 read it),
     # and equal rows must reproduce the text-only result.
     ids = PROMPT[:1]
@@ -122,4 +123,6 @@ def test_position_rows_drive_their_frequency_slots(main):
     moved = text.copy()
     moved[2] = moved[2] * 3  # a constant shift would cancel: rotary is relative
     changed = run(main, {**step_feeds(ids, 0, empty_state(main, 1)), "position_ids": moved})["logits"]
-    assert np.abs(changed - base).max() > 1e-3
+    # Measured: 1.4e-2 of the largest logit; ignoring the W row would leave only float noise (~1e-7).
+    assert np.abs(changed - base).max() > 1e-3 * np.abs(base).max()
+    np.testing.assert_allclose(base, reference.forward(ids)[0], atol=TOL, rtol=0)  # the text-only reference

@@ -1,3 +1,5 @@
+import ast
+import re
 from dataclasses import replace
 
 import pytest
@@ -7,6 +9,7 @@ from mtpc.passes import default_pipeline
 from mtpc.passes.paged_io import PagedIoRewrite
 
 from tests.fixtures.arch import tiny_arch
+from tests.fixtures.shared import shared_file
 from tests.passes.ir_factory import CPU_DENSE, CUDA_DENSE, CUDA_PAGED, make_ir
 
 ORT, ONNX = HeadContract.ORT_GENAI, HeadContract.ONNX_GENAI
@@ -120,41 +123,32 @@ def test_second_run_changes_nothing(paged):
     assert not again.modified and again.ir is paged[1]
 
 
-# Graph I/O of the onnxruntime-genai 0.18.0 builder's paged export of a tiny Qwen3.5
-# (4 layers: 3 linear then 1 full attention; hidden 64, 2 KV heads of 16, vocab 256),
-# as measured in shared/reference/builder-io/dense_paged.io.txt.
-_F16, _F32, _I32, _I64 = "float16", "float32", "int32", "int64"
-_KV = (_F16, ("num_blocks", "block_size", 2, 16))
-_CONV = (_F16, ("batch_size", 128, 3))
-_REC = (_F32, ("batch_size", 4, 16, 16))
-_PAGED = dict(PAGED_INPUTS)
-REFERENCE_MAIN_IO = {
-    "input_ids": (_I64, ("num_tokens",)),
-    "position_ids": (_I64, (3, "num_tokens")),
-    "past_key_values.3.key": _KV,
-    "past_key_values.3.value": _KV,
-    **{f"past.{i}.conv": _CONV for i in range(3)},
-    **{f"past.{i}.recurrent": _REC for i in range(3)},
-    **_PAGED,
-    "hidden_states": (_F16, ("num_tokens", 64)),
-    "logits": (_F16, ("num_tokens", 256)),
-    "present.3.key": _KV,
-    "present.3.value": _KV,
-    **{f"present.{i}.conv": _CONV for i in range(3)},
-    **{f"present.{i}.recurrent": _REC for i in range(3)},
-}
-REFERENCE_HEAD_IO = {
-    "input_ids": (_I64, ("num_tokens",)),
-    "position_ids": (_I64, (3, "num_tokens")),
-    "past_key_values.0.key": _KV,
-    "past_key_values.0.value": _KV,
-    **_PAGED,
-    "hidden_states": (_F16, ("num_tokens", 64)),
-    "logits": (_F16, ("num_tokens", 256)),
-    "present.0.key": _KV,
-    "present.0.value": _KV,
-    "hidden_states_out": (_F16, ("num_tokens", 64)),
-}
+# shared/reference/builder-io/dense_paged.io.txt: graph I/O of onnxruntime-genai 0.18.0's builder's paged export
+# of a tiny Qwen3.5 (4 layers: 3 linear then 1 full attention; hidden 64, 2 KV heads of 16, vocab 256).
+REFERENCE_IO = "reference/builder-io/dense_paged.io.txt"
+REFERENCE_DTYPES = {"INT64": "int64", "INT32": "int32", "FLOAT16": "float16", "FLOAT": "float32"}
+# Per state kind, the state group holding the layers that carry it (past_key_values.N.*, past.N.conv, past.N.recurrent).
+STATE_KINDS = (("paged_kv", re.compile(r"past_key_values\.(\d+)\.key")),
+               ("fixed_conv", re.compile(r"past\.(\d+)\.conv")),
+               ("fixed_recurrent", re.compile(r"past\.(\d+)\.recurrent")))
+
+
+def reference_io() -> dict[str, dict[str, list[tuple[str, str, tuple]]]]:
+    """{graph file: {"inputs"/"outputs": [(name, dtype, shape), ...] in the file's order}}."""
+    graphs: dict[str, dict[str, list]] = {}
+    section = None
+    for line in shared_file(REFERENCE_IO).read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            current = graphs.setdefault(line.split()[1].rsplit("/", 1)[-1], {"inputs": [], "outputs": []})
+        elif line.strip() in ("inputs:", "outputs:"):
+            section = current[line.strip()[:-1]]
+        elif line.strip().startswith("metadata:"):
+            section = None
+        elif line.strip():
+            name, dtype, dims = line.split(maxsplit=2)
+            section.append((name, REFERENCE_DTYPES[dtype], tuple(ast.literal_eval(dims))))
+    assert set(graphs) == {"model.onnx", "mtp.onnx"} and all(g["inputs"] and g["outputs"] for g in graphs.values())
+    return graphs
 
 
 def test_matches_the_reference_builders_paged_graphs():
@@ -167,10 +161,20 @@ def test_matches_the_reference_builders_paged_graphs():
         layer_kinds=(LayerKind.LINEAR_ATTENTION,) * 3 + (LayerKind.FULL_ATTENTION,),
     )
     _, result = _before_and_after(ort=CUDA_PAGED, arch=arch)
-    assert _io(result.ir.main.contract) == REFERENCE_MAIN_IO
-    assert _io(result.ir.head(ORT).contract) == REFERENCE_HEAD_IO
-    assert result.ir.main.state_groups == (
-        StateGroup("paged_kv", (3,)),
-        StateGroup("fixed_conv", (0, 1, 2)),
-        StateGroup("fixed_recurrent", (0, 1, 2)),
+    reference = reference_io()
+    for contract, graph in ((result.ir.main.contract, "model.onnx"), (result.ir.head(ORT).contract, "mtp.onnx")):
+        for kind, ours in (("inputs", contract.inputs), ("outputs", contract.outputs)):
+            # Compared in order: each tensor's dims (a shape is positional). Compared as a mapping: the list of
+            # graph inputs / outputs, whose order carries no meaning (onnxruntime and onnxruntime-genai bind
+            # them by name; the builder lists KV before conv/recurrent state, mtpc by layer). Whether a tensor
+            # is an input or an output is compared too.
+            expected = {name: (dtype, shape) for name, dtype, shape in reference[graph][kind]}
+            assert len(expected) == len(reference[graph][kind])  # no name listed twice
+            assert {t.name: (t.dtype, tuple(t.shape)) for t in ours} == expected, (graph, kind)
+    # The layers each state group holds, as the ascending layer indices the reference names its state after.
+    main_inputs = [name for name, _, _ in reference["model.onnx"]["inputs"]]
+    expected_groups = tuple(
+        StateGroup(group, tuple(sorted(int(m.group(1)) for name in main_inputs if (m := pattern.fullmatch(name)))))
+        for group, pattern in STATE_KINDS
     )
+    assert result.ir.main.state_groups == expected_groups
