@@ -147,13 +147,35 @@ def test_rope_rotates_half_split_pairs_and_is_relative():
     assert rotated[rd // 2] == pytest.approx(x[rd // 2] * c + x[0] * s_)
 
 
-def test_offset_norm_is_applied_once(store):
-    # The canonical store holds 1 + w; the reference must multiply by it, not add 1 again.
-    x = np.random.default_rng(5).standard_normal((3, ARCH.hidden_size))
-    weight = store.read_float("norm.weight").astype(np.float64)
-    assert abs(weight.mean() - 1.0) < 0.1
-    expected = x / np.sqrt((x**2).mean(-1, keepdims=True) + ARCH.rms_norm_eps) * weight
-    np.testing.assert_allclose(rms_norm(x, weight, ARCH.rms_norm_eps), expected)
+def test_rms_norm_scales_by_the_weight_as_given():
+    # x = [3, 4]: mean square 12.5. Canonical weights already hold 1 + w, so rms_norm must not add 1:
+    # with [1.5, 0.5] the output is x / sqrt(12.5) * [1.5, 0.5], not * [2.5, 1.5].
+    got = rms_norm(np.array([[3.0, 4.0]]), np.array([1.5, 0.5]), 0.0)
+    np.testing.assert_allclose(got, [[4.5 / np.sqrt(12.5), 2.0 / np.sqrt(12.5)]], rtol=1e-15)
+    # eps sits inside the root: mean square 12.5 + 3.5 = 16
+    np.testing.assert_allclose(rms_norm(np.array([[3.0, 4.0]]), np.ones(2), 3.5), [[0.75, 1.0]], rtol=1e-15)
+
+
+def test_offset_norm_is_applied_once(store, tokens):
+    # The store already holds 1 + w. A reference that added 1 again would equal the reference run on a store
+    # whose offset norms got +1 a second time; it must not, and its final norm must scale by the stored value.
+    offset = (
+        "input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight",
+        "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight",
+    )
+    tensors = {n: store.read(n) for n in store.names()}
+    doubled = {
+        n: (v + np.float32(1) if n.endswith(offset) or n in ("norm.weight", "mtp.norm.weight") else v)
+        for n, v in tensors.items()
+    }
+    logits, post, pre, _ = Qwen35Reference(ARCH, store).forward(tokens)
+    twice = Qwen35Reference(ARCH, ArrayWeightStore(doubled)).forward(tokens)[0]
+    assert np.abs(logits - twice).max() > 0.1
+    weight = tensors["norm.weight"].astype(np.float64)
+    assert abs(weight.mean() - 1.0) < 0.1  # effective scale 1 + w with w near 0
+    rms = np.sqrt((pre**2).mean(-1, keepdims=True) + ARCH.rms_norm_eps)
+    np.testing.assert_allclose(post, pre / rms * weight, rtol=1e-12)
+    assert np.abs(post - pre / rms * (weight + 1)).max() > 0.1
 
 
 def test_norm_weights_change_the_output(store, tokens):

@@ -2,8 +2,10 @@
 
 `raw_hf_tensors` is the model as a Hugging Face checkpoint would store it (HF names,
 zero-centred offset norms, `A_log`); `seeded_store` is the same model under
-canonical names and conventions, derived through the HF source's own mapping so
-both always describe one model.
+canonical names and conventions (`mtpc.weights`). The canonical form is derived
+here, on its own, not through the HF source's converter: tests compare the HF
+source's store with `seeded_store`, and that check is only worth something if the
+two conversions are written apart.
 
 Every tensor draws from an RNG seeded by `(seed, crc32(hf_name))`, so a tensor's
 values do not depend on which other tensors exist or the order they are made in.
@@ -20,9 +22,21 @@ import numpy as np
 
 from ..ir import Architecture, LayerKind
 from ..weights import ArrayWeightStore
-from .hf import canonical_name, to_canonical_value
 
 TEXT_PREFIX = "model.language_model."
+# Zero-centred RMSNorm weights (effective scale 1 + w), by the HF module that owns them; the
+# GatedDeltaNet gated norm (`linear_attn.norm`) is an ordinary scale and is not listed.
+_OFFSET_NORM_MODULES = frozenset(
+    (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "q_norm",
+        "k_norm",
+        "norm",
+        "pre_fc_norm_embedding",
+        "pre_fc_norm_hidden",
+    )
+)
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -126,12 +140,17 @@ def raw_hf_tensors(
 
 
 def canonical_tensors(arch: Architecture, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Canonical names and conventions for `raw` HF tensors (through the HF source's mapping)."""
+    """`raw` (as `raw_hf_tensors` names them) under canonical names and conventions."""
     out: dict[str, np.ndarray] = {}
     for hf_name, value in raw.items():
-        name = canonical_name(hf_name)
-        if name is not None:
-            out[name] = to_canonical_value(name, value)
+        name = hf_name[len(TEXT_PREFIX) :] if hf_name.startswith(TEXT_PREFIX) else hf_name
+        *owner, leaf = name.split(".")
+        if leaf == "A_log":
+            out[".".join(owner + ["decay_scale"])] = -np.exp(value.astype(np.float32))
+        elif leaf == "weight" and owner[-1] in _OFFSET_NORM_MODULES and owner[-2:] != ["linear_attn", "norm"]:
+            out[name] = value.astype(np.float32) + np.float32(1.0)
+        else:
+            out[name] = value
     if arch.tie_word_embeddings:
         out["lm_head.weight"] = out["embed_tokens.weight"]
     return out

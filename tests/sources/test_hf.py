@@ -60,12 +60,15 @@ def test_describe_recovers_the_architecture(which, request):
 
 @pytest.mark.parametrize("which", ["checkpoint", "sharded"])
 def test_weights_are_the_seeded_model_in_canonical_form(which, request):
+    # seeded_store derives the canonical form on its own (not through hf.py's converter), so this
+    # checks the HF source's names, offset norms, decay scale and tying against an independent derivation.
     store = open_store(request.getfixturevalue(which))
     expected = seeded_store(ARCH, 5)
     assert list(store.names()) == list(expected.names())
     for name in expected.names():
-        np.testing.assert_array_equal(store.read_float(name), expected.read_float(name), err_msg=name)
-        assert store.info(name).shape == expected.info(name).shape
+        got, want = store.read(name), expected.read(name)
+        assert got.dtype == want.dtype and store.info(name) == expected.info(name), name
+        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def test_conventions_are_converted_once(checkpoint):
@@ -85,8 +88,8 @@ def test_conventions_are_converted_once(checkpoint):
         store.read("layers.0.linear_attn.decay_scale"), -np.exp(raw[TEXT + "layers.0.linear_attn.A_log"]), rtol=1e-6
     )
     assert store.read("layers.0.linear_attn.decay_scale").max() < 0
-    # reading twice does not add the offset twice
-    np.testing.assert_array_equal(store.read("norm.weight"), store.read("norm.weight"))
+    # reading again does not add the offset again
+    np.testing.assert_array_equal(store.read("norm.weight"), raw[TEXT + "norm.weight"] + np.float32(1))
     assert "layers.0.linear_attn.A_log" not in set(store.names())
 
 
@@ -125,6 +128,70 @@ def test_tied_embeddings_serve_the_embedding_as_lm_head(tmp_path):
     store = open_weights(ref(directory), info)
     np.testing.assert_array_equal(store.read("lm_head.weight"), store.read("embed_tokens.weight"))
     assert "lm_head.weight" in set(store.names())
+
+
+def tie_flags(top: bool | None, nested: bool | None):
+    """A config edit setting (True/False) or removing (None) the top-level and text_config tie flags."""
+
+    def edit(doc):
+        for where, value in ((doc, top), (doc["text_config"], nested)):
+            where.pop("tie_word_embeddings", None)
+            if value is not None:
+                where["tie_word_embeddings"] = value
+
+    return edit
+
+
+# Qwen3_5ForConditionalGeneration's config is the composite Qwen3_5Config, which declares its own
+# `tie_word_embeddings` (transformers models/qwen3_5/configuration_qwen3_5.py), and transformers 5 decides
+# tying from the model's own config (`PreTrainedModel.get_expanded_tied_weights_keys` reads
+# `self.config.tie_word_embeddings`): the top-level flag. hf.py follows that when the flags disagree, and
+# falls back to text_config's flag only when the top level has none (the flat Qwen3_5ForCausalLM layout
+# keeps every field at the top, so a lone nested flag is the only one the export wrote).
+@pytest.mark.parametrize(
+    "top, nested, tied",
+    [
+        (False, True, False),  # disagree: top level wins
+        (True, False, True),  # disagree: top level wins
+        (None, True, True),  # only nested
+        (None, False, False),
+        (True, None, True),  # only top level
+        (False, None, False),
+        (None, None, False),  # neither: transformers' default is untied
+    ],
+)
+def test_tie_word_embeddings_top_level_wins(tmp_path, top, nested, tied):
+    directory = write_hf_checkpoint(tmp_path, ARCH, seed=2)  # untied: holds its own lm_head.weight
+    edit_config(directory, tie_flags(top, nested))
+    info = describe(ref(directory))
+    assert info.architecture.tie_word_embeddings is tied
+    store = open_weights(ref(directory), info)
+    raw = raw_hf_tensors(ARCH, 2)
+    want = raw[TEXT + "embed_tokens.weight"] if tied else raw["lm_head.weight"]
+    np.testing.assert_array_equal(store.read("lm_head.weight"), want)
+
+
+def test_tie_flag_must_be_a_boolean(tmp_path):
+    directory = write_hf_checkpoint(tmp_path, ARCH, seed=0)
+    edit_config(directory, tie_flags("yes", False))
+    with pytest.raises(SourceError, match="field tie_word_embeddings must be true or false, not 'yes'"):
+        describe(ref(directory))
+
+
+def test_partial_rotary_factor_defaults_to_a_quarter(tmp_path):
+    # transformers' Qwen3_5TextConfig sets partial_rotary_factor 0.25 when a config names none
+    # (configuration_qwen3_5.py, `kwargs.setdefault("partial_rotary_factor", 0.25)`).
+    directory = write_hf_checkpoint(tmp_path, ARCH, seed=0)
+
+    def edit(doc):
+        params = doc["text_config"]["rope_parameters"]
+        del params["partial_rotary_factor"], params["mrope_section"]
+        assert "partial_rotary_factor" not in doc and "partial_rotary_factor" not in doc["text_config"]
+
+    edit_config(directory, edit)
+    rope = describe(ref(directory)).architecture.rope
+    assert ARCH.head_dim == 64
+    assert rope.partial_rotary_factor == 0.25 and rope.rotary_dim == 16
 
 
 def test_checkpoint_without_mtp(tmp_path):

@@ -7,9 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from mtpc.ir import SourceRef
 from mtpc.reference import Qwen35Reference
-from mtpc.sources.random_weights import raw_hf_tensors, seeded_store
-from tests.fixtures.checkpoints import tiny_arch
+from mtpc.sources import describe, hf, open_weights
+from mtpc.sources.random_weights import canonical_tensors, raw_hf_tensors, seeded_store
+from tests.fixtures.checkpoints import tiny_arch, write_hf_checkpoint
 
 ARCH = tiny_arch()
 
@@ -110,3 +112,61 @@ def test_activations_stay_order_one_over_four_layers(seed):
     assert np.all(np.isfinite(logits))
     assert 0.5 < np.sqrt((pre**2).mean()) < 5
     assert 0.3 < logits.std() < 3
+
+
+def test_canonical_form_is_derived_without_the_hf_converter(monkeypatch):
+    # seeded_store is the expected value for the HF store (tests/sources/test_hf.py): it must not share
+    # hf.py's conversion, or a bug there would be in both sides of that comparison. Breaking hf.py's
+    # converter and name mapping leaves seeded_store unchanged.
+    before = seeded_store(ARCH, 0)
+    monkeypatch.setattr(hf, "to_canonical_value", lambda name, raw: raw)
+    monkeypatch.setattr(hf, "canonical_name", lambda name: name)
+    after = seeded_store(ARCH, 0)
+    assert list(after.names()) == list(before.names())
+    for name in before.names():
+        np.testing.assert_array_equal(after.read(name), before.read(name), err_msg=name)
+
+
+def test_canonical_tensors_by_hand():
+    # One tensor of each kind, with values small enough to check by eye.
+    raw = {
+        "model.language_model.embed_tokens.weight": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32),
+        "model.language_model.norm.weight": np.array([0.5, -0.25], np.float32),
+        "model.language_model.layers.0.linear_attn.A_log": np.array([0.0, np.log(2.0)], np.float32),
+        "model.language_model.layers.0.linear_attn.norm.weight": np.array([0.9, 1.1], np.float32),
+        "model.language_model.layers.1.self_attn.q_norm.weight": np.array([0.0, 1.0], np.float32),
+        "mtp.pre_fc_norm_hidden.weight": np.array([-1.0, 0.125], np.float32),
+        "mtp.layers.0.post_attention_layernorm.weight": np.array([2.0, 0.0], np.float32),
+        "mtp.fc.weight": np.array([[0.5, 0.5]], np.float32),
+    }
+    tied = canonical_tensors(replace(ARCH, tie_word_embeddings=True), raw)
+    expected = {
+        "embed_tokens.weight": [[1.0, 2.0], [3.0, 4.0]],
+        "lm_head.weight": [[1.0, 2.0], [3.0, 4.0]],  # tied: the embedding
+        "norm.weight": [1.5, 0.75],
+        "layers.0.linear_attn.decay_scale": [-1.0, -2.0],
+        "layers.0.linear_attn.norm.weight": [0.9, 1.1],  # the gated norm is not offset form
+        "layers.1.self_attn.q_norm.weight": [1.0, 2.0],
+        "mtp.pre_fc_norm_hidden.weight": [0.0, 1.125],
+        "mtp.layers.0.post_attention_layernorm.weight": [3.0, 1.0],
+        "mtp.fc.weight": [[0.5, 0.5]],
+    }
+    assert sorted(tied) == sorted(expected)
+    for name, want in expected.items():
+        assert tied[name].dtype == np.float32, name
+        np.testing.assert_allclose(tied[name], np.asarray(want, np.float32), rtol=1e-6, err_msg=name)
+    assert "lm_head.weight" not in canonical_tensors(ARCH, raw)  # untied: only what the checkpoint stores
+
+
+def test_hf_store_equals_seeded_store_tensor_by_tensor(tmp_path):
+    # The two conversions are written apart (see above), so equality checks hf.py against this one.
+    for arch in (ARCH, replace(ARCH, tie_word_embeddings=True)):
+        directory = write_hf_checkpoint(tmp_path / str(arch.tie_word_embeddings), arch, seed=9, norm_weight_scale=0.2)
+        ref = SourceRef("hf", str(directory))
+        store = open_weights(ref, describe(ref))
+        expected = seeded_store(arch, 9, 0.2)
+        assert list(store.names()) == list(expected.names())
+        for name in expected.names():
+            got, want = store.read(name), expected.read(name)
+            assert got.dtype == want.dtype and got.shape == want.shape, name
+            np.testing.assert_array_equal(got, want, err_msg=name)

@@ -1,0 +1,154 @@
+"""`mtpc verify` tolerances: each branch of `tolerance_for`, and an int4 package that passes intact and fails
+with one damaged MatMulNBits weight (the quantized bound must not hide a broken weight)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from mtpc.cli.main import main
+from mtpc.cli.verify import AsBuiltWeights, tolerance_for
+from mtpc.ir import ModelIR, Precision, QuantizationPlan, QuantOverride, QuantScheme
+from mtpc.sources.random_weights import seeded_store
+from tests.fixtures.arch import tiny_arch
+from tests.graphs.tiny import make_ir
+
+TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
+FLOAT32 = np.zeros(3, np.float32)
+FLOAT16 = np.zeros(3, np.float16)
+
+
+def build(io_dtype: str = "float32", quantization: QuantizationPlan = QuantizationPlan()) -> ModelIR:
+    return make_ir(tiny_arch(), io_dtype=io_dtype, quantization=quantization)
+
+
+INT4 = QuantizationPlan(default=QuantScheme(bits=4))
+INT8_OVERRIDE_ONLY = QuantizationPlan(overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8)),))
+
+
+@pytest.mark.parametrize(
+    "ir, output, bound",
+    [
+        (build(), FLOAT32, 1e-3),  # float weights, float32 activations: close to the reference
+        (build(), FLOAT16, 4e-3),  # ... with float16 logits (the CPU profile): one float16 rounding more
+        (build("float16"), FLOAT16, 3e-2),  # float16 activations throughout
+        (build("float16"), FLOAT32, 3e-2),
+        (build(quantization=INT4), FLOAT32, 1e-1),  # quantized by default
+        (build(quantization=INT8_OVERRIDE_ONLY), FLOAT32, 1e-1),  # quantized only by an override
+        (build("float16", INT4), FLOAT16, 1e-1),  # quantized takes precedence over float16
+    ],
+)
+def test_tolerance_by_build(ir, output, bound):
+    assert ir.precision == Precision(io_dtype=ir.precision.io_dtype)
+    assert tolerance_for(ir, None)(output) == bound
+
+
+@pytest.mark.parametrize("ir", [build(), build("float16"), build(quantization=INT4)])
+def test_atol_overrides_every_branch(ir):
+    assert tolerance_for(ir, 0.25)(FLOAT32) == 0.25
+    assert tolerance_for(ir, 0.0)(FLOAT16) == 0.0  # 0 is a bound, not "unset"
+
+
+def test_the_quantized_reference_uses_the_weights_as_built():
+    # Computed here from the op's definition (symmetric blocks of 32 along K, zero point 8, scale absmax / 7),
+    # not through mtpc.quant: what MatMulNBits multiplies by.
+    store = seeded_store(tiny_arch(), 3)
+    plan = QuantizationPlan(default=QuantScheme(bits=4), overrides=(QuantOverride("lm_head.weight", QuantScheme()),))
+    built = AsBuiltWeights(store, plan)
+    w = store.read_float("layers.0.mlp.up_proj.weight")
+    blocks = w.reshape(w.shape[0], -1, 32)
+    scale = np.abs(blocks).max(-1, keepdims=True) / 7
+    want = (np.clip(np.rint(blocks / scale), -8, 7) * scale).reshape(w.shape)
+    got = built.read_float("layers.0.mlp.up_proj.weight")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert np.abs(got - w).max() > 1e-3  # really rounded
+    for kept in ("lm_head.weight", "embed_tokens.weight", "norm.weight", "layers.0.linear_attn.conv1d.weight"):
+        np.testing.assert_array_equal(built.read_float(kept), store.read_float(kept), err_msg=kept)
+    assert list(built.names()) == list(store.names())
+
+
+# ----------------------------------------------------------------------------- int4 end to end
+
+
+def int4_spec(folder: Path) -> Path:
+    """The tiny spec with int4 MatMulNBits weights (lm_head kept float), onnxruntime-genai on CPU only."""
+    text = TINY.read_text("utf-8")
+    assert "  default: {bits: null}\n" in text and "  onnx_genai:\n    layout: workflow\n" in text
+    text = text.replace(
+        "  default: {bits: null}\n",
+        "  default: {bits: 4, block_size: 32}\n  overrides:\n    - {match: lm_head.weight, bits: null}\n",
+    )
+    text = text.replace("  onnx_genai:\n    layout: workflow\n", "")
+    spec = folder / "int4.yaml"
+    spec.write_text(text, "utf-8")
+    return spec
+
+
+@pytest.fixture(scope="module")
+def int4_package(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("verify-int4")
+    spec = int4_spec(folder)
+    package = folder / "pkg"
+    assert main(["compile", "-q", str(spec), "-o", str(package)]) == 0
+    return package, spec
+
+
+def verify_json(package: Path, spec: Path, capsys) -> tuple[int, dict]:
+    code = main(["verify", "-q", str(package), "--spec", str(spec), "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def matmul_nbits_weights(model_path: Path) -> list[onnx.TensorProto]:
+    """The packed weight (input B) initializers of the MatMulNBits nodes, in graph order."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    initializers = {t.name: t for t in model.graph.initializer}
+    return [initializers[n.input[1]] for n in model.graph.node if n.op_type == "MatMulNBits"]
+
+
+def external_range(tensor: onnx.TensorProto) -> tuple[str, int, int]:
+    entries = {e.key: e.value for e in tensor.external_data}
+    return entries["location"], int(entries.get("offset", 0)), int(entries["length"])
+
+
+def test_an_intact_int4_package_verifies(int4_package, capsys):
+    package, spec = int4_package
+    cfg = json.loads((package / "genai_config.json").read_text("utf-8"))
+    assert cfg["model"]["decoder"]["session_options"]["provider_options"] == []  # CPU
+    assert matmul_nbits_weights(package / "model.onnx")  # really quantized
+    code, report = verify_json(package, spec, capsys)
+    assert code == 0 and report["ok"], report["checks"]
+    compared = [c for c in report["checks"] if "bound" in c]
+    assert {c["check"] for c in compared} >= {"main prefill logits", "main step logits", "mtp head logits"}
+    assert all(c["bound"] > 0 for c in compared)
+
+
+def test_one_damaged_matmul_nbits_weight_fails_verify(int4_package, tmp_path, capsys):
+    package, spec = int4_package
+    damaged = tmp_path / "pkg"
+    copy_tree(package, damaged)
+    # layer 1's MLP down projection: an ordinary weight in the middle of the trunk
+    (weight,) = [t for t in matmul_nbits_weights(damaged / "model.onnx") if "layers.1." in t.name and "down" in t.name]
+    location, offset, length = external_range(weight)
+    data = bytearray((damaged / location).read_bytes())
+    assert offset + length <= len(data)
+    data[offset : offset + length] = bytes(b ^ 0xFF for b in data[offset : offset + length])  # q -> 15 - q
+    (damaged / location).write_bytes(bytes(data))
+
+    code, report = verify_json(damaged, spec, capsys)
+    assert code == 1 and not report["ok"]
+    failed = {c["check"] for c in report["checks"] if not c["ok"]}
+    assert {"main prefill logits", "main step logits"} <= failed
+    prefill = next(c for c in report["checks"] if c["check"] == "main prefill logits")
+    assert prefill["max_abs_diff"] > 2 * prefill["bound"]  # clearly outside, not at the edge
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            destination = target / path.relative_to(source)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(path.read_bytes())
