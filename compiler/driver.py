@@ -95,9 +95,8 @@ def build(
     *,
     progress: Progress = lambda message: None,
     observer: Callable[[str, PassResult], None] | None = None,
-    with_weights: bool = True,
 ) -> Build:
-    """Compile a spec in memory. With `with_weights=False` the large artifacts stay lazy."""
+    """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read."""
     from .spec.loader import load_spec
     from .spec.lower import lower
 
