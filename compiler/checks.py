@@ -7,6 +7,8 @@ hidden-state input matches the main model's output (dtype, width, rank), the
 initializers a sidecar borrows exist in the target graph, and every file a
 config points at is a relative path inside the package, and every external-data
 file a graph points at is long enough to hold the tensors it is said to hold.
+The onnx-genai MTP sidecar block also gets the rules onnx-genai's reader applies
+(`mtpc.emit.speculator.speculator_findings`, shared with the emitter).
 
 Every check runs and every finding is collected before anything is reported,
 so one run shows everything that is wrong. Graphs are read without their
@@ -28,11 +30,10 @@ import onnx
 import yaml
 from onnx import TensorProto
 
-from .validation import errors as schema_errors, json_path, schema_names
-
-GENAI_CONFIG = "genai_config.json"
-INFERENCE_METADATA = "inference_metadata.yaml"
-HF_CONFIG = "config.json"
+from .emit.genai_config import CONFIG_NAME as GENAI_CONFIG
+from .emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
+from .emit.speculator import speculator_findings
+from .validation import errors as schema_errors, json_pointer
 
 
 @dataclass(frozen=True, order=True)
@@ -46,10 +47,6 @@ class Finding:
 
     def to_json(self) -> dict:
         return {"file": self.file, "path": self.pointer or "/", "message": self.message}
-
-
-def pointer(*parts: object) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 # ----------------------------------------------------------------------------- graphs
@@ -255,7 +252,7 @@ class _Checker:
             self.add(rel, "", "no schema in mtpc covers this layout")
             return
         for e in schema_errors(schema, instance):
-            self.add(rel, json_path(e), f"{e.message} (schema {schema})")
+            self.add(rel, json_pointer(*e.absolute_path), f"{e.message} (schema {schema})")
 
 
 def _byte_count(raw: str | None, default: int | None) -> int | None:
@@ -347,7 +344,7 @@ def _check_io_names(
         for role, name in sorted(names.items()):
             if not isinstance(name, str) or not name or (section == "inputs" and role in inherited):
                 continue  # an empty name means "not present"
-            where = pointer(*base, section, role)
+            where = json_pointer(*base, section, role)
             if "%d" in name:
                 wanted = [name.replace("%d", str(i)) for i in range(num_layers) if _layer_family(role) in families[i]]
             else:
@@ -358,7 +355,7 @@ def _check_io_names(
             fed.update(wanted)
     for i, fams in enumerate(families):
         if not fams and templates:
-            c.add(file, pointer(*base), f"layer {i} has no state tensors in {graph.relpath} (num_hidden_layers is {num_layers})")
+            c.add(file, json_pointer(*base), f"layer {i} has no state tensors in {graph.relpath} (num_hidden_layers is {num_layers})")
     configured_inputs = decoder.get("inputs") if isinstance(decoder.get("inputs"), dict) else {}
     defaults = {role: name for role, name in _DEFAULT_INPUTS.items() if role not in configured_inputs}
     defaults.update(inherited)
@@ -368,7 +365,7 @@ def _check_io_names(
         else:
             fed.add(name)
     for name in sorted(set(graph.inputs) - fed):
-        c.add(file, pointer(*base, "inputs"), f"{graph.relpath} input {name!r} is not named here, so the runtime never feeds it")
+        c.add(file, json_pointer(*base, "inputs"), f"{graph.relpath} input {name!r} is not named here, so the runtime never feeds it")
 
 
 def _num_layers(c: _Checker, file: str, where: str, value, default: int | None = None) -> int | None:
@@ -400,8 +397,8 @@ def _check_genai_config(c: _Checker, rel: str, cfg: dict) -> tuple[Graph | None,
     decoder = model.get("decoder")
     main = head = None
     if isinstance(decoder, dict):
-        main = c.graph(rel, pointer("model", "decoder", "filename"), decoder.get("filename"), base)
-        layers = _num_layers(c, rel, pointer("model", "decoder", "num_hidden_layers"), decoder.get("num_hidden_layers"))
+        main = c.graph(rel, json_pointer("model", "decoder", "filename"), decoder.get("filename"), base)
+        layers = _num_layers(c, rel, json_pointer("model", "decoder", "num_hidden_layers"), decoder.get("num_hidden_layers"))
         if main is not None and layers is not None:
             _check_io_names(c, rel, ["model", "decoder"], decoder, main, layers)
             hidden = decoder.get("outputs", {}).get("hidden_states") if isinstance(decoder.get("outputs"), dict) else None
@@ -409,11 +406,11 @@ def _check_genai_config(c: _Checker, rel: str, cfg: dict) -> tuple[Graph | None,
             for name in filter(None, [hidden, (decoder.get("inputs") or {}).get("hidden_states")]):
                 t = main.outputs.get(name) or main.inputs.get(name)
                 if t is not None and isinstance(t.width, int) and isinstance(width, int) and t.width != width:
-                    c.add(rel, pointer("model", "decoder", "hidden_size"), f"is {width} but {name!r} in {main.relpath} is {t.width} wide")
+                    c.add(rel, json_pointer("model", "decoder", "hidden_size"), f"is {width} but {name!r} in {main.relpath} is {t.width} wide")
     mtp = model.get("mtp")
     if isinstance(mtp, dict) and mtp.get("filename"):
-        head = c.graph(rel, pointer("model", "mtp", "filename"), mtp.get("filename"), base)
-        layers = _num_layers(c, rel, pointer("model", "mtp", "num_hidden_layers"), mtp.get("num_hidden_layers"), 1)
+        head = c.graph(rel, json_pointer("model", "mtp", "filename"), mtp.get("filename"), base)
+        layers = _num_layers(c, rel, json_pointer("model", "mtp", "num_hidden_layers"), mtp.get("num_hidden_layers"), 1)
         if head is not None and layers is not None:
             # The projection never reads mtp.inputs.attention_mask: the head gets the main decoder's mask and
             # paged inputs under the main decoder's names (a paged head has no mask at all).
@@ -430,7 +427,7 @@ def _check_mtp_against_main(c: _Checker, rel: str, decoder: dict, mtp: dict, mai
     head_inputs = mtp.get("inputs") if isinstance(mtp.get("inputs"), dict) else {}
     head_outputs = mtp.get("outputs") if isinstance(mtp.get("outputs"), dict) else {}
     head_name = head_inputs.get("hidden_states", "hidden_states")
-    where = pointer("model", "mtp", "main_hidden_states")
+    where = json_pointer("model", "mtp", "main_hidden_states")
     main_t = main.outputs.get(main_name)
     if main_t is None:
         c.add(rel, where, f"{main_name!r} is not an output of {main.relpath}")
@@ -442,11 +439,11 @@ def _check_mtp_against_main(c: _Checker, rel: str, decoder: dict, mtp: dict, mai
         _same_hidden(c, rel, where, main_t, main.relpath, head_t, head.relpath)
     out_name = head_outputs.get("hidden_states", "hidden_states_out")
     if out_name == head_name:
-        c.add(rel, pointer("model", "mtp", "outputs", "hidden_states"), f"{out_name!r} must differ from the head's hidden-state input")
+        c.add(rel, json_pointer("model", "mtp", "outputs", "hidden_states"), f"{out_name!r} must differ from the head's hidden-state input")
     for role in _PAGED_INPUTS:
         name = (decoder.get("inputs") or {}).get(role, role) if isinstance(decoder.get("inputs"), dict) else role
         if name in main.inputs and name not in head.inputs:
-            c.add(rel, pointer("model", "mtp", "filename"), f"{main.relpath} is paged (input {name!r}) but {head.relpath} lacks that input; the head inherits the main decoder's paged inputs")
+            c.add(rel, json_pointer("model", "mtp", "filename"), f"{main.relpath} is paged (input {name!r}) but {head.relpath} lacks that input; the head inherits the main decoder's paged inputs")
 
 
 def _check_head_folder(c: _Checker, rel: str, cfg: dict, root_rel: str, root_cfg: dict, main: Graph | None) -> None:
@@ -454,18 +451,18 @@ def _check_head_folder(c: _Checker, rel: str, cfg: dict, root_rel: str, root_cfg
     model, root_model = cfg.get("model") or {}, root_cfg.get("model") or {}
     for key in ("type", "vocab_size"):
         if key in root_model and model.get(key) != root_model.get(key):
-            c.add(rel, pointer("model", key), f"is {model.get(key)!r} but {root_rel} has {root_model.get(key)!r}")
+            c.add(rel, json_pointer("model", key), f"is {model.get(key)!r} but {root_rel} has {root_model.get(key)!r}")
     dec, root_dec = model.get("decoder") or {}, root_model.get("decoder") or {}
     if dec.get("hidden_size") != root_dec.get("hidden_size"):
-        c.add(rel, pointer("model", "decoder", "hidden_size"), f"is {dec.get('hidden_size')!r} but {root_rel} has {root_dec.get('hidden_size')!r}")
+        c.add(rel, json_pointer("model", "decoder", "hidden_size"), f"is {dec.get('hidden_size')!r} but {root_rel} has {root_dec.get('hidden_size')!r}")
     head_input = (dec.get("inputs") or {}).get("hidden_states")
     if not head_input:
-        c.add(rel, pointer("model", "decoder", "inputs", "hidden_states"), "must name the head's hidden-state input (og.MtpGenerator feeds it only when set)")
+        c.add(rel, json_pointer("model", "decoder", "inputs", "hidden_states"), "must name the head's hidden-state input (og.MtpGenerator feeds it only when set)")
         return
-    head_graph = c.graph(rel, pointer("model", "decoder", "filename"), dec.get("filename"), _folder(rel))
+    head_graph = c.graph(rel, json_pointer("model", "decoder", "filename"), dec.get("filename"), _folder(rel))
     main_name = (root_model.get("mtp") or {}).get("main_hidden_states", "hidden_states")
     if main is not None and head_graph is not None and main_name in main.outputs and head_input in head_graph.inputs:
-        _same_hidden(c, rel, pointer("model", "decoder", "inputs", "hidden_states"), main.outputs[main_name], main.relpath, head_graph.inputs[head_input], head_graph.relpath)
+        _same_hidden(c, rel, json_pointer("model", "decoder", "inputs", "hidden_states"), main.outputs[main_name], main.relpath, head_graph.inputs[head_input], head_graph.relpath)
 
 
 # ----------------------------------------------------------------------------- onnx-genai metadata
@@ -476,16 +473,20 @@ def _metadata_layout(doc: dict) -> str:
     return "workflow" if isinstance(pipeline, dict) and "workflow" in pipeline else "flat"
 
 
-def schema_for(kind: str) -> str | None:
-    """The schema in schemas/ for an artifact kind: "genai_config", "workflow", "flat", "speculator"."""
-    names = schema_names()
-    if kind == "genai_config":
-        matches = [n for n in names if n.startswith("genai_config")]
-    elif kind == "speculator":
-        matches = [n for n in names if "speculator" in n]
-    else:
-        matches = [n for n in names if kind in n and ("metadata" in n or "layout" in n)]
-    return matches[0] if len(matches) == 1 else None
+# The schema in schemas/ each package file must satisfy, by file name and, for onnx-genai's
+# metadata, layout. The emitters declare the same schema on the artifacts they write
+# (tests/test_checks.py holds the two together).
+SCHEMAS: dict[tuple[str, str | None], str] = {
+    (GENAI_CONFIG, None): "genai_config.schema.json",
+    (INFERENCE_METADATA, "flat"): "inference_metadata.flat.schema.json",
+    (INFERENCE_METADATA, "workflow"): "inference_metadata.workflow.schema.json",
+    (HF_CONFIG, None): "speculator_config.schema.json",
+}
+
+
+def schema_for(file_name: str, layout: str | None = None) -> str | None:
+    """The schema for a package file (`layout`: "flat" / "workflow", for the onnx-genai metadata only)."""
+    return SCHEMAS.get((file_name, layout))
 
 
 def _walk_invokes(steps) -> Iterator[tuple[list, dict]]:
@@ -511,13 +512,13 @@ def _check_workflow(c: _Checker, rel: str, doc: dict) -> Graph | None:
     for name, comp in sorted(components.items()):
         impl = comp.get("implementation") if isinstance(comp, dict) else None
         if isinstance(impl, dict) and impl.get("kind") == "onnx":
-            g = c.graph(rel, pointer("pipeline", "workflow", "components", name, "implementation", "artifact"), impl.get("artifact"))
+            g = c.graph(rel, json_pointer("pipeline", "workflow", "components", name, "implementation", "artifact"), impl.get("artifact"))
             if g is not None:
                 graphs[name] = g
                 roles = (comp.get("ports") or {}).get("roles") or {}
                 for port in sorted(roles):
                     if port not in g.inputs and port not in g.outputs:
-                        c.add(rel, pointer("pipeline", "workflow", "components", name, "ports", "roles", port), f"{port!r} is not an input or output of {g.relpath}")
+                        c.add(rel, json_pointer("pipeline", "workflow", "components", name, "ports", "roles", port), f"{port!r} is not an input or output of {g.relpath}")
     for path, step in _walk_invokes(workflow.get("steps")):
         g = graphs.get(step.get("component"))
         if g is None:
@@ -525,7 +526,7 @@ def _check_workflow(c: _Checker, rel: str, doc: dict) -> Graph | None:
         for section, present, kind in (("inputs", g.inputs, "input"), ("outputs", g.outputs, "output")):
             for port in sorted(step.get(section) or {}):
                 if port not in present:
-                    c.add(rel, pointer(*path, section, port), f"{port!r} is not an {kind} of {g.relpath}")
+                    c.add(rel, json_pointer(*path, section, port), f"{port!r} is not an {kind} of {g.relpath}")
     groups = (((workflow.get("serving") or {}).get("state_service") or {}).get("groups")) or {}
     for group_name, group in sorted(groups.items()):
         for comp_name, cells in sorted(((group or {}).get("ports") or {}).items()):
@@ -536,7 +537,7 @@ def _check_workflow(c: _Checker, rel: str, doc: dict) -> Graph | None:
                 for key, present, kind in (("input", g.inputs, "input"), ("output", g.outputs, "output")):
                     name = (port or {}).get(key)
                     if name and name not in present:
-                        where = pointer("pipeline", "workflow", "serving", "state_service", "groups", group_name, "ports", comp_name, cell, key)
+                        where = json_pointer("pipeline", "workflow", "serving", "state_service", "groups", group_name, "ports", comp_name, cell, key)
                         c.add(rel, where, f"{name!r} is not an {kind} of {g.relpath}")
     # The decoder is the component that takes tokens (or embeddings); the sidecar borrows its weights.
     for name, comp in sorted(components.items()):
@@ -554,44 +555,46 @@ def _check_flat(c: _Checker, rel: str, doc: dict) -> Graph | None:
     for key, value in sorted(io.items()):
         if key.endswith("_input") and isinstance(value, str):
             if value not in target.inputs:
-                c.add(rel, pointer("model", "io", key), f"{value!r} is not an input of {target.relpath}")
+                c.add(rel, json_pointer("model", "io", key), f"{value!r} is not an input of {target.relpath}")
         elif key.endswith("_output") and isinstance(value, str):
             if value not in target.outputs:
-                c.add(rel, pointer("model", "io", key), f"{value!r} is not an output of {target.relpath}")
+                c.add(rel, json_pointer("model", "io", key), f"{value!r} is not an output of {target.relpath}")
         elif key in ("kv_inputs", "kv_outputs") and isinstance(value, list):
             present = target.inputs if key == "kv_inputs" else target.outputs
             for i, name in enumerate(value):
                 if name not in present:
-                    c.add(rel, pointer("model", "io", key, i), f"{name!r} is not an {key[3:-1]} of {target.relpath}")
+                    c.add(rel, json_pointer("model", "io", key, i), f"{name!r} is not an {key[3:-1]} of {target.relpath}")
         elif key == "state_pairs" and isinstance(value, list):
             for i, pair in enumerate(value):
                 for side, present in (("input", target.inputs), ("output", target.outputs)):
                     name = (pair or {}).get(side)
                     if name and name not in present:
-                        c.add(rel, pointer("model", "io", key, i, side), f"{name!r} is not an {side} of {target.relpath}")
+                        c.add(rel, json_pointer("model", "io", key, i, side), f"{name!r} is not an {side} of {target.relpath}")
     return target
 
 
 def _check_speculator(c: _Checker, file: str, base: list, spec: dict, target: Graph | None, vocab_size) -> None:
-    """The MTP sidecar against the target graph and its own head graph (onnx-genai's load-time checks)."""
+    """The MTP sidecar: onnx-genai's rules for the block itself, then the block against the graphs it names."""
+    for message in speculator_findings(spec, target_vocab_size=vocab_size):
+        c.add(file, json_pointer(*base), message)
     if str(spec.get("proposal_type", "")).lower() != "mtp":
         return
-    head = c.graph(file, pointer(*base, "model"), spec.get("model"))
+    head = c.graph(file, json_pointer(*base, "model"), spec.get("model"))
     width = spec.get("target_hidden_size")
     if target is not None:
         seed_name = spec.get("target_hidden_output", "hidden_states")
         seed = target.outputs.get(seed_name)
         if seed is None:
-            c.add(file, pointer(*base, "target_hidden_output"), f"{seed_name!r} is not an output of {target.relpath}")
+            c.add(file, json_pointer(*base, "target_hidden_output"), f"{seed_name!r} is not an output of {target.relpath}")
         else:
             layout = spec.get("target_hidden_layout", "BSHC")  # onnx-genai's default
             rank = {"BSH": 3, "BSHC": 4}.get(layout)
             if rank is not None and seed.shape is not None and len(seed.shape) != rank:
-                c.add(file, pointer(*base, "target_hidden_layout"), f"{layout} needs a rank-{rank} seed but {seed_name!r} in {target.relpath} has rank {len(seed.shape)}")
+                c.add(file, json_pointer(*base, "target_hidden_layout"), f"{layout} needs a rank-{rank} seed but {seed_name!r} in {target.relpath} has rank {len(seed.shape)}")
             if isinstance(width, int) and seed.width != width:
-                c.add(file, pointer(*base, "target_hidden_size"), f"is {width!r} but {seed_name!r} in {target.relpath} is {seed.width!r} wide")
+                c.add(file, json_pointer(*base, "target_hidden_size"), f"is {width!r} but {seed_name!r} in {target.relpath} is {seed.width!r} wide")
             if head is not None and "hidden_states" in head.inputs:
-                _same_hidden(c, file, pointer(*base, "target_hidden_output"), seed, target.relpath, head.inputs["hidden_states"], head.relpath)
+                _same_hidden(c, file, json_pointer(*base, "target_hidden_output"), seed, target.relpath, head.inputs["hidden_states"], head.relpath)
         for key in ("embedding", "lm_head"):
             ref = spec.get(key)
             name = ref.get("name") if isinstance(ref, dict) else None
@@ -599,31 +602,38 @@ def _check_speculator(c: _Checker, file: str, base: list, spec: dict, target: Gr
                 continue
             init = target.initializers.get(name)
             if init is None:
-                c.add(file, pointer(*base, key, "name"), f"{name!r} is not an initializer of {target.relpath}")
+                c.add(file, json_pointer(*base, key, "name"), f"{name!r} is not an initializer of {target.relpath}")
             elif key == "embedding" and init.shape and len(init.shape) == 2:
                 if isinstance(vocab_size, int) and init.shape[0] != vocab_size:
-                    c.add(file, pointer(*base, key, "name"), f"{name!r} has {init.shape[0]} rows but model.vocab_size is {vocab_size}")
+                    c.add(file, json_pointer(*base, key, "name"), f"{name!r} has {init.shape[0]} rows but model.vocab_size is {vocab_size}")
                 if isinstance(width, int) and init.shape[1] != width:
-                    c.add(file, pointer(*base, key, "name"), f"{name!r} is {init.shape[1]} wide but target_hidden_size is {width!r}")
+                    c.add(file, json_pointer(*base, key, "name"), f"{name!r} is {init.shape[1]} wide but target_hidden_size is {width!r}")
             elif key == "embedding":
-                c.add(file, pointer(*base, key, "name"), f"{name!r} must be a dense 2-D [vocab, hidden] tensor, is {init.shape}")
+                c.add(file, json_pointer(*base, key, "name"), f"{name!r} must be a dense 2-D [vocab, hidden] tensor, is {init.shape}")
     if head is not None:
         for name in ("inputs_embeds", "hidden_states"):
             if name not in head.inputs:
-                c.add(file, pointer(*base, "model"), f"{head.relpath} has no input {name!r}")
+                c.add(file, json_pointer(*base, "model"), f"{head.relpath} has no input {name!r}")
         out = spec.get("mtp_hidden_output", "mtp_hidden")
         if out not in head.outputs:
-            c.add(file, pointer(*base, "mtp_hidden_output"), f"{out!r} is not an output of {head.relpath}")
+            c.add(file, json_pointer(*base, "mtp_hidden_output"), f"{out!r} is not an output of {head.relpath}")
         embeds = head.inputs.get("inputs_embeds")
         if embeds is not None and isinstance(width, int) and embeds.width != width:
-            c.add(file, pointer(*base, "target_hidden_size"), f"is {width!r} but {head.relpath} input 'inputs_embeds' is {embeds.width!r} wide")
+            c.add(file, json_pointer(*base, "target_hidden_size"), f"is {width!r} but {head.relpath} input 'inputs_embeds' is {embeds.width!r} wide")
 
 
 # ----------------------------------------------------------------------------- entry point
 
 
-def is_package(path: Path) -> bool:
+def is_runtime_package(path: Path) -> bool:
+    """A folder a runtime can load: it holds a genai_config.json or an onnx-genai metadata file."""
     return path.is_dir() and any((path / n).is_file() for n in (GENAI_CONFIG, INFERENCE_METADATA))
+
+
+def _vocab_size(metadata_doc) -> int | None:
+    """The target's `model.vocab_size`, which native MTP reads (None when not declared as an integer)."""
+    vocab = (metadata_doc.get("model") or {}).get("vocab_size") if isinstance(metadata_doc, dict) else None
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
 
 
 def check_package(root: str | Path) -> list[Finding]:
@@ -640,10 +650,7 @@ def check_files(files: Files) -> list[Finding]:
         cfg = c.parse(rel)
         if cfg is None:
             continue
-        genai_schema = schema_for("genai_config")
-        if genai_schema is None:
-            raise RuntimeError("schemas/ holds no genai_config schema")
-        c.validate(rel, cfg, genai_schema)
+        c.validate(rel, cfg, schema_for(GENAI_CONFIG))
         if isinstance(cfg, dict):
             parsed[rel] = cfg
     root_main = root_head = None
@@ -666,23 +673,19 @@ def check_files(files: Files) -> list[Finding]:
         metadata_doc = c.parse(INFERENCE_METADATA)
         if isinstance(metadata_doc, dict):
             layout = _metadata_layout(metadata_doc)
-            c.validate(INFERENCE_METADATA, metadata_doc, schema_for(layout))
+            c.validate(INFERENCE_METADATA, metadata_doc, schema_for(INFERENCE_METADATA, layout))
             target = _check_workflow(c, INFERENCE_METADATA, metadata_doc) if layout == "workflow" else _check_flat(c, INFERENCE_METADATA, metadata_doc)
-            flat_spec = metadata_doc.get("speculative") or metadata_doc.get("speculator_config")
-            if layout == "flat" and isinstance(flat_spec, dict):
-                vocab = (metadata_doc.get("model") or {}).get("vocab_size")
-                _check_speculator(c, INFERENCE_METADATA, ["speculative"], flat_spec, target, vocab)
+            flat_key = next((k for k in ("speculative", "speculator_config") if metadata_doc.get(k)), None)
+            if layout == "flat" and flat_key is not None and isinstance(metadata_doc[flat_key], dict):
+                _check_speculator(c, INFERENCE_METADATA, [flat_key], metadata_doc[flat_key], target, _vocab_size(metadata_doc))
         elif metadata_doc is not None:
             c.add(INFERENCE_METADATA, "", "must be a mapping")
     if HF_CONFIG in files:
         hf = c.parse(HF_CONFIG)
         spec = hf.get("speculator_config") if isinstance(hf, dict) else None
         if isinstance(spec, dict):
-            c.validate(HF_CONFIG, hf, schema_for("speculator"))
-            vocab = (metadata_doc.get("model") or {}).get("vocab_size") if isinstance(metadata_doc, dict) else None
-            if metadata_doc is not None and vocab is None:
-                c.add(INFERENCE_METADATA, pointer("model"), "must declare vocab_size: native MTP reads the vocabulary there")
+            c.validate(HF_CONFIG, hf, schema_for(HF_CONFIG))
             if target is None and "model.onnx" in files:
                 target = c.graph(HF_CONFIG, "", "model.onnx")
-            _check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, vocab)
+            _check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, _vocab_size(metadata_doc))
     return sorted(set(c.findings))

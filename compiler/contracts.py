@@ -8,7 +8,7 @@ variants are produced from these by `passes/paged_io.py`.
 
 from __future__ import annotations
 
-from .ir import Architecture, GraphContract, LayerKind, Precision, TensorSpec
+from .ir import Architecture, DecoderConfig, GraphContract, LayerKind, Precision, TensorSpec
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -132,10 +132,8 @@ def onnx_genai_head_contract(arch: Architecture, precision: Precision) -> GraphC
     return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
 
 
-def main_decoder_config(arch: Architecture, precision: Precision, *, execution_provider: str = "cpu"):
+def main_decoder_config(arch: Architecture, precision: Precision, *, execution_provider: str = "cpu") -> DecoderConfig:
     """The main decoder as lowered: dense contract, names for the layer kinds it has."""
-    from .ir import DecoderConfig
-
     has_linear = any(k is LayerKind.LINEAR_ATTENTION for k in arch.layer_kinds)
     state_roles = ("past_conv_names", "past_recurrent_names", "present_conv_names", "present_recurrent_names")
     inputs = {k: v for k, v in MAIN_INPUT_NAMES.items() if has_linear or k not in state_roles}
@@ -152,7 +150,6 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
         contract=main_contract(arch, precision),
         execution_provider=execution_provider,
         conv_kernel=arch.linear_attention.conv_kernel if arch.linear_attention and has_linear else 0,
-        sliding_window=None,
     )
 
 

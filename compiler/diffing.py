@@ -20,6 +20,8 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import yaml
 
+from .validation import json_pointer
+
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 STRUCTURED_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -35,13 +37,9 @@ Segment = str | int | ByName
 
 
 def render_path(path: tuple[Segment, ...]) -> str:
-    out = ""
-    for seg in path:
-        if isinstance(seg, ByName):
-            out += f"[name={seg.name}]"
-        else:
-            out += "/" + str(seg).replace("~", "~0").replace("/", "~1")
-    return out or "/"
+    """A JSON pointer, except that a name-matched list item reads `[name=x]`; "/" for the whole file."""
+    rendered = "".join(f"[name={seg.name}]" if isinstance(seg, ByName) else json_pointer(seg) for seg in path)
+    return rendered or "/"
 
 
 def _sort_key(path: tuple[Segment, ...]):

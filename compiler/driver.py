@@ -1,14 +1,15 @@
 """The compile pipeline end to end: spec -> IR -> passes -> artifacts -> checked output.
 
-Every verb that compiles (`compile`, `plan`, `check SPEC`, `diff SPEC SPEC`,
-`verify`) goes through `build`, so they cannot disagree about what a spec means.
+`build_ir` is the only way from a spec file to the final IR: `build` (behind
+`compile`, `plan`, `check SPEC`, `diff SPEC SPEC`) emits artifacts from it and
+`verify` runs its reference on it, so no verb can disagree about what a spec means.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -16,56 +17,35 @@ import yaml
 
 from . import sources
 from .diagnostics import Diagnostic, ExitCode, MtpcError
-from .emit import EMITTERS, Artifact
+from .emit import EMITTERS, Artifact, EmitContext, Progress
 from .ir import ModelIR
-from .passes import PassResult, default_pipeline
+from .passes import PassResult, Pipeline, default_pipeline
 from .validation import errors as schema_errors, json_path, load_schema
 from .sources import SourceInfo
-from .weights import WeightStore
 
 if TYPE_CHECKING:
     from .spec.loader import LoadedSpec
 
-Progress = Callable[[str], None]
-
-
-@dataclass
-class EmitContext:
-    """What emitters may use besides the IR."""
-
-    info: SourceInfo
-    weights_factory: Callable[[], WeightStore]
-    progress: Progress = lambda message: None
-    # Facts one emitter publishes for a later one (e.g. the data-file layout for shared initializers).
-    facts: dict = field(default_factory=dict)
-    _weights: WeightStore | None = None
-
-    @property
-    def weights(self) -> WeightStore:
-        if self._weights is None:
-            self._weights = self.weights_factory()
-        return self._weights
-
 
 @dataclass
 class Build:
+    """A compiled spec in memory. `.onnx.data` artifacts read the open weight store when streamed;
+    use the build as a context manager (or call `close`) to close the store once they are written."""
+
     ir: ModelIR
     info: SourceInfo
     artifacts: list[Artifact]
     pass_results: list[tuple[str, PassResult]]
+    context: EmitContext
 
+    def close(self) -> None:
+        self.context.close()
 
-def _load_emitters() -> None:
-    # Importing registers them; the import order is the artifact order.
-    from .emit import onnx_graphs, genai_config, inference_metadata, tokenizer, model_card  # noqa: F401
+    def __enter__(self) -> "Build":
+        return self
 
-
-def lower_spec(spec_path: str | Path) -> tuple[ModelIR, SourceInfo]:
-    from .spec.loader import load_spec
-    from .spec.lower import lower
-
-    spec = load_spec(spec_path)
-    return lower(spec)
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _positioned(err: MtpcError, spec: "LoadedSpec") -> MtpcError:
@@ -90,6 +70,23 @@ def _positioned(err: MtpcError, spec: "LoadedSpec") -> MtpcError:
 _SPEC_FIELD = re.compile(r"[a-z_]+(\.[a-z_]+)*")  # "mtp.head"; an artifact path matches no spec section
 
 
+def build_ir(spec_path: str | Path, pipeline: Pipeline | None = None) -> tuple[ModelIR, SourceInfo]:
+    """Load and lower a spec and run the passes (`pipeline`, the default one if None) over it.
+
+    A pass's refusal is pointed at the spec field it names.
+    """
+    from .spec.loader import load_spec
+    from .spec.lower import lower
+
+    spec = load_spec(spec_path)
+    ir, info = lower(spec)
+    try:
+        ir = (pipeline or default_pipeline()).run(ir)
+    except MtpcError as err:
+        raise _positioned(err, spec) from err
+    return ir, info
+
+
 def build(
     spec_path: str | Path,
     *,
@@ -97,29 +94,24 @@ def build(
     observer: Callable[[str, PassResult], None] | None = None,
 ) -> Build:
     """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read."""
-    from .spec.loader import load_spec
-    from .spec.lower import lower
-
-    spec = load_spec(spec_path)
-    ir, info = lower(spec)
     pipeline = default_pipeline(observer)
-    try:
-        ir = pipeline.run(ir)
-    except MtpcError as err:
-        raise _positioned(err, spec) from err
-    _load_emitters()
+    ir, info = build_ir(spec_path, pipeline)
     ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress)
     artifacts: list[Artifact] = []
-    for name, emitter in EMITTERS.items():
-        progress(f"emitting {name}")
-        artifacts.extend(emitter(ir, ctx))
-    seen: set[str] = set()
-    for art in artifacts:
-        if art.relpath in seen:
-            raise AssertionError(f"two emitters wrote {art.relpath}")
-        seen.add(art.relpath)
-        validate_artifact(art)
-    return Build(ir, info, sorted(artifacts, key=lambda a: a.relpath), pipeline.results)
+    try:
+        for name, emitter in EMITTERS:
+            progress(f"emitting {name}")
+            artifacts.extend(emitter(ir, ctx))
+        seen: set[str] = set()
+        for art in artifacts:
+            if art.relpath in seen:
+                raise AssertionError(f"two emitters wrote {art.relpath}")
+            seen.add(art.relpath)
+            validate_artifact(art)
+    except BaseException:
+        ctx.close()
+        raise
+    return Build(ir, info, sorted(artifacts, key=lambda a: a.relpath), pipeline.results, ctx)
 
 
 def parse_artifact(art: Artifact):

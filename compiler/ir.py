@@ -129,6 +129,10 @@ class Architecture:
     def num_layers(self) -> int:
         return len(self.layer_kinds)
 
+    @property
+    def has_mtp_head(self) -> bool:
+        return self.mtp_num_layers > 0
+
     def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
 
@@ -139,14 +143,25 @@ class Architecture:
 
 
 @dataclass(frozen=True)
+class SyntheticSpec:
+    """What a synthetic source builds: its model and how the random weights are drawn."""
+
+    architecture: Architecture
+    # The setting `architecture.layer_kinds` was made from, kept so a finding can name it.
+    full_attention_interval: int
+    # Spread of the random offset-RMSNorm weights (see sources/random_weights.py).
+    norm_weight_scale: float
+
+
+@dataclass(frozen=True)
 class SourceRef:
     """Where the weights come from. `path` is absolute (resolved against the spec file)."""
 
     kind: str  # "synthetic" | "hf" | "gguf"
     path: str | None = None
     seed: int | None = None
-    # Weight-only options of a synthetic source (e.g. norm scale spread); kept opaque here.
-    options: tuple[tuple[str, object], ...] = ()
+    # The model a synthetic source builds (set for kind "synthetic" by lowering).
+    synthetic: SyntheticSpec | None = None
 
 
 # ----------------------------------------------------------------------------- I/O contracts
@@ -259,6 +274,11 @@ class DecoderConfig:
 # ----------------------------------------------------------------------------- build choices
 
 
+# The float dtypes mtpc builds graphs in (precision.io_dtype): the CPU kernels the dense
+# graphs and the reference checks run on have no bfloat16.
+IO_DTYPES = ("float32", "float16")
+
+
 @dataclass(frozen=True)
 class Precision:
     io_dtype: str = "float32"
@@ -293,12 +313,14 @@ class QuantizationPlan:
     overrides: tuple[QuantOverride, ...] = ()
 
     def scheme_for(self, weight_name: str) -> QuantScheme:
+        index = self.deciding_override(weight_name)
+        return self.default if index is None else self.overrides[index].scheme
+
+    def deciding_override(self, weight_name: str) -> int | None:
+        """Index of the override that sets `weight_name`'s scheme (first match wins, as in the spec's order)."""
         from fnmatch import fnmatchcase
 
-        for override in self.overrides:  # first match wins, as in the spec's order
-            if fnmatchcase(weight_name, override.match):
-                return override.scheme
-        return self.default
+        return next((i for i, o in enumerate(self.overrides) if fnmatchcase(weight_name, o.match)), None)
 
 
 @dataclass(frozen=True)

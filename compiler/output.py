@@ -19,10 +19,8 @@ from typing import Iterable, Iterator
 
 from .diagnostics import ExitCode, MtpcError
 from .emit import Artifact
-from .emit.model_card import CARD_NAME
+from .emit.model_card import CARD_NAME, CARD_SIGNATURE
 
-# Every model card says this on its third line (see emit/model_card.py); a recompiled package is recognised by it.
-CARD_SIGNATURE = "A runtime package compiled by mtpc from a "
 # The signature sits near the top of the card; reading more of an arbitrary README.md would only cost time.
 _CARD_HEAD_BYTES = 4096
 
@@ -134,7 +132,7 @@ def write_package(
     *,
     force: bool = False,
     protected: Iterable[tuple[str, str | os.PathLike]] = (),
-) -> list[Path]:
+) -> None:
     """Write `artifacts` as the folder `out_dir`; see `check_destination` for what it may replace."""
     shown = os.fspath(out_dir)
     check_destination(out_dir, force=force, protected=protected)
@@ -142,13 +140,10 @@ def write_package(
     with _writing(shown):
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = _make_temp_dir(out)
-    written: list[Path] = []
     try:
         for art in artifacts:
             _write_file(tmp / art.relpath, art, shown)
-            written.append(out / art.relpath)
         _swap_in(tmp, out, shown)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return written

@@ -9,10 +9,21 @@ over untouched when the plan asks for the same encoding.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .ir import QuantScheme
-from .weights import QuantizedTensor, Weight
+from .weights import QuantizedTensor, TensorInfo, Weight
+
+
+@dataclass(frozen=True)
+class QuantForm:
+    """The encoding of a stored quantized weight."""
+
+    bits: int
+    block_size: int
+    has_zero_points: bool
 
 
 def quantize_linear(w: np.ndarray, bits: int, block_size: int) -> QuantizedTensor:
@@ -47,9 +58,7 @@ def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
     dequantized and, if the scheme says so, re-quantized.
     """
     if isinstance(weight, QuantizedTensor):
-        if scheme.keep_source:
-            return weight
-        if scheme.bits == weight.bits and scheme.block_size == weight.block_size:
+        if _keeps_encoding(weight.bits, weight.block_size, scheme):
             return weight
         weight = weight.dequantize()
     elif scheme.keep_source:
@@ -57,3 +66,22 @@ def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
     if scheme.bits is None:
         return np.asarray(weight, dtype=np.float32)
     return quantize_linear(weight, scheme.bits, scheme.block_size)
+
+
+def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
+    """The form `resolve` gives the tensor `info` describes under `scheme` (None: float), without reading it."""
+    if info.quantized:
+        if info.bits is None or info.block_size is None:
+            raise AssertionError(f"{info.name}: a quantized tensor's info must give its bits and block size")
+        if _keeps_encoding(info.bits, info.block_size, scheme):
+            return QuantForm(info.bits, info.block_size, info.has_zero_points)
+    elif scheme.keep_source:
+        return None
+    if scheme.bits is None:
+        return None
+    return QuantForm(scheme.bits, scheme.block_size, False)
+
+
+def _keeps_encoding(bits: int, block_size: int, scheme: QuantScheme) -> bool:
+    """Whether a source-quantized weight is stored as it is rather than dequantized."""
+    return scheme.keep_source or (scheme.bits, scheme.block_size) == (bits, block_size)

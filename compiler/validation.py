@@ -26,10 +26,14 @@ def validator(name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
+def json_pointer(*parts: object) -> str:
+    """The RFC 6901 pointer of a path of keys and list indices; "" is the whole document."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
 def json_path(error: jsonschema.ValidationError) -> str:
-    """RFC 6901 pointer of the instance location an error is about."""
-    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in error.absolute_path]
-    return "/" + "/".join(parts)
+    """Where in the instance an error is, for messages: its pointer, "/" for the whole document."""
+    return json_pointer(*error.absolute_path) or "/"
 
 
 def errors(name: str, instance) -> list[jsonschema.ValidationError]:

@@ -74,7 +74,11 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]
     dtype: str  # numpy dtype name of the float value, or the quant type ("Q4_0")
-    quantized: bool = False
+    quantized: bool = False  # `read` returns a QuantizedTensor
+    # The encoding `read` returns for a quantized tensor, known without reading it.
+    bits: int | None = None
+    block_size: int | None = None
+    has_zero_points: bool = False
 
 
 class WeightStore(Protocol):

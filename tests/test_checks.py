@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import onnx
 import onnxruntime as ort
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from onnx import TensorProto
 
-from mtpc.checks import check_package
+from mtpc.checks import check_package, schema_for
 from mtpc.driver import build
 from mtpc.output import write_package
 from tests.cli import handmade as hm
@@ -308,3 +308,54 @@ def test_config_json_speculator_is_validated_and_checked(tmp_path):
     found = lines(tmp_path)
     assert "config.json:/speculator_config/model: 'missing.onnx' does not exist in the package" in found
     assert any(f.startswith("config.json:/speculator_config/target_hidden_layout: 'BSH' was expected") for f in found)
+
+
+def _edited_speculator(compiled, tmp_path, edit) -> Path:
+    """The compiled (workflow-layout) package with its config.json speculator block edited by hand."""
+    folder = tmp_path / "pkg"
+    shutil.copytree(compiled, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    edit(config["speculator_config"])
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+def test_accepted_prefix_kv_mode_is_reported(compiled, tmp_path):
+    folder = _edited_speculator(compiled, tmp_path, lambda block: block.update(kv_mode="accepted_prefix"))
+    found = lines(folder)
+    # The schema pins the value; onnx-genai's own load-time refusal (reference §4) is reported beside it.
+    assert any(f.startswith("config.json:/speculator_config: MTP kv_mode accepted_prefix is declared but not executable") for f in found)
+
+
+def test_removed_hc_mult_is_reported_with_the_runtime_message(compiled, tmp_path):
+    folder = _edited_speculator(compiled, tmp_path, lambda block: block.pop("hc_mult"))
+    assert "config.json:/speculator_config: mtp metadata is missing `hc_mult`" in lines(folder)
+
+
+def test_flat_speculator_config_key_is_checked_under_its_own_name(tmp_path):
+    folder = _flat_package(tmp_path)
+    metadata = yaml.safe_load((folder / "inference_metadata.yaml").read_text(encoding="utf-8"))
+    block = metadata.pop("speculative")
+    del block["target_hidden_layout"]
+    metadata["speculator_config"] = block
+    (folder / "inference_metadata.yaml").write_text(yaml.safe_dump(metadata), encoding="utf-8")
+    found = lines(folder)
+    assert any(f.startswith("inference_metadata.yaml:/speculator_config: `target_hidden_layout` must be explicit") for f in found)
+    assert not any(f.startswith("inference_metadata.yaml:/speculative") for f in found)
+
+
+def _schema_file(name: str) -> str:
+    """An emitter's schema declaration as a file in schemas/ (emitters may leave off `.schema.json`)."""
+    return name if name.endswith(".json") else f"{name}.schema.json"
+
+
+@pytest.mark.parametrize("spec", sorted(p.name for p in (REPO / "specs").glob("*.yaml")))
+def test_check_reads_each_file_against_the_schema_its_emitter_declares(spec):
+    declared = [a for a in build(REPO / "specs" / spec).artifacts if a.schema and not a.schema.startswith("conformance:")]
+    assert declared
+    for artifact in declared:
+        layout = None
+        if artifact.relpath == "inference_metadata.yaml":
+            pipeline = yaml.safe_load(artifact.read()).get("pipeline")
+            layout = "workflow" if isinstance(pipeline, dict) and "workflow" in pipeline else "flat"
+        assert schema_for(PurePosixPath(artifact.relpath).name, layout) == _schema_file(artifact.schema), artifact.relpath

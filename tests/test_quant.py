@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from mtpc.ir import QuantScheme
-from mtpc.quant import quantize_linear, resolve
-from mtpc.weights import QuantizedTensor
+from mtpc.quant import QuantForm, quantize_linear, resolve, resolved_form
+from mtpc.weights import QuantizedTensor, TensorInfo
 
 # Symmetric round-to-nearest: the largest code offset from the zero point each width allows.
 QMAX = {4: 7, 8: 127}
@@ -199,3 +199,38 @@ def test_a_float_weight_with_bits_is_quantized(bits, block_size):
     assert (out.bits, out.block_size, out.shape) == (bits, block_size, (6, 48))
     step = np.repeat(np.asarray(out.scales, np.float64), block_size, axis=1)[:, :48]
     assert (np.abs(dequantized(out) - w) <= step / 2 * (1 + 1e-5) + 1e-12).all()
+
+
+# ---- resolved_form: the form resolve gives, predicted from the tensor's metadata -----------
+
+SCHEMES = [
+    QuantScheme(bits=None),
+    QuantScheme(bits=4, block_size=32),
+    QuantScheme(bits=4, block_size=16),
+    QuantScheme(bits=8, block_size=32),
+    QuantScheme(bits=8, block_size=64, keep_source=True),
+    QuantScheme(bits=None, keep_source=True),
+]
+
+
+def form_of(weight) -> QuantForm | None:
+    if isinstance(weight, np.ndarray):
+        return None
+    return QuantForm(weight.bits, weight.block_size, weight.zero_points is not None)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=str)
+def test_resolved_form_predicts_resolve_for_a_source_quantized_weight(source_q4, scheme):
+    info = TensorInfo("w", source_q4.shape, "Q4_0", quantized=True, bits=4, block_size=32)
+    assert resolved_form(info, scheme) == form_of(resolve(source_q4, scheme))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=str)
+def test_resolved_form_predicts_resolve_for_a_float_weight(scheme):
+    w = random_weight(6, 64)
+    assert resolved_form(TensorInfo("w", w.shape, "float32"), scheme) == form_of(resolve(w, scheme))
+
+
+def test_resolved_form_needs_the_encoding_of_a_quantized_tensor():
+    with pytest.raises(AssertionError, match="bits and block size"):
+        resolved_form(TensorInfo("w", (6, 64), "Q4_0", quantized=True), QuantScheme(bits=4, block_size=32))

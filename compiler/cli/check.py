@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks import artifact_files, check_files, package_directory, is_package
+from ..checks import artifact_files, check_files, package_directory, is_runtime_package
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
 from .report import verb_parser, err, out, print_json
 
@@ -89,7 +89,7 @@ def check_target(path: Path) -> tuple[str, list[Reported]]:
     if not path.exists():
         raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
     if path.is_dir():
-        if not is_package(path):
+        if not is_runtime_package(path):
             raise MtpcError.single(
                 f"{str(path)!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package",
                 exit_code=ExitCode.USAGE,

@@ -48,12 +48,12 @@ def run(args) -> int:
         # Refuse before the build, which can take minutes; the source checkpoint is known only after it.
         check_destination(args.output, force=args.force, protected=protected)
     progress = progress_printer(args.quiet or args.format == "json")
-    result = build(spec, progress=progress)
-    target = Path(args.output) if args.output else default_output(result.ir.name)
-    if result.ir.source.path is not None:
-        protected.append(("source checkpoint", result.ir.source.path))
-    progress(f"writing {len(result.artifacts)} files to {target}")
-    write_package(result.artifacts, target, force=args.force, protected=protected)
+    with build(spec, progress=progress) as result:
+        target = Path(args.output) if args.output else default_output(result.ir.name)
+        if result.ir.source.path is not None:
+            protected.append(("source checkpoint", result.ir.source.path))
+        progress(f"writing {len(result.artifacts)} files to {target}")
+        write_package(result.artifacts, target, force=args.force, protected=protected)
     files = []
     for art in result.artifacts:
         path = target / art.relpath

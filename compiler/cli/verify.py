@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from ..checks import GENAI_CONFIG, check_package, is_package
+from ..checks import GENAI_CONFIG, check_package, is_runtime_package
 from ..diagnostics import ExitCode, MtpcError
 from .report import verb_parser, existing_dir, existing_file, out, print_json, progress_printer
 
@@ -254,7 +254,7 @@ class GraphRunner:
 # ----------------------------------------------------------------------------- the verb
 
 
-def tolerance_for(ir, atol: float | None):
+def tolerance_for(ir, weights, atol: float | None):
     """Allowed deviation of an output (relative to the largest reference value), by how it was built.
 
     The reference is float64 from the source's weights, quantized and dequantized
@@ -263,7 +263,7 @@ def tolerance_for(ir, atol: float | None):
     accuracy_level may round activations to int8), and one float16 rounding at the
     end for a float16 output (the CPU profile's logits).
     """
-    quantized = _quantized(ir)
+    quantized = stores_quantized(ir, weights)
 
     def tolerance(output: np.ndarray) -> float:
         if atol is not None:
@@ -308,13 +308,20 @@ class AsBuiltWeights:
         self._store.close()
 
 
-def _quantized(ir) -> bool:
-    return ir.quantization.default.bits is not None or any(o.scheme.bits is not None for o in ir.quantization.overrides)
+def stores_quantized(ir, weights) -> bool:
+    """Whether the package stores any weight quantized: one the plan quantizes, or a source-quantized one it keeps."""
+    from ..quant import resolved_form
+
+    return any(
+        resolved_form(info, ir.quantization.scheme_for(name)) is not None
+        for name in weights.names()
+        if len((info := weights.info(name)).shape) == 2
+    )
 
 
-def _float32_build(ir) -> bool:
+def _float32_build(ir, weights) -> bool:
     """Float weights and float32 activations: greedy tokens must then equal the reference's."""
-    return not _quantized(ir) and ir.precision.io_dtype == "float32"
+    return not stores_quantized(ir, weights) and ir.precision.io_dtype == "float32"
 
 
 def _is_paged(cfg: dict) -> bool:
@@ -375,7 +382,7 @@ def run(args) -> int:
 def package_root(path: str) -> Path:
     """The package folder `verify` was given, refused (usage) when it is not a package root."""
     root = existing_dir(path, "package")
-    if not is_package(root):
+    if not is_runtime_package(root):
         raise MtpcError.single(
             f"{path!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package",
             exit_code=ExitCode.USAGE,
@@ -398,20 +405,30 @@ def package_root(path: str) -> Path:
 def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report, progress) -> None:
     """Steps 2 to 4 of the module docstring, adding to `report`."""
     from .. import sources
-    from ..driver import lower_spec
-    from ..ir import SeedHidden
-    from ..passes import default_pipeline
-    from ..reference import MtpHeadReference, Qwen35Reference
+    from ..driver import build_ir
 
-    ir, info = lower_spec(spec)
-    ir = default_pipeline().run(ir)
-    arch = ir.architecture
-    if max(prompt) >= arch.vocab_size:
-        raise MtpcError.single(f"prompt token {max(prompt)} is outside the vocabulary ({arch.vocab_size})", exit_code=ExitCode.USAGE)
-    tolerance = tolerance_for(ir, args.atol)
+    ir, info = build_ir(spec)
+    if max(prompt) >= ir.architecture.vocab_size:
+        raise MtpcError.single(
+            f"prompt token {max(prompt)} is outside the vocabulary ({ir.architecture.vocab_size})",
+            exit_code=ExitCode.USAGE,
+        )
     progress("reading weights for the reference")
     weights = sources.open_weights(ir.source, info)
-    if _quantized(ir):
+    try:
+        _compare(args, root, cfg, prompt, report, progress, ir, weights)
+    finally:
+        weights.close()
+
+
+def _compare(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
+    from ..ir import SeedHidden
+    from ..reference import MtpHeadReference, Qwen35Reference
+
+    arch = ir.architecture
+    tolerance = tolerance_for(ir, weights, args.atol)
+    float32_build = _float32_build(ir, weights)
+    if stores_quantized(ir, weights):
         weights = AsBuiltWeights(weights, ir.quantization)
     reference = Qwen35Reference(arch, weights)
     decoder = cfg["model"]["decoder"]
@@ -451,7 +468,7 @@ def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report
     if sidecar and arch.mtp_num_layers > 0:
         _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
 
-    _decode(root, cfg, prompt, args, report, reference, _float32_build(ir), progress)
+    _decode(root, cfg, prompt, args, report, reference, float32_build, progress)
 
 
 def _speculator(root: Path) -> dict | None:

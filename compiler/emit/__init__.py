@@ -1,15 +1,29 @@
-"""Emitters: pure functions from the final IR (plus a weight store) to artifacts.
+"""Emitters: pure functions `(ir, ctx) -> list[Artifact]` from the final IR to the package's files.
 
 An emitter never touches the file system. It returns `Artifact`s; the driver
-validates each against its schema and writes them all atomically
-(`mtpc.output`). Large tensor data is produced lazily through `Artifact.chunks`
-so a model's weights stream into `.onnx.data` without being held in memory.
+validates each against its schema and sorts them by path, and
+`mtpc.output.write_package` (called by `mtpc compile`) writes them all
+atomically. Large tensor data is produced lazily through `Artifact.chunks` so
+a model's weights stream into `.onnx.data` without being held in memory.
+
+`EMITTERS` (at the end of this module) lists every emitter in the order they
+run: a later one may read what an earlier one recorded in the `EmitContext`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..graphs.initializers import StoredTensor
+from ..ir import ModelIR
+from ..sources import SourceInfo
+from ..weights import WeightStore
+
+Progress = Callable[[str], None]
+
+# The tensors of one `.onnx.data` file that another graph may borrow, by initializer name.
+DataLayout = dict[str, StoredTensor]
 
 
 @dataclass(frozen=True)
@@ -17,8 +31,7 @@ class Artifact:
     relpath: str  # path inside the package, "/"-separated
     content: bytes | None = None  # small files
     chunks: Callable[[], Iterator[bytes | memoryview]] | None = None  # large files, streamed
-    schema: str | None = None  # schema file in schemas/ (or "conformance:<name>") the content must satisfy
-    media_type: str = "application/octet-stream"
+    schema: str | None = None  # schema file in schemas/ the content must satisfy
 
     def iter_bytes(self) -> Iterator[bytes | memoryview]:
         if self.content is not None:
@@ -30,16 +43,51 @@ class Artifact:
         return b"".join(self.iter_bytes())
 
 
-# name -> emitter(ir, weights) -> Iterable[Artifact]. Registration order is output order.
-Emitter = Callable[..., Iterable[Artifact]]
-EMITTERS: dict[str, Emitter] = {}
+def _quiet(message: str) -> None:
+    pass
 
 
-def register(name: str) -> Callable[[Emitter], Emitter]:
-    def deco(fn: Emitter) -> Emitter:
-        if name in EMITTERS:
-            raise ValueError(f"emitter {name!r} registered twice")
-        EMITTERS[name] = fn
-        return fn
+@dataclass
+class EmitContext:
+    """What emitters may use besides the IR.
 
-    return deco
+    The weight store opens on first use and stays open while `.onnx.data`
+    artifacts stream; whoever consumes the artifacts calls `close` afterwards.
+    """
+
+    info: SourceInfo
+    weights_factory: Callable[[], WeightStore]
+    progress: Progress = _quiet
+    # Data file (package path) -> its shareable tensors; written by onnx_graphs, read by genai_config.
+    data_layouts: dict[str, DataLayout] = field(default_factory=dict)
+    _weights: WeightStore | None = field(default=None, init=False, repr=False)
+
+    @property
+    def weights(self) -> WeightStore:
+        if self._weights is None:
+            self._weights = self.weights_factory()
+        return self._weights
+
+    def close(self) -> None:
+        if self._weights is not None:
+            self._weights.close()
+            self._weights = None
+
+
+Emitter = Callable[[ModelIR, EmitContext], list[Artifact]]
+
+# The emitter modules import the names above, so they are imported only now.
+from .onnx_graphs import emit_onnx_graphs  # noqa: E402
+from .genai_config import emit_genai_config  # noqa: E402
+from .inference_metadata import emit_inference_metadata  # noqa: E402
+from .tokenizer import emit_tokenizer  # noqa: E402
+from .model_card import emit_model_card  # noqa: E402
+
+# In running order: onnx_graphs records the data layouts genai_config reads.
+EMITTERS: tuple[tuple[str, Emitter], ...] = (
+    ("onnx_graphs", emit_onnx_graphs),
+    ("genai_config", emit_genai_config),
+    ("inference_metadata", emit_inference_metadata),
+    ("tokenizer", emit_tokenizer),
+    ("model_card", emit_model_card),
+)

@@ -18,20 +18,18 @@ import posixpath
 
 from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR, OrtGenaiTarget
 from ..profiles import OrtGenaiProfile, ort_genai_profile
-from . import Artifact, register
-from .onnx_graphs import is_shareable
+from . import Artifact, DataLayout, EmitContext
 
 CONFIG_NAME = "genai_config.json"
 
 
-@register("genai_config")
-def emit_genai_config(ir: ModelIR, ctx) -> list[Artifact]:
+def emit_genai_config(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     target = ir.targets.onnxruntime_genai
     if target is None:
         return []
     profile = ort_genai_profile(target.version)
     head = ir.head(HeadContract.ORT_GENAI)
-    shared = _shared_initializers(ir.main, head, ctx.facts, profile, target) if head is not None else []
+    shared = _shared_initializers(ir.main, head, ctx.data_layouts, profile, target) if head is not None else []
 
     main_doc = _document(ir, target, profile, _decoder_section(ir.main, shared, config_dir=""))
     if head is not None:
@@ -54,7 +52,7 @@ def _artifact(relpath: str, doc: dict, profile: OrtGenaiProfile) -> Artifact:
     problems = profile.unaccepted(doc)
     if problems:
         raise AssertionError(f"{relpath} has keys onnxruntime-genai {profile.version} rejects: {problems}")
-    return Artifact(relpath, dumps(doc), schema="genai_config", media_type="application/json")
+    return Artifact(relpath, dumps(doc), schema="genai_config")
 
 
 def dumps(doc: dict) -> bytes:
@@ -154,7 +152,11 @@ def _mtp_section(main: DecoderConfig, head: DecoderConfig, shared: list[dict], p
 
 
 def _shared_initializers(
-    main: DecoderConfig, head: DecoderConfig, facts: dict, profile: OrtGenaiProfile, target: OrtGenaiTarget
+    main: DecoderConfig,
+    head: DecoderConfig,
+    layouts: dict[str, DataLayout],
+    profile: OrtGenaiProfile,
+    target: OrtGenaiTarget,
 ) -> list[dict]:
     """Entries pointing the head at the main model's copies, from the graph emitter's data layouts.
 
@@ -165,16 +167,13 @@ def _shared_initializers(
     """
     if not profile.shares_initializers(target.execution_provider):
         return []
-    layouts = facts.get("data_layout", {})
     data_file = f"{main.filename}.data"
-    main_layout = {name: entry for name, entry in (layouts.get(data_file) or {}).items() if is_shareable(name)}
-    head_layout = {name: entry for name, entry in (layouts.get(f"{head.filename}.data") or {}).items() if is_shareable(name)}
+    main_layout = layouts.get(data_file) or {}
+    head_layout = layouts.get(f"{head.filename}.data") or {}
 
-    def storage(layout: dict, weight: str) -> dict:
+    def storage(layout: DataLayout, weight: str) -> dict:
         return {
-            name: (int(length), int(data_type), tuple(int(d) for d in shape))
-            for name, (_, length, data_type, shape) in layout.items()
-            if _weight_of(name) == weight
+            name: (t.length, t.data_type, tuple(t.shape)) for name, t in layout.items() if _weight_of(name) == weight
         }
 
     shared_weights = {w for w in map(_weight_of, main_layout) if storage(main_layout, w) == storage(head_layout, w)}
@@ -182,12 +181,12 @@ def _shared_initializers(
         {
             "name": name,
             "data_file": data_file,
-            "offset": str(int(offset)),
-            "length": str(int(length)),
-            "data_type": int(data_type),
-            "shape": [int(d) for d in shape],
+            "offset": str(t.offset),
+            "length": str(t.length),
+            "data_type": t.data_type,
+            "shape": list(t.shape),
         }
-        for name, (offset, length, data_type, shape) in main_layout.items()
+        for name, t in main_layout.items()
         if _weight_of(name) in shared_weights
     ]
     return sorted(entries, key=lambda e: (int(e["offset"]), e["name"]))

@@ -22,8 +22,7 @@ import yaml
 from ..contracts import BATCH
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR, TensorSpec
-from ..validation import errors as schema_errors, json_path
-from . import Artifact, register
+from . import Artifact, EmitContext
 from .speculator import SpeculatorConfig, contract_findings, speculator_findings
 
 METADATA_FILE = "inference_metadata.yaml"
@@ -85,22 +84,16 @@ class _StatePort:
     present: TensorSpec
 
 
-@register("inference_metadata")
-def emit_inference_metadata(ir: ModelIR, ctx) -> list[Artifact]:
+def emit_inference_metadata(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     target = ir.targets.onnx_genai
     if target is None:
         return []
+    # The spec schema allows only these layouts, and its rules refuse a paged main decoder with this
+    # target: block-table inputs are an ABI this metadata cannot describe.
     if target.layout not in SCHEMAS:
-        raise MtpcError.single(
-            f"unknown onnx-genai metadata layout {target.layout!r}", hint=f"use one of: {', '.join(sorted(SCHEMAS))}"
-        )
+        raise AssertionError(f"unknown onnx-genai metadata layout {target.layout!r}")
     if ir.main.attention is not AttentionMode.DENSE:
-        # Paging is private to onnx-genai when a graph has ordinary past/present ports; a graph
-        # with block-table inputs has an ABI this metadata cannot describe.
-        raise MtpcError.single(
-            f"onnx-genai needs the main decoder with dense past/present ports, not {ir.main.attention.value} attention",
-            hint="build the onnxruntime_genai target with dense attention, or drop the onnx_genai target",
-        )
+        raise AssertionError(f"onnx-genai needs a dense main decoder, not {ir.main.attention.value} attention")
     speculator, head = _speculator(ir)
     if speculator is not None:
         block = speculator.to_dict()
@@ -111,13 +104,13 @@ def emit_inference_metadata(ir: ModelIR, ctx) -> list[Artifact]:
 
     doc = workflow_document(ir, speculator, head) if target.layout == "workflow" else flat_document(ir, speculator)
     text = _render(f"inference_metadata.{target.layout}.yaml.j2", doc=doc, speculator=speculator)
-    _self_check(METADATA_FILE, yaml.safe_load(text), doc, SCHEMAS[target.layout])
-    artifacts = [Artifact(METADATA_FILE, text.encode("utf-8"), schema=SCHEMAS[target.layout], media_type="application/yaml")]
+    _check_read_back(METADATA_FILE, yaml.safe_load(text), doc)
+    artifacts = [Artifact(METADATA_FILE, text.encode("utf-8"), schema=SCHEMAS[target.layout])]
     if speculator is not None and target.layout == "workflow":
         config = {"speculator_config": speculator.to_dict()}
         data = json.dumps(config, indent=2) + "\n"
-        _self_check(CONFIG_FILE, json.loads(data), config, SPECULATOR_SCHEMA)
-        artifacts.append(Artifact(CONFIG_FILE, data.encode("utf-8"), schema=SPECULATOR_SCHEMA, media_type="application/json"))
+        _check_read_back(CONFIG_FILE, json.loads(data), config)
+        artifacts.append(Artifact(CONFIG_FILE, data.encode("utf-8"), schema=SPECULATOR_SCHEMA))
     return artifacts
 
 
@@ -127,15 +120,10 @@ def _speculator(ir: ModelIR) -> tuple[SpeculatorConfig | None, DecoderConfig | N
     head = ir.head(HeadContract.ONNX_GENAI)
     if head is None:
         raise _internal(["the MTP head is to be emitted but the IR has no onnx-genai head decoder"])
-    lm_head = ir.quantization.scheme_for("lm_head.weight")
-    if lm_head.bits is not None:
-        # onnx-genai finds a packed LM head's scales as `<name minus last segment>.scales`, which the
-        # MatMulNBits names of our graphs do not follow; borrow a float LM head instead.
-        raise MtpcError.single(
-            f"onnx-genai's MTP sidecar borrows the target LM head by name, and mtpc can only name a float one; "
-            f"the quantization plan stores `lm_head.weight` in {lm_head.bits} bits",
-            hint="add a quantization override that keeps `lm_head.weight` in float, or turn the MTP head off",
-        )
+    # Lowering refuses a quantized LM head with this target: the sidecar can only borrow a float one by name.
+    lm_head_bits = ir.quantization.scheme_for("lm_head.weight").bits
+    if lm_head_bits is not None:
+        raise AssertionError(f"the onnx-genai sidecar cannot borrow a {lm_head_bits}-bit LM head")
     return SpeculatorConfig.for_head(ir, head), head
 
 
@@ -374,13 +362,10 @@ def _render(template: str, **context) -> str:
     return env.from_string(source).render(**context)
 
 
-def _self_check(relpath: str, parsed, intended: dict, schema: str) -> None:
-    """What we serialised must read back as what we meant, and satisfy our own schema."""
+def _check_read_back(relpath: str, parsed, intended: dict) -> None:
+    """What we serialised must read back as what we meant (the driver checks it against its schema)."""
     if parsed != intended:
         raise _internal([f"{relpath} does not read back as the document it was rendered from"])
-    problems = schema_errors(schema, parsed)
-    if problems:
-        raise _internal([f"{relpath}:{json_path(e)}: violates {schema}: {e.message}" for e in problems])
 
 
 def _internal(messages: list[str]) -> MtpcError:

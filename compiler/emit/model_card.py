@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir import HeadContract, ModelIR
-from . import Artifact, register
+from . import Artifact, EmitContext
 
 CARD_NAME = "README.md"
+# The third line of every card starts with this; `mtpc.output` recognises an earlier package by it.
+CARD_SIGNATURE = "A runtime package compiled by mtpc from a "
 
 
 def _layers(ir: ModelIR) -> str:
@@ -40,7 +42,7 @@ def render(ir: ModelIR) -> str:
     lines = [
         f"# {ir.name}",
         "",
-        f"A runtime package compiled by mtpc from a {arch.family} checkpoint ({ir.source.kind} source)"
+        f"{CARD_SIGNATURE}{arch.family} checkpoint ({ir.source.kind} source)"
         + (", with its multi-token-prediction (MTP) head for self-speculative decoding." if has_head else ", text only."),
         "",
         "## Model",
@@ -62,7 +64,12 @@ def render(ir: ModelIR) -> str:
     if ir.targets.onnx_genai is not None:
         lines.append(f"- `inference_metadata.yaml`: onnx-genai metadata ({ir.targets.onnx_genai.layout} layout)")
     if onnx_genai_head is not None:
-        lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in `config.json` (`speculator_config`)")
+        declared = (
+            "`config.json` (`speculator_config`)"
+            if ir.targets.onnx_genai.layout == "workflow"
+            else "the `speculative:` block of `inference_metadata.yaml`"
+        )
+        lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in {declared}")
     if ir.targets.onnxruntime_genai is not None:
         lines += [
             "",
@@ -106,6 +113,5 @@ def render(ir: ModelIR) -> str:
     return "\n".join(lines)
 
 
-@register("model_card")
-def emit_model_card(ir: ModelIR, ctx) -> list[Artifact]:
-    return [Artifact(CARD_NAME, render(ir).encode("utf-8"), media_type="text/markdown")]
+def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
+    return [Artifact(CARD_NAME, render(ir).encode("utf-8"))]

@@ -3,8 +3,8 @@
 Each `.onnx` holds the graph with external-data references (locations relative
 to the `.onnx` file); its `.onnx.data` streams the weights one source tensor at
 a time from the weight store, only when the artifact is written. The layout of
-the tensors runtimes may share (embedding, LM head) is published in
-`ctx.facts["data_layout"]` for the config emitters.
+the tensors runtimes may share (embedding, LM head) is recorded in
+`ctx.data_layouts` for genai_config.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..graphs.mtp_head import build_head
 from ..graphs.parameters import ParameterSource
 from ..graphs.qwen35 import build_main
 from ..ir import ModelIR
-from . import Artifact, register
+from . import Artifact, EmitContext
 
 LM_HEAD_PREFIX = LM_HEAD_INITIALIZER.removesuffix("weight")  # "lm_head.MatMul."
 
@@ -29,10 +29,8 @@ def is_shareable(name: str) -> bool:
     return name == EMBEDDING_INITIALIZER or name.startswith((EMBEDDING_INITIALIZER + "_", LM_HEAD_PREFIX))
 
 
-@register("onnx_graphs")
-def emit_onnx_graphs(model: ModelIR, ctx) -> list[Artifact]:
+def emit_onnx_graphs(model: ModelIR, ctx: EmitContext) -> list[Artifact]:
     params = ParameterSource(ctx.weights, model.quantization, model.precision.io_dtype)
-    layouts = ctx.facts.setdefault("data_layout", {})
     artifacts: list[Artifact] = []
 
     def add(filename: str, build) -> None:
@@ -41,7 +39,7 @@ def emit_onnx_graphs(model: ModelIR, ctx) -> list[Artifact]:
         proto = ir.serde.serialize_model(built.model)
         artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
         artifacts.append(Artifact(data_relpath, chunks=built.data.chunks))
-        layouts[data_relpath] = {k: v for k, v in built.data.layout().items() if is_shareable(k)}
+        ctx.data_layouts[data_relpath] = {k: v for k, v in built.data.layout().items() if is_shareable(k)}
 
     add(model.main.filename, lambda location: build_main(model, params, location, ctx.progress))
     for kind, cfg in model.heads:

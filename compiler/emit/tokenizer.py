@@ -13,22 +13,17 @@ from __future__ import annotations
 
 from ..ir import Architecture, ModelIR
 from ..tokenizer_json import added_token, byte_level_bpe, dump
-from . import Artifact, register
+from . import Artifact, EmitContext
 
 # Bytes that prompts use most get ids first, so a vocabulary smaller than 256 still encodes text.
 _BYTE_ORDER = (*range(0x20, 0x7F), 0x0A, 0x09, 0x0D, *(b for b in range(256) if not (0x20 <= b < 0x7F or b in (9, 10, 13))))
 
 
-@register("tokenizer")
-def emit_tokenizer(ir: ModelIR, ctx) -> list[Artifact]:
+def emit_tokenizer(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     files = ctx.info.tokenizer_files
     if not files and ir.source.kind == "synthetic":
         files = synthetic_tokenizer_files(ir.architecture)
-    return [Artifact(relpath, content, media_type=_media_type(relpath)) for relpath, content in sorted(files)]
-
-
-def _media_type(relpath: str) -> str:
-    return "application/json" if relpath.endswith(".json") else "application/octet-stream"
+    return [Artifact(relpath, content) for relpath, content in sorted(files)]
 
 
 def _byte_to_unicode() -> dict[int, str]:

@@ -53,6 +53,16 @@ class Placement:
     length: int
 
 
+@dataclass(frozen=True)
+class StoredTensor:
+    """One initializer as its data file holds it."""
+
+    offset: int
+    length: int
+    data_type: int  # onnx TensorProto data type
+    shape: tuple[int, ...]
+
+
 def aligned(offset: int, nbytes: int) -> int:
     alignment = LARGE_ALIGNMENT if nbytes >= LARGE_TENSOR_BYTES else SMALL_ALIGNMENT
     return -(-offset // alignment) * alignment
@@ -67,8 +77,7 @@ class DataFile:
         self.placements: dict[str, Placement] = {}
         self.size = 0
 
-    def add(self, group: InitializerGroup) -> list[Placement]:
-        placed = []
+    def add(self, group: InitializerGroup) -> None:
         for tensor in group.tensors:
             if tensor.name in self.placements:
                 raise AssertionError(f"initializer {tensor.name!r} planned twice")
@@ -76,9 +85,7 @@ class DataFile:
             placement = Placement(offset, tensor.nbytes)
             self.placements[tensor.name] = placement
             self.size = offset + tensor.nbytes
-            placed.append(placement)
         self.groups.append(group)
-        return placed
 
     def external_tensor(self, tensor: PlannedTensor) -> ir.ExternalTensor:
         p = self.placements[tensor.name]
@@ -101,13 +108,13 @@ class DataFile:
                 yield data
                 written = offset + len(data)
 
-    def layout(self) -> dict[str, tuple[int, int, int, tuple[int, ...]]]:
-        """name -> (offset, length, onnx dtype enum, shape) for every tensor in the file."""
+    def layout(self) -> dict[str, StoredTensor]:
+        """Every tensor in the file, by name."""
         out = {}
         for group in self.groups:
             for t in group.tensors:
                 p = self.placements[t.name]
-                out[t.name] = (p.offset, p.length, int(t.dtype), t.shape)
+                out[t.name] = StoredTensor(p.offset, p.length, int(t.dtype), t.shape)
         return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..diagnostics import MtpcError
 from ..ir import Architecture
 from .builder import MS, GraphBuilder
 
@@ -25,10 +24,10 @@ class PagedOps:
     def __init__(self, b: GraphBuilder, block_table: ir.Value, cumulative_sequence_lengths: ir.Value,
                  past_sequence_lengths: ir.Value, attention_metadata: ir.Value):
         if b.io_dtype not in PAGED_IO_DTYPES:
-            raise MtpcError.single(
+            # The spec rules refuse this combination before any graph is built.
+            raise AssertionError(
                 f"paged attention needs a float16 or bfloat16 io_dtype (PagedAttention has no "
-                f"{b.io_dtype.name.lower()} kernel)",
-                hint="set precision.io_dtype to float16, or use dense attention",
+                f"{b.io_dtype.name.lower()} kernel)"
             )
         self.block_table = block_table
         self.cumulative_sequence_lengths = cumulative_sequence_lengths

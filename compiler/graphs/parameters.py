@@ -2,9 +2,10 @@
 
 The decision for each linear weight is `mtpc.quant.resolve` under the plan's
 scheme for that weight. To lay out the data file before any value is read, the
-resolved *form* (float, or bits / block size / zero points) is predicted here
-from the tensor's metadata; when the file is streamed, `resolve` runs for real
-and the stream checks the produced arrays against the plan.
+resolved *form* (float, or bits / block size / zero points) is predicted by
+`mtpc.quant.resolved_form` from the tensor's metadata; when the file is
+streamed, `resolve` runs for real and the stream checks the produced arrays
+against the plan.
 """
 
 from __future__ import annotations
@@ -14,19 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ..ir import QuantizationPlan, QuantScheme
-from ..quant import resolve
+from ..ir import QuantizationPlan
+from ..quant import QuantForm, resolve, resolved_form
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 
 DTYPES = {"float32": ir.DataType.FLOAT, "float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
-
-
-@dataclass(frozen=True)
-class QuantForm:
-    bits: int
-    block_size: int
-    has_zero_points: bool
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ class ParameterSource:
     def linear(self, canonical: str, stem: str) -> LinearParams:
         scheme = self.plan.scheme_for(canonical)
         n, k = self.store.info(canonical).shape
-        form = self._resolved_form(canonical, scheme)
+        form = resolved_form(self.store.info(canonical), scheme)
         if form is None:
             planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
 
@@ -92,27 +86,15 @@ class ParameterSource:
 
         return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, scheme.accuracy_level)
 
-    def _resolved_form(self, canonical: str, scheme: QuantScheme) -> QuantForm | None:
-        """What `resolve` will return for this weight, without quantizing anything."""
-        if self.store.info(canonical).quantized:
-            source = self.store.read(canonical)
-            assert isinstance(source, QuantizedTensor)
-            if scheme.keep_source or (scheme.bits, scheme.block_size) == (source.bits, source.block_size):
-                return QuantForm(source.bits, source.block_size, source.zero_points is not None)
-        elif scheme.keep_source:
-            return None
-        if scheme.bits is None:
-            return None
-        return QuantForm(scheme.bits, scheme.block_size, False)
-
     # ------------------------------------------------------------------ embedding
 
     def embedding(self, canonical: str, name: str) -> EmbeddingParams:
         """A float embedding stays float; a source-quantized one stays quantized when its scheme keeps it
         at 4 or 8 bits with whole blocks (GatherBlockQuantized), and is dequantized otherwise."""
-        vocab, hidden = self.store.info(canonical).shape
+        info = self.store.info(canonical)
+        vocab, hidden = info.shape
         scheme = self.plan.scheme_for(canonical)
-        form = self._resolved_form(canonical, scheme) if self.store.info(canonical).quantized else None
+        form = resolved_form(info, scheme) if info.quantized else None
         if form is not None and (form.bits not in (4, 8) or hidden % form.block_size):
             form = None
         if form is None:

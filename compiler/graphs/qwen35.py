@@ -7,7 +7,6 @@ from typing import Callable
 import onnx_ir as ir
 
 from ..contracts import EMBEDDING_INITIALIZER, MAIN_INPUT_NAMES, MAIN_OUTPUT_NAMES
-from ..diagnostics import MtpcError
 from ..ir import DecoderConfig, LayerKind, ModelIR, SeedHidden, TensorSpec
 from .blocks import cast, embed, gated_attention, gated_delta_net, lm_head, residual_block, rms_norm, rotary
 from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder
@@ -65,7 +64,8 @@ def build_main(model: ModelIR, params: ParameterSource, data_location: str, prog
                 return out
 
         else:
-            raise MtpcError.single(f"layer {i}: {kind.value} layers are not supported by the Qwen3.5 graph builder")
+            # Lowering accepts only the layer kinds above for this family.
+            raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the Qwen3.5 graph builder")
         with b.scope(f"layers.{i}"):
             x = residual_block(b, x, f"layers.{i}.", arch.rms_norm_eps, mixer)
 

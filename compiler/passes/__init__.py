@@ -7,10 +7,10 @@ after each pass to an observer (`mtpc plan --print-ir-after-all`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
-from ..diagnostics import Diagnostic, MtpcError
+from ..diagnostics import MtpcError
 from ..ir import ModelIR
 
 
@@ -39,11 +39,9 @@ class Pipeline:
             try:
                 result = p(ir)
             except MtpcError as err:
-                # Say which pass refused, keep the user's diagnostics as they are.
-                err.diagnostics = [
-                    Diagnostic(f"[{p.name}] {d.message}", d.span, d.severity, d.hint, d.path) for d in err.diagnostics
-                ]
-                raise
+                # Say which pass refused; every other part of each diagnostic stays as it is.
+                named = [replace(d, message=f"[{p.name}] {d.message}") for d in err.diagnostics]
+                raise MtpcError(named, err.exit_code) from err
             self.results.append((p.name, result))
             if self.observer is not None:
                 self.observer(p.name, result)

@@ -23,7 +23,7 @@ class HeadDetection:
     name = "head-detection"
 
     def __call__(self, ir: ModelIR) -> PassResult:
-        source_has_head = ir.architecture.mtp_num_layers > 0
+        source_has_head = ir.architecture.has_mtp_head
         policy = ir.mtp.head
         if policy is HeadPolicy.ON and not source_has_head:
             raise MtpcError.single(
@@ -89,7 +89,7 @@ def emits_head(ir: ModelIR) -> bool:
 
     Shared with lowering, which refuses choices that only matter when a head is built.
     """
-    source_has_head = ir.architecture.mtp_num_layers > 0
+    source_has_head = ir.architecture.has_mtp_head
     return source_has_head and ir.mtp.head is not HeadPolicy.OFF and not _has_static_kv_cache(ir)
 
 

@@ -7,9 +7,11 @@ the main decoder, then
   head's I/O names and contract, shared initializers (the head shares only what
   its own list names, so the main list is not inherited);
 - drop: state groups, linear-attention (conv) metadata, sliding window;
-- keep: hidden size, attention heads, attention mode, execution provider,
-  session options and the paged input names (the head reads the target's
-  block table).
+- keep: hidden size, attention heads, execution provider and session options.
+
+It runs before `PagedIoRewrite`, so the main decoder is still dense here and
+every head is written dense; that pass packs onnxruntime_genai's head together
+with the main decoder (the head reads the target's block table).
 
 One config per head contract: onnxruntime_genai's head (`mtp/mtp.onnx`, in its
 own folder because og.MtpGenerator loads the head as a model of its own) and
@@ -30,7 +32,6 @@ from ..contracts import (
 )
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR
 from . import PassResult
-from .paged_io import packed_decoder
 
 ORT_HEAD_FILENAME = "mtp/mtp.onnx"
 ONNX_GENAI_HEAD_FILENAME = "mtp_sidecar.onnx"
@@ -60,6 +61,8 @@ class MtpHeadProjection:
 
 
 def _project(main: DecoderConfig, ir: ModelIR, *, filename: str, inputs: dict, outputs: dict, contract) -> DecoderConfig:
+    if main.attention is not AttentionMode.DENSE:
+        raise AssertionError("MtpHeadProjection runs before PagedIoRewrite, on a dense main decoder")
     arch = ir.architecture
     if min(arch.num_key_value_heads, arch.head_dim, main.hidden_size) <= 0:
         raise AssertionError("the head needs positive KV heads, head size and hidden size")
@@ -79,13 +82,12 @@ def _project(main: DecoderConfig, ir: ModelIR, *, filename: str, inputs: dict, o
         state_groups=(),
         sliding_window=None,
         conv_kernel=0,
-        # The head contracts are written dense; a paged target re-packs them below.
         attention=AttentionMode.DENSE,
     )
 
 
 def _ort_head(ir: ModelIR) -> DecoderConfig:
-    head = _project(
+    return _project(
         ir.main,
         ir,
         filename=ORT_HEAD_FILENAME,
@@ -93,8 +95,6 @@ def _ort_head(ir: ModelIR) -> DecoderConfig:
         outputs=dict(ORT_HEAD_OUTPUT_NAMES),
         contract=ort_head_contract(ir.architecture, ir.precision),
     )
-    # Same attention mode as the target, with the target's paged input names.
-    return packed_decoder(head) if ir.main.attention is AttentionMode.PAGED else head
 
 
 def _onnx_genai_head(ir: ModelIR) -> DecoderConfig:

@@ -14,7 +14,9 @@ and keep full-attention KV in a block pool:
 - the main decoder declares its state groups (paged KV for attention layers,
   fixed conv and recurrent state for linear layers).
 
-A dense target is left untouched, and so is onnx-genai's head (dense runtime).
+The MTP projection writes every head dense; this pass re-packs onnxruntime-genai's
+head along with the main decoder. A dense target is left untouched, and so is
+onnx-genai's head (dense runtime).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import replace
 from ..contracts import BATCH, NUM_TOKENS
 from ..diagnostics import MtpcError
 from ..ir import (
+    Architecture,
     AttentionMode,
     DecoderConfig,
     GraphContract,
@@ -77,7 +80,7 @@ class PagedIoRewrite:
                     hint="use attention: dense",
                     path="targets.onnxruntime_genai.attention",
                 )
-            main = replace(packed_decoder(main), state_groups=_state_groups(main))
+            main = replace(packed_decoder(main), state_groups=_state_groups(ir.architecture))
             groups = ", ".join(f"{g.kind} {list(g.layer_ids)}" for g in main.state_groups)
             changes.append(f"main decoder: packed paged I/O; state groups {groups}")
         heads = []
@@ -140,10 +143,9 @@ def _packed(tensor: TensorSpec, role: str) -> TensorSpec:
     raise AssertionError(f"no packed layout for role {role} ({tensor.name})")
 
 
-def _state_groups(main: DecoderConfig) -> tuple[StateGroup, ...]:
-    kinds = main.layer_kinds
-    attention = tuple(i for i, kind in enumerate(kinds) if kind is not LayerKind.LINEAR_ATTENTION)
-    linear = tuple(i for i, kind in enumerate(kinds) if kind is LayerKind.LINEAR_ATTENTION)
+def _state_groups(arch: Architecture) -> tuple[StateGroup, ...]:
+    attention = arch.attention_layers
+    linear = arch.layers_of(LayerKind.LINEAR_ATTENTION)
     if not attention:
         raise AssertionError("a paged decoder needs at least one attention layer")
     groups = [StateGroup("paged_kv", attention)]

@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..diagnostics import Diagnostic, MtpcError
-from ..ir import AttentionMode, GraphContract, ModelIR, OrtGenaiTarget, TensorSpec
+from ..ir import GraphContract, ModelIR, OrtGenaiTarget, TensorSpec
 from ..profiles import OrtGenaiProfile, ort_genai_profile
 from . import PassResult
-
-_TARGET = "targets.onnxruntime_genai"
 
 
 class ApplyRuntimeProfile:
@@ -62,52 +60,7 @@ def _with_logits_dtype(main, dtype: str) -> GraphContract:
 
 
 def _check_target(target: OrtGenaiTarget, io_dtype: str, profile: OrtGenaiProfile) -> None:
-    problems: list[Diagnostic] = []
-
-    def refuse(key: str, message: str, hint: str | None = None) -> None:
-        problems.append(Diagnostic(message, hint=hint, path=f"{_TARGET}.{key}"))
-
-    runtime = f"onnxruntime-genai {profile.version}"
-    if target.execution_provider not in profile.execution_providers:
-        refuse(
-            "execution_provider",
-            f"execution provider {target.execution_provider!r} is not supported for {runtime}",
-            f"use one of: {', '.join(sorted(profile.execution_providers))}",
-        )
-    if target.attention is AttentionMode.PAGED:
-        if target.execution_provider not in profile.paged_execution_providers:
-            refuse(
-                "attention",
-                f"paged attention needs the {'/'.join(sorted(profile.paged_execution_providers))} execution "
-                f"provider in {runtime}, not {target.execution_provider!r}",
-                "use attention: dense on this execution provider",
-            )
-        if io_dtype not in profile.paged_io_dtypes:
-            refuse(
-                "attention",
-                f"paged attention in {runtime} needs {' or '.join(sorted(profile.paged_io_dtypes))} activations, "
-                f"not {io_dtype}",
-                "set precision.io_dtype accordingly, or use attention: dense",
-            )
-        if target.block_size < profile.min_block_size or target.block_size & (target.block_size - 1):
-            refuse("block_size", f"block_size must be a power of two >= {profile.min_block_size}, got {target.block_size}")
-        if not 1 <= target.max_batch_size <= profile.max_batch_size_limit:
-            refuse("max_batch_size", f"max_batch_size must be in 1..{profile.max_batch_size_limit}, got {target.max_batch_size}")
-        if target.num_blocks is not None and target.gpu_utilization_factor is not None:
-            refuse("num_blocks", "give num_blocks or gpu_utilization_factor, not both")
-        if target.num_blocks is not None and target.num_blocks <= 0:
-            refuse("num_blocks", f"num_blocks must be positive, got {target.num_blocks}")
-        factor = target.gpu_utilization_factor
-        if factor is not None and not 0 < factor <= 1:
-            refuse("gpu_utilization_factor", f"gpu_utilization_factor must be in (0, 1], got {factor}")
-    if not profile.supports_kv_cache(target.attention, target.kv_cache):
-        refuse(
-            "kv_cache",
-            f"a {target.kv_cache} KV cache with {target.attention.value} attention is not supported for {runtime}",
-            "a static KV cache needs attention: dense",
-        )
-    low, high = profile.max_draft_tokens_range
-    if not low <= target.max_draft_tokens <= high:
-        refuse("max_draft_tokens", f"max_draft_tokens must be in {low}..{high}, got {target.max_draft_tokens}")
+    # The same check spec lowering places at the spec's lines; here for IR built without a spec.
+    problems = profile.target_problems(target, io_dtype)
     if problems:
-        raise MtpcError(problems)
+        raise MtpcError([Diagnostic(p.message, hint=p.hint, path=p.path) for p in problems])

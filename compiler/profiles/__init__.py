@@ -5,7 +5,10 @@ holds two kinds of knowledge:
 
 - the keys each `genai_config.json` section accepts (the runtime's parser rejects
   unknown keys, so emitting one is fatal), with the JSON kind of each value;
-- the runtime's quirks, each as data with a comment saying why it exists.
+- the runtime's quirks, each as data with a comment saying why it exists;
+- the limits of a target's settings (`target_problems`), the one place they are
+  stated: spec lowering reports them at the spec's lines, the runtime-profile
+  pass re-checks IR built without a spec.
 
 One module per version (`ort_genai_0_18.py`); `ort_genai_profile(version)`
 picks it. Each profile is tested against the real package of its version
@@ -18,10 +21,31 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..diagnostics import MtpcError
-from ..ir import AttentionMode
+from ..ir import IO_DTYPES, AttentionMode, OrtGenaiTarget
+
+# Where a target's settings live in a spec; `TargetProblem.key` is relative to it.
+TARGET_PATH = ("targets", "onnxruntime_genai")
 
 # JSON kinds a key's value may have (see `OrtGenaiProfile.keys`).
 KINDS = ("string", "int", "number", "bool", "object", "array", "int_or_array")
+
+
+@dataclass(frozen=True)
+class TargetProblem:
+    """A target setting this runtime version refuses.
+
+    `key` is the setting's path under `targets.onnxruntime_genai` as a spec spells it;
+    `at` says whether a positioned report points at that key's value or at the key.
+    """
+
+    key: tuple[str, ...]
+    message: str
+    hint: str | None = None
+    at: str = "value"
+
+    @property
+    def path(self) -> str:
+        return ".".join(TARGET_PATH + self.key)
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,104 @@ class OrtGenaiProfile:
     min_block_size: int
     max_draft_tokens_range: tuple[int, int]
     model_types: Mapping[str, str]
+
+    def target_problems(self, target: OrtGenaiTarget, io_dtype: str) -> list[TargetProblem]:
+        """Every setting of `target` (with graphs in `io_dtype`) that this version cannot run.
+
+        The one statement of these limits: spec lowering reports them at the spec's
+        lines, the runtime-profile pass re-checks IR built without a spec.
+        """
+        out: list[TargetProblem] = []
+        provider = target.execution_provider
+        if provider not in self.execution_providers:
+            out.append(
+                TargetProblem(
+                    ("execution_provider",),
+                    f"execution provider {provider!r} is not supported for onnxruntime-genai {self.version}",
+                    f"use one of: {', '.join(sorted(self.execution_providers))}",
+                )
+            )
+        if target.attention is AttentionMode.PAGED:
+            out += self._paged_problems(target, io_dtype)
+        if not self.supports_kv_cache(target.attention, target.kv_cache):
+            out.append(
+                TargetProblem(
+                    ("kv_cache",),
+                    f"kv_cache '{target.kv_cache}' needs attention 'dense', not '{target.attention.value}'",
+                    "the paged engine manages its KV blocks itself; remove kv_cache or use attention: dense",
+                )
+            )
+        low, high = self.max_draft_tokens_range
+        if not low <= target.max_draft_tokens <= high:
+            out.append(
+                TargetProblem(
+                    ("max_draft_tokens",),
+                    f"max_draft_tokens must be in {low}..{high} for onnxruntime-genai {self.version}, "
+                    f"not {target.max_draft_tokens}",
+                )
+            )
+        return out
+
+    def _paged_problems(self, target: OrtGenaiTarget, io_dtype: str) -> list[TargetProblem]:
+        out: list[TargetProblem] = []
+        if target.execution_provider not in self.paged_execution_providers:
+            providers = " or ".join(f"'{p}'" for p in sorted(self.paged_execution_providers))
+            out.append(
+                TargetProblem(
+                    ("attention",),
+                    f"paged attention needs execution_provider {providers}, not '{target.execution_provider}'",
+                    f"onnxruntime-genai runs paged attention on {_kernels(self.paged_execution_providers)} only; "
+                    f"use attention: dense on {target.execution_provider}",
+                )
+            )
+        # Only the paged dtypes mtpc can build graphs in are worth suggesting.
+        usable = [d for d in IO_DTYPES if d in self.paged_io_dtypes]
+        if io_dtype not in usable:
+            wanted = " or ".join(f"'{d}'" for d in usable)
+            out.append(
+                TargetProblem(
+                    ("attention",),
+                    f"paged attention needs precision.io_dtype {wanted}, not '{io_dtype}'",
+                    f"the {_kernels(self.paged_execution_providers)} paged-attention kernels take "
+                    f"{' or '.join(usable)} (set precision: {{io_dtype: {usable[0]}}})",
+                )
+            )
+        size, low = target.block_size, self.min_block_size
+        if size < low or size & (size - 1):
+            out.append(
+                TargetProblem(
+                    ("paged", "block_size"),
+                    f"{'.'.join(TARGET_PATH)}.paged.block_size must be a power of two, "
+                    f"at least {low} ({low}, {2 * low}, {4 * low}, ...), not {size}",
+                )
+            )
+        if not 1 <= target.max_batch_size <= self.max_batch_size_limit:
+            out.append(
+                TargetProblem(
+                    ("paged", "max_batch_size"),
+                    f"max_batch_size must be in 1..{self.max_batch_size_limit} for onnxruntime-genai "
+                    f"{self.version}, not {target.max_batch_size}",
+                )
+            )
+        if target.num_blocks is not None and target.gpu_utilization_factor is not None:
+            out.append(
+                TargetProblem(
+                    ("paged", "gpu_utilization_factor"),
+                    "give num_blocks or gpu_utilization_factor, not both",
+                    "num_blocks fixes the KV pool; gpu_utilization_factor sizes it from free GPU memory",
+                    at="key",
+                )
+            )
+        if target.num_blocks is not None and target.num_blocks < 1:
+            out.append(TargetProblem(("paged", "num_blocks"), f"num_blocks must be positive, not {target.num_blocks}"))
+        factor = target.gpu_utilization_factor
+        if factor is not None and not 0 < factor <= 1:
+            out.append(
+                TargetProblem(
+                    ("paged", "gpu_utilization_factor"), f"gpu_utilization_factor must be in (0, 1], not {factor:g}"
+                )
+            )
+        return out
 
     def accepts(self, section: str, key: str) -> bool:
         return key in self.keys.get(section, {}) or section in self.open_string_sections
@@ -110,6 +232,10 @@ def _has_kind(value, kind: str) -> bool:
         "array": isinstance(value, list),
         "int_or_array": is_int or (isinstance(value, list) and all(isinstance(v, int) for v in value)),
     }[kind]
+
+
+def _kernels(providers: frozenset[str]) -> str:
+    return "/".join(p.upper() for p in sorted(providers))
 
 
 def _major_minor(version: str) -> str:

@@ -207,6 +207,7 @@ PROFILE = OrtGenaiProfile(
     # PagedAttention (the op the paged export uses for full-attention layers) exists
     # only for the CUDA execution provider, and only for half-precision activations.
     paged_execution_providers=frozenset({"cuda"}),
+    # (mtpc builds float32/float16 graphs only, see ir.IO_DTYPES, so it offers float16.)
     paged_io_dtypes=frozenset({"float16", "bfloat16"}),
     # og.MtpGenerator casts the logits it reads to float32; on CPU with float32 logits
     # that Cast has equal input and output types and onnxruntime refuses it ("Cast -

@@ -42,7 +42,7 @@ class SourceInfo:
 
     @property
     def has_mtp_head(self) -> bool:
-        return self.architecture.mtp_num_layers > 0
+        return self.architecture.has_mtp_head
 
     @property
     def tokenizer_names(self) -> tuple[str, ...]:

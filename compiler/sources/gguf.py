@@ -27,10 +27,11 @@ from ..weights import QuantizedTensor, TensorInfo, Weight
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from .gguf_quant import REPACKABLE, to_quantized_tensor
+from .gguf_quant import BLOCK, REPACKABLE, to_quantized_tensor
 from .gguf_tokenizer import tokenizer_files
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
+_REPACKED_BITS = {QT.Q4_0: 4, QT.Q8_0: 8}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -325,11 +326,11 @@ class GGUFWeightStore:
     def info(self, name: str) -> TensorInfo:
         entry = self._entry(name)
         qtype = self._tensors[entry.gguf].type
+        if not self._keeps_quantized(entry, qtype):
+            return TensorInfo(name, entry.canonical_shape, _FLOAT_NAMES.get(qtype, qtype.name))
+        # What `read` repacks it into (gguf_quant): symmetric blocks, the op's default zero point.
         return TensorInfo(
-            name,
-            entry.canonical_shape,
-            _FLOAT_NAMES.get(qtype, qtype.name),
-            quantized=self._keeps_quantized(entry, qtype),
+            name, entry.canonical_shape, qtype.name, quantized=True, bits=_REPACKED_BITS[qtype], block_size=BLOCK
         )
 
     def _keeps_quantized(self, entry: _Entry, qtype: QT) -> bool:

@@ -484,9 +484,6 @@ class HFWeightStore:
     def names(self) -> Iterable[str]:
         return sorted(self._entries)
 
-    def hf_name(self, name: str) -> str:
-        return self._entries[name][1]
-
     def info(self, name: str) -> TensorInfo:
         filename, hf_name = self._entries[name]
         st = self._files[filename]

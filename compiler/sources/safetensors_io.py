@@ -1,9 +1,8 @@
-"""The safetensors format with numpy only: 8-byte little-endian header length, JSON header, raw data.
+"""Reading the safetensors format with numpy only: 8-byte little-endian header length, JSON header, raw data.
 
 Reading memory-maps the file once; each tensor is a view into that map, so
 nothing is loaded until used. numpy has no bfloat16: BF16 tensors are widened to
-float32 on read (exact: bf16 is the upper half of a float32) and narrowed with
-round-to-nearest-even on write.
+float32 on read (exact: bf16 is the upper half of a float32).
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Mapping
-
 import numpy as np
 
 from ..diagnostics import SourceError
@@ -29,7 +26,6 @@ _NUMPY_DTYPES = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
-_DTYPE_CODES = {np.dtype(v).name: k for k, v in _NUMPY_DTYPES.items() if k != "BF16"}
 _MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -124,49 +120,3 @@ class SafetensorsFile:
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
-
-def to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (uint16), round to nearest even."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    return ((bits + rounding) >> 16).astype(np.uint16)
-
-
-def write_safetensors(
-    path: str | Path,
-    tensors: Mapping[str, np.ndarray],
-    *,
-    float_dtype: str | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> None:
-    """Write `tensors` (sorted by name, deterministic bytes).
-
-    `float_dtype` ("F32", "F16", "BF16") casts every floating tensor; None keeps
-    each array's own dtype.
-    """
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = dict(sorted(metadata.items()))
-    blobs: list[bytes] = []
-    offset = 0
-    for name in sorted(tensors):
-        array = np.asarray(tensors[name])
-        code = _DTYPE_CODES.get(array.dtype.name)
-        if float_dtype is not None and np.issubdtype(array.dtype, np.floating):
-            code = float_dtype
-        if code == "BF16":
-            data = to_bfloat16_bits(array).tobytes()
-        elif code in _NUMPY_DTYPES:
-            data = np.ascontiguousarray(array, dtype=_NUMPY_DTYPES[code]).tobytes()
-        else:
-            raise ValueError(f"cannot store {name!r} of dtype {array.dtype} in safetensors")
-        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    encoded += b" " * (-len(encoded) % 8)  # keep the data 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for blob in blobs:
-            f.write(blob)

@@ -16,32 +16,26 @@ from ..contracts import main_decoder_config
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import (
     Architecture,
-    AttentionMode,
     HeadPolicy,
     ModelIR,
     MtpSettings,
-    OnnxGenaiTarget,
-    OrtGenaiTarget,
     Precision,
     QuantizationPlan,
     QuantOverride,
     QuantScheme,
     SeedHidden,
     SourceRef,
-    Targets,
 )
 from ..passes.head_detection import emits_head
-from ..sources import SourceInfo, synthetic
+from ..sources import SourceInfo
 from ..sources.hf import expected_shapes
 from ..validation import load_schema
 from . import rules
 from .defaults import apply_defaults
 from .loader import LoadedSpec, by_position
 from .suggest import closest
-
-# The onnxruntime-genai builder's default share of free GPU memory for the paged KV pool,
-# used when a paged spec pins neither num_blocks nor gpu_utilization_factor.
-DEFAULT_GPU_UTILIZATION_FACTOR = 0.6
+from .synthetic_settings import synthetic_spec
+from .targets import targets_of
 
 
 def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
@@ -53,7 +47,7 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
     info = _describe(spec, ref)
     architecture = _override_architecture(spec, info.architecture)
     precision = Precision(io_dtype=filled["precision"]["io_dtype"])
-    targets = _targets(filled["targets"])
+    targets = targets_of(filled["targets"])
     provider = targets.onnxruntime_genai.execution_provider if targets.onnxruntime_genai else "cpu"
     mtp = filled["mtp"]
     ir = ModelIR(
@@ -81,7 +75,7 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
 def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
     ((kind, value),) = source.items()
     if kind == "synthetic":
-        return SourceRef("synthetic", seed=value["seed"], options=synthetic.options_from_settings(value))
+        return SourceRef("synthetic", seed=value["seed"], synthetic=synthetic_spec(value))
     path = (spec.folder / value).resolve()
     wanted, right_kind = ("folder", path.is_dir()) if kind == "hf" else ("file", path.is_file())
     if not right_kind:
@@ -165,7 +159,7 @@ def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
         hint = f"did you mean '{guess}'?" if guess else None
         if hint is None:
             hint = "globs match canonical weight names such as embed_tokens.weight, layers.0.mlp.up_proj.weight"
-            hint += ", mtp.fc.weight" if ir.architecture.mtp_num_layers else " (this source has no mtp.* weights)"
+            hint += ", mtp.fc.weight" if ir.architecture.has_mtp_head else " (this source has no mtp.* weights)"
         out.append(
             spec.diagnostic(
                 ("quantization", "overrides", i, "match"),
@@ -177,30 +171,41 @@ def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
 
 
 def _quantized_lm_head_for_onnx_genai(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
-    # onnx-genai's MTP sidecar borrows the main model's LM head by initializer name, and finds a
-    # packed head's scales as `<name minus last segment>.scales`, which our MatMulNBits names do not
-    # follow; so only a float LM head can be named.
-    bits = ir.quantization.scheme_for("lm_head.weight").bits
-    if ir.targets.onnx_genai is None or bits is None or not emits_head(ir):
+    """With a head and an onnx_genai target, the LM head must stay float.
+
+    onnx-genai's MTP sidecar borrows the main model's LM head by initializer name, and
+    finds a packed head's scales as `<name minus last segment>.scales`, which our
+    MatMulNBits names do not follow. Whether a head is built is head detection's
+    decision (`emits_head`), asked here so the refusal comes with the spec's lines.
+    """
+    if ir.targets.onnx_genai is None or not emits_head(ir):
         return []
-    deciding = next(
-        (i for i, o in enumerate(ir.quantization.overrides) if fnmatchcase("lm_head.weight", o.match)), None
-    )
-    if deciding is None:
-        where, what = ("quantization", "default", "bits"), "quantization.default"
-    else:
-        override = ("quantization", "overrides", deciding)
-        where = override + ("bits",) if spec.get(override + ("bits",)) is not None else override + ("match",)
-        what = f"the override '{ir.quantization.overrides[deciding].match}'"
+    bits = ir.quantization.scheme_for(_LM_HEAD).bits
+    if bits is None:
+        return []
+    where, what = _where_lm_head_scheme_is_set(spec, ir.quantization)
     return [
         spec.diagnostic(
             where,
-            f"{what} stores lm_head.weight in {bits} bits, but the onnx_genai target's MTP sidecar "
+            f"{what} stores {_LM_HEAD} in {bits} bits, but the onnx_genai target's MTP sidecar "
             "borrows the main model's LM head by name and can only use a float one",
-            hint="put {match: lm_head.weight, bits: null} first in quantization.overrides, "
+            hint=f"put {{match: {_LM_HEAD}, bits: null}} first in quantization.overrides, "
             "or drop the onnx_genai target, or set mtp.head: off",
         )
     ]
+
+
+_LM_HEAD = "lm_head.weight"
+
+
+def _where_lm_head_scheme_is_set(spec: LoadedSpec, plan: QuantizationPlan) -> tuple[tuple, str]:
+    """The spec node that gives the LM head its bits, and how a message names it."""
+    index = plan.deciding_override(_LM_HEAD)
+    if index is None:
+        return ("quantization", "default", "bits"), "quantization.default"
+    override = ("quantization", "overrides", index)
+    where = override + ("bits",) if spec.get(override + ("bits",)) is not None else override + ("match",)
+    return where, f"the override '{plan.overrides[index].match}'"
 
 
 def _tokenizer_notes(ref: SourceRef, info: SourceInfo) -> tuple[str, ...]:
@@ -215,33 +220,4 @@ def _tokenizer_notes(ref: SourceRef, info: SourceInfo) -> tuple[str, ...]:
     return (
         f"the source's tokenizer files ({', '.join(info.tokenizer_names)}) include no tokenizer.json: "
         "onnxruntime-genai needs it to encode text (token ids still work)",
-    )
-
-
-def _targets(targets: dict) -> Targets:
-    ort = targets.get("onnxruntime_genai")
-    onnx_genai = targets.get("onnx_genai")
-    return Targets(
-        onnxruntime_genai=_ort_target(ort) if ort is not None else None,
-        onnx_genai=OnnxGenaiTarget(layout=onnx_genai["layout"]) if onnx_genai is not None else None,
-    )
-
-
-def _ort_target(ort: dict) -> OrtGenaiTarget:
-    attention = AttentionMode(ort["attention"])
-    paged = ort["paged"]
-    num_blocks = paged.get("num_blocks")
-    utilization = paged.get("gpu_utilization_factor")
-    if attention is AttentionMode.PAGED and num_blocks is None and utilization is None:
-        utilization = DEFAULT_GPU_UTILIZATION_FACTOR
-    return OrtGenaiTarget(
-        version=ort["version"],
-        execution_provider=ort["execution_provider"],
-        attention=attention,
-        block_size=paged["block_size"],
-        max_batch_size=paged["max_batch_size"],
-        num_blocks=num_blocks,
-        gpu_utilization_factor=float(utilization) if utilization is not None else None,
-        max_draft_tokens=ort["max_draft_tokens"],
-        kv_cache=ort["kv_cache"],
     )

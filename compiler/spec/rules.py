@@ -3,6 +3,10 @@
 Each rule reports at the key or value that breaks it; all are checked and
 reported together. A spec with schema errors still gets the rules whose
 sections are schema-valid (the loader asks), so one mistake does not hide another.
+
+What an onnxruntime-genai version accepts (execution providers, paged-attention
+dtypes, block and batch sizes, draft lengths) is its runtime profile's to say
+(`mtpc.profiles`); the rules here only place the profile's findings at the spec's lines.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AbstractSet
 
 from ..diagnostics import Diagnostic
+from ..ir import AttentionMode
+from ..profiles import TARGET_PATH, ort_genai_profile
 from ..sources import synthetic
+from .synthetic_settings import synthetic_spec
+from .targets import ort_target
 from .yaml_positions import dotted
 
 if TYPE_CHECKING:
@@ -34,6 +42,7 @@ def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset(
 
 
 def _power_of_two_block(spec: LoadedSpec, path: tuple) -> list[Diagnostic]:
+    # MatMulNBits' block sizes (a kernel fact, not a runtime version's).
     size = spec.get(path)
     if size is None or (size >= 16 and size & (size - 1) == 0):
         return []
@@ -72,38 +81,17 @@ def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
 
 
 def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
-    at = ("targets", "onnxruntime_genai")
-    target = filled.get("targets", {}).get("onnxruntime_genai")
-    if target is None:
+    at = TARGET_PATH
+    written = filled.get("targets", {}).get("onnxruntime_genai")
+    if written is None:
         return []
-    out: list[Diagnostic] = []
-    if target["attention"] == "paged":
-        if target["execution_provider"] != "cuda":
-            out.append(
-                spec.diagnostic(
-                    at + ("attention",),
-                    f"paged attention needs execution_provider 'cuda', not '{target['execution_provider']}'",
-                    hint="onnxruntime-genai runs paged attention on CUDA only; use attention: dense on cpu",
-                )
-            )
-        if filled["precision"]["io_dtype"] != "float16":
-            out.append(
-                spec.diagnostic(
-                    at + ("attention",),
-                    f"paged attention needs precision.io_dtype 'float16', not '{filled['precision']['io_dtype']}'",
-                    hint="the CUDA paged-attention kernels take float16 (set precision: {io_dtype: float16})",
-                )
-            )
-        out += _power_of_two_block(spec, at + ("paged", "block_size"))
-        if spec.get(at + ("paged", "num_blocks")) is not None and spec.get(at + ("paged", "gpu_utilization_factor")) is not None:
-            out.append(
-                spec.diagnostic(
-                    at + ("paged", "gpu_utilization_factor"),
-                    "give num_blocks or gpu_utilization_factor, not both",
-                    at="key",
-                    hint="num_blocks fixes the KV pool; gpu_utilization_factor sizes it from free GPU memory",
-                )
-            )
+    target = ort_target(written)
+    profile = ort_genai_profile(target.version)
+    out = [
+        spec.diagnostic(at + problem.key, problem.message, hint=problem.hint, at=problem.at)
+        for problem in profile.target_problems(target, filled["precision"]["io_dtype"])
+    ]
+    if target.attention is AttentionMode.PAGED:
         if spec.get(("targets", "onnx_genai")) is not None:
             out.append(
                 spec.diagnostic(
@@ -112,14 +100,6 @@ def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
                     at="key",
                     hint="onnx-genai runs the main graph with dense past/present ports; "
                     "build it from a spec with attention: dense, or drop the onnx_genai target",
-                )
-            )
-        if target["kv_cache"] == "static":
-            out.append(
-                spec.diagnostic(
-                    at + ("kv_cache",),
-                    "kv_cache 'static' needs attention 'dense', not 'paged'",
-                    hint="the paged engine manages its KV blocks itself; remove kv_cache or use attention: dense",
                 )
             )
     elif spec.get(at + ("paged",)) is not None:
@@ -139,4 +119,5 @@ def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     if settings is None:
         return []
     at = ("source", "synthetic")
-    return [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in synthetic.problems(settings)]
+    found = synthetic.problems(synthetic_spec(settings))
+    return [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in found]

@@ -1,5 +1,6 @@
-"""`mtpc verify` tolerances: each branch of `tolerance_for`, and an int4 package that passes intact and fails
-with one damaged MatMulNBits weight (the quantized bound must not hide a broken weight)."""
+"""`mtpc verify` tolerances: each branch of `tolerance_for`, an int4 package that passes intact and fails
+with one damaged MatMulNBits weight (the quantized bound must not hide a broken weight), and a Q4_0 GGUF
+kept as the source stores it (quantized though the plan sets no bits)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import pytest
 
 from mtpc.cli.main import main
 from mtpc.cli.verify import AsBuiltWeights, tolerance_for
+from mtpc.driver import build_ir
+from mtpc.sources import open_weights
 from mtpc.ir import ModelIR, Precision, QuantizationPlan, QuantOverride, QuantScheme
 from mtpc.sources.random_weights import seeded_store
+from mtpc.weights import TensorInfo
 from tests.fixtures.arch import tiny_arch
+from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
 from tests.graphs.tiny import make_ir
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
@@ -28,6 +33,23 @@ def build(io_dtype: str = "float32", quantization: QuantizationPlan = Quantizati
 
 INT4 = QuantizationPlan(default=QuantScheme(bits=4))
 INT8_OVERRIDE_ONLY = QuantizationPlan(overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8)),))
+KEEP_SOURCE = QuantizationPlan(default=QuantScheme(keep_source=True))
+FLOAT_STORE = seeded_store(tiny_arch(), 0)
+
+
+class Q4SourceStore:
+    """The float store, except that one projection is stored Q4_0 by the source (as a GGUF would)."""
+
+    QUANTIZED = "layers.0.mlp.up_proj.weight"
+
+    def names(self):
+        return FLOAT_STORE.names()
+
+    def info(self, name):
+        info = FLOAT_STORE.info(name)
+        if name == self.QUANTIZED:
+            return TensorInfo(name, info.shape, "Q4_0", quantized=True, bits=4, block_size=32)
+        return info
 
 
 @pytest.mark.parametrize(
@@ -40,17 +62,27 @@ INT8_OVERRIDE_ONLY = QuantizationPlan(overrides=(QuantOverride("layers.*.mlp.*",
         (build(quantization=INT4), FLOAT32, 1e-1),  # quantized by default
         (build(quantization=INT8_OVERRIDE_ONLY), FLOAT32, 1e-1),  # quantized only by an override
         (build("float16", INT4), FLOAT16, 1e-1),  # quantized takes precedence over float16
+        (build(quantization=KEEP_SOURCE), FLOAT32, 1e-3),  # a float source kept as it is stays float
     ],
 )
 def test_tolerance_by_build(ir, output, bound):
     assert ir.precision == Precision(io_dtype=ir.precision.io_dtype)
-    assert tolerance_for(ir, None)(output) == bound
+    assert tolerance_for(ir, FLOAT_STORE, None)(output) == bound
+
+
+@pytest.mark.parametrize(
+    "quantization, bound",
+    [(KEEP_SOURCE, 1e-1), (QuantizationPlan(default=QuantScheme(bits=4, block_size=32)), 1e-1),
+     (QuantizationPlan(), 1e-3)],  # kept, re-encoded alike, or dequantized to float
+)
+def test_tolerance_of_a_source_quantized_weight(quantization, bound):
+    assert tolerance_for(build(quantization=quantization), Q4SourceStore(), None)(FLOAT32) == bound
 
 
 @pytest.mark.parametrize("ir", [build(), build("float16"), build(quantization=INT4)])
 def test_atol_overrides_every_branch(ir):
-    assert tolerance_for(ir, 0.25)(FLOAT32) == 0.25
-    assert tolerance_for(ir, 0.0)(FLOAT16) == 0.0  # 0 is a bound, not "unset"
+    assert tolerance_for(ir, FLOAT_STORE, 0.25)(FLOAT32) == 0.25
+    assert tolerance_for(ir, FLOAT_STORE, 0.0)(FLOAT16) == 0.0  # 0 is a bound, not "unset"
 
 
 def test_the_quantized_reference_uses_the_weights_as_built():
@@ -144,6 +176,40 @@ def test_one_damaged_matmul_nbits_weight_fails_verify(int4_package, tmp_path, ca
     assert {"main prefill logits", "main step logits"} <= failed
     prefill = next(c for c in report["checks"] if c["check"] == "main prefill logits")
     assert prefill["max_abs_diff"] > 2 * prefill["bound"]  # clearly outside, not at the edge
+
+
+# ----------------------------------------------------------------------------- a Q4_0 GGUF kept as stored
+
+KEEP_SOURCE_SPEC = """\
+mtpc: 1
+name: tiny-q4-gguf
+source: {gguf: q4.gguf}
+quantization:
+  default: {keep: source}
+targets:
+  onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense, max_draft_tokens: 4}
+"""
+
+
+def test_a_kept_q4_0_gguf_verifies_with_the_quantized_bound(tmp_path, capsys):
+    write_gguf(tmp_path / "q4.gguf", tiny_arch(), types=MIXED_TYPES)
+    spec = tmp_path / "q4.yaml"
+    spec.write_text(KEEP_SOURCE_SPEC, "utf-8")
+    package = tmp_path / "pkg"
+    assert main(["compile", "-q", str(spec), "-o", str(package)]) == 0
+    capsys.readouterr()
+    assert matmul_nbits_weights(package / "model.onnx")  # the source's blocks, kept quantized
+    # The plan sets no bits, yet the package computes with MatMulNBits: the quantized bound applies.
+    ir, info = build_ir(spec)
+    store = open_weights(ir.source, info)
+    try:
+        assert tolerance_for(ir, store, None)(FLOAT32) == 1e-1
+    finally:
+        store.close()
+    code, report = verify_json(package, spec, capsys)
+    assert code == 0 and report["ok"], report["checks"]
+    compared = [c for c in report["checks"] if "bound" in c]
+    assert {c["check"] for c in compared} >= {"main prefill logits", "main step logits", "mtp head logits"}
 
 
 def copy_tree(source: Path, target: Path) -> None:

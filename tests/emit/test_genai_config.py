@@ -17,8 +17,8 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mtpc.driver import EmitContext
-from mtpc.emit import EMITTERS
+from mtpc.emit import EMITTERS, EmitContext
+from mtpc.graphs.initializers import StoredTensor
 from mtpc.emit.genai_config import emit_genai_config
 from mtpc.ir import HeadPolicy
 from mtpc.sources import SourceInfo
@@ -36,8 +36,8 @@ def _builder(name: str) -> dict:
     return json.loads(builder_config(name).read_text(encoding="utf-8"))
 
 
-def _emit(ir, facts=None):
-    ctx = EmitContext(SourceInfo(ir.architecture), weights_factory=lambda: None, facts=facts or {})
+def _emit(ir, data_layouts=None):
+    ctx = EmitContext(SourceInfo(ir.architecture), weights_factory=lambda: None, data_layouts=data_layouts or {})
     return {a.relpath: a for a in emit_genai_config(ir, ctx)}
 
 
@@ -68,8 +68,8 @@ def emitted(target_name, with_head):
     return ir, _emit(ir)
 
 
-def test_registered_under_its_name():
-    assert EMITTERS["genai_config"] is emit_genai_config
+def test_listed_among_the_emitters():
+    assert dict(EMITTERS)["genai_config"] is emit_genai_config
 
 
 def test_artifacts_and_schema_id(emitted, with_head):
@@ -206,7 +206,7 @@ def test_paged_state_groups_and_engine(emitted, target_name, with_head):
 
 def test_no_head_leaves_no_trace_of_mtp():
     ir = compiled(ort=CUDA_PAGED, arch=tiny_arch(mtp_num_layers=1), head=HeadPolicy.OFF)
-    artifacts = _emit(ir, {"data_layout": {"model.onnx.data": {"model.embed_tokens.weight": (0, 32768, 10, (256, 64))}}})
+    artifacts = _emit(ir, {"model.onnx.data": {"model.embed_tokens.weight": StoredTensor(0, 32768, 10, (256, 64))}})
     assert list(artifacts) == ["genai_config.json"]
     data = artifacts["genai_config.json"].read()
     for word in (b"mtp", b"hidden_states", b"speculative", b"shared_initializers", b"prefix_caching"):
@@ -229,21 +229,19 @@ def test_no_onnxruntime_genai_target_no_config():
 
 # ----------------------------------------------------------------------------- shared initializers
 
-# What a graph emitter publishes per data file: name -> (offset, length, onnx dtype, shape).
-# Eligible: the embedding (and its quantized parts) and the LM head, held alike by both graphs.
+# What the graph emitter records per data file: its shareable tensors (the embedding, with its quantized
+# parts, and the LM head), by name.
 MAIN_LAYOUT = {
-    "lm_head.MatMul.weight_scales": (48192, 1024, 10, (256, 2)),
-    "model.embed_tokens.weight_Q4": (0, 8192, 2, (256, 2, 16)),
-    "model.layers.0.linear_attn.in_proj_qkv.MatMul.weight": (32768, 7424, 10, (64, 58)),
-    "lm_head.MatMul.weight_Q4": (40192, 8000, 2, (256, 2, 16)),
-    "model.embed_tokens.weight_scales": (49216, 512, 10, (256, 2)),
+    "lm_head.MatMul.weight_scales": StoredTensor(48192, 1024, 10, (256, 2)),
+    "model.embed_tokens.weight_Q4": StoredTensor(0, 8192, 2, (256, 2, 16)),
+    "lm_head.MatMul.weight_Q4": StoredTensor(40192, 8000, 2, (256, 2, 16)),
+    "model.embed_tokens.weight_scales": StoredTensor(49216, 512, 10, (256, 2)),
 }
-HEAD_LAYOUT = {  # same tensors at other offsets of the head's own file, plus head-only weights
-    "model.embed_tokens.weight_Q4": (4096, 8192, 2, [256, 2, 16]),
-    "model.embed_tokens.weight_scales": (0, 512, 10, (256, 2)),
-    "lm_head.MatMul.weight_Q4": (36864, 8000, 2, (256, 2, 16)),
-    "lm_head.MatMul.weight_scales": (44864, 1024, 10, (256, 2)),
-    "model.layers.0.linear_attn.in_proj_qkv.MatMul.weight": (45888, 7424, 10, (64, 58)),
+HEAD_LAYOUT = {  # the same tensors at other offsets of the head's own file
+    "model.embed_tokens.weight_Q4": StoredTensor(4096, 8192, 2, (256, 2, 16)),
+    "model.embed_tokens.weight_scales": StoredTensor(0, 512, 10, (256, 2)),
+    "lm_head.MatMul.weight_Q4": StoredTensor(36864, 8000, 2, (256, 2, 16)),
+    "lm_head.MatMul.weight_scales": StoredTensor(44864, 1024, 10, (256, 2)),
 }
 DATA_LAYOUT = {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": HEAD_LAYOUT}
 EXPECTED_SHARED = [
@@ -256,7 +254,7 @@ EXPECTED_SHARED = [
 
 @pytest.mark.parametrize("target", [CUDA_DENSE, CUDA_PAGED], ids=["cuda-dense", "cuda-paged"])
 def test_shared_initializers_on_cuda(tmp_path, target):
-    artifacts = _emit(compiled(ort=target), {"data_layout": DATA_LAYOUT})
+    artifacts = _emit(compiled(ort=target), DATA_LAYOUT)
     main = _doc(artifacts["genai_config.json"])["model"]
     assert main["decoder"]["shared_initializers"] == EXPECTED_SHARED
     assert main["mtp"]["shared_initializers"] == EXPECTED_SHARED
@@ -272,7 +270,7 @@ def test_shared_initializers_on_cuda(tmp_path, target):
 
 def test_no_shared_initializers_on_cpu():
     # og.Model on the CPU EP fails with "GetMemoryInfo for CPU should not be used." when they are listed.
-    artifacts = _emit(compiled(ort=CPU_DENSE), {"data_layout": DATA_LAYOUT})
+    artifacts = _emit(compiled(ort=CPU_DENSE), DATA_LAYOUT)
     for art in artifacts.values():
         assert b"shared_initializers" not in art.read()
 
@@ -283,23 +281,23 @@ def test_no_shared_initializers_on_cpu():
     ids=["none", "main-only", "head-only", "other-file"],
 )
 def test_no_shared_initializers_without_both_layouts(layouts):
-    artifacts = _emit(compiled(ort=CUDA_DENSE), {"data_layout": layouts})
+    artifacts = _emit(compiled(ort=CUDA_DENSE), layouts)
     for art in artifacts.values():
         assert b"shared_initializers" not in art.read()
 
 
 def test_a_differently_quantized_head_lm_head_is_not_shared():
     head = dict(HEAD_LAYOUT)
-    head["lm_head.MatMul.weight_Q4"] = (36864, 16384, 3, (256, 2, 32))  # int8 in the head
+    head["lm_head.MatMul.weight_Q4"] = StoredTensor(36864, 16384, 3, (256, 2, 32))  # int8 in the head
     # Its scales happen to have the same dtype, shape and length; they still hold other values.
-    artifacts = _emit(compiled(ort=CUDA_DENSE), {"data_layout": {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": head}})
+    artifacts = _emit(compiled(ort=CUDA_DENSE), {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": head})
     shared = _doc(artifacts["genai_config.json"])["model"]["mtp"]["shared_initializers"]
     assert [e["name"] for e in shared] == ["model.embed_tokens.weight_Q4", "model.embed_tokens.weight_scales"]
 
 
 def test_a_part_missing_from_the_head_blocks_sharing_of_that_weight():
     head = {k: v for k, v in HEAD_LAYOUT.items() if k != "model.embed_tokens.weight_scales"}
-    artifacts = _emit(compiled(ort=CUDA_DENSE), {"data_layout": {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": head}})
+    artifacts = _emit(compiled(ort=CUDA_DENSE), {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": head})
     shared = _doc(artifacts["genai_config.json"])["model"]["mtp"]["shared_initializers"]
     assert [e["name"] for e in shared] == ["lm_head.MatMul.weight_Q4", "lm_head.MatMul.weight_scales"]
 
@@ -313,7 +311,7 @@ from mtpc.ir import AttentionMode
 from tests.passes.ir_factory import CUDA_PAGED, compiled
 from tests.emit.test_genai_config import DATA_LAYOUT, _emit
 for target in (CUDA_PAGED, replace(CUDA_PAGED, attention=AttentionMode.DENSE)):
-    for art in sorted(_emit(compiled(ort=target), {"data_layout": DATA_LAYOUT}).values(), key=lambda a: a.relpath):
+    for art in sorted(_emit(compiled(ort=target), DATA_LAYOUT).values(), key=lambda a: a.relpath):
         print(art.relpath, hashlib.sha256(art.read()).hexdigest())
 """
 

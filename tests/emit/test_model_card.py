@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+import yaml
+
+from mtpc.emit.inference_metadata import emit_inference_metadata
 from mtpc.emit.model_card import emit_model_card
+from mtpc.ir import OnnxGenaiTarget
 from tests.fixtures.arch import tiny_arch
 from tests.passes.ir_factory import compiled
 
@@ -36,12 +43,29 @@ def test_text_only_card_has_no_trace_of_mtp():
     assert "og.Generator(model, params)" in text
 
 
+def _onnx_genai_head_line(text: str) -> str:
+    (line,) = [line for line in text.splitlines() if "the MTP head for onnx-genai" in line]
+    return line
+
+
+@pytest.mark.parametrize("layout", ["workflow", "flat"])
+def test_card_names_where_the_metadata_layout_declares_the_onnx_genai_head(layout):
+    # Where the declaration really is comes from the metadata emitter's files, not from the card.
+    ir = compiled(ort=None, onnx_genai=OnnxGenaiTarget(layout=layout))
+    files = {a.relpath: a.read() for a in emit_inference_metadata(ir, None)}
+    line = _onnx_genai_head_line(card(ir))
+    if layout == "workflow":
+        assert "speculator_config" in json.loads(files["config.json"])
+        assert "`config.json` (`speculator_config`)" in line and "speculative" not in line
+    else:
+        assert "config.json" not in files
+        assert "speculative" in yaml.safe_load(files["inference_metadata.yaml"])
+        assert "the `speculative:` block of `inference_metadata.yaml`" in line and "config.json" not in line
+
+
 def _python_snippet(card: str) -> str:
     start = card.index("```python\n") + len("```python\n")
     return card[start : card.index("```", start)]
-
-
-import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("spec", ["qwen35-tiny-mtp", "qwen35-tiny-nohead"])

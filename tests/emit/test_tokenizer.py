@@ -7,7 +7,7 @@ import onnxruntime_genai as og
 import pytest
 
 from mtpc.contracts import main_decoder_config
-from mtpc.driver import EmitContext
+from mtpc.emit import EmitContext
 from mtpc.emit.tokenizer import emit_tokenizer
 from mtpc.ir import ModelIR, MtpSettings, Precision, QuantizationPlan, SourceRef, Targets
 from mtpc.sources import SourceInfo

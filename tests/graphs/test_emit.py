@@ -13,6 +13,7 @@ import pytest
 
 from mtpc.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from mtpc.emit import EMITTERS
+from mtpc.emit.onnx_graphs import emit_onnx_graphs
 from mtpc.ir import GraphContract
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import ArrayWeightStore
@@ -37,16 +38,20 @@ def store(arch):
 def built(arch, store, tmp_path_factory):
     out = tmp_path_factory.mktemp("emit") / "pkg"
     ir = make_ir(arch)
-    artifacts, ctx = emit(ir, store, out)
-    return ir, artifacts, ctx, out
+    messages: list[str] = []
+    artifacts, ctx = emit(ir, store, out, messages.append)
+    return ir, artifacts, ctx, out, messages
 
 
-def test_registered_under_its_name():
-    assert "onnx_graphs" in EMITTERS
+def test_listed_first_among_the_emitters():
+    # genai_config reads the data layouts this emitter records, so it must run before.
+    names = [name for name, _ in EMITTERS]
+    assert dict(EMITTERS)["onnx_graphs"] is emit_onnx_graphs
+    assert names.index("onnx_graphs") < names.index("genai_config")
 
 
 def test_one_graph_and_one_streamed_data_file_per_graph(built):
-    _, artifacts, _, _ = built
+    _, artifacts, _, _, _ = built
     assert [a.relpath for a in artifacts] == [
         "model.onnx", "model.onnx.data", ORT_HEAD_FILE, ORT_HEAD_FILE + ".data",
         ONNX_GENAI_HEAD_FILE, ONNX_GENAI_HEAD_FILE + ".data"]
@@ -57,7 +62,7 @@ def test_one_graph_and_one_streamed_data_file_per_graph(built):
 
 @pytest.mark.parametrize("filename", ["model.onnx", ORT_HEAD_FILE, ONNX_GENAI_HEAD_FILE])
 def test_graph_io_is_exactly_the_contract(built, filename):
-    ir, _, _, out = built
+    ir, _, _, out, _ = built
     cfg = ir.main if filename == "model.onnx" else next(c for _, c in ir.heads if c.filename == filename)
     model = onnx.load(out / filename, load_external_data=False)
     assert graph_io(model.graph.input) == contract_io(cfg.contract.inputs)
@@ -67,7 +72,7 @@ def test_graph_io_is_exactly_the_contract(built, filename):
 
 @pytest.mark.parametrize("filename", ["model.onnx", ORT_HEAD_FILE, ONNX_GENAI_HEAD_FILE])
 def test_weights_are_external_next_to_the_graph_and_aligned(built, filename):
-    _, _, _, out = built
+    _, _, _, out, _ = built
     model = onnx.load(out / filename, load_external_data=False)
     data_name = Path(filename).name + ".data"
     size = (out / (filename + ".data")).stat().st_size
@@ -82,8 +87,8 @@ def test_weights_are_external_next_to_the_graph_and_aligned(built, filename):
 
 
 def test_data_layout_points_at_the_shared_tensors(built, store):
-    _, _, ctx, out = built
-    layouts = ctx.facts["data_layout"]
+    _, _, ctx, out, _ = built
+    layouts = ctx.data_layouts
     assert set(layouts) == {"model.onnx.data", ORT_HEAD_FILE + ".data", ONNX_GENAI_HEAD_FILE + ".data"}
     assert layouts[ONNX_GENAI_HEAD_FILE + ".data"] == {}  # the sidecar borrows from the target at run time
     expected = {EMBEDDING_INITIALIZER: store.read_float("embed_tokens.weight"),
@@ -92,9 +97,9 @@ def test_data_layout_points_at_the_shared_tensors(built, store):
         assert set(layouts[relpath]) == set(expected)
         data = (out / relpath).read_bytes()
         for name, value in expected.items():
-            offset, length, dtype, shape = layouts[relpath][name]
-            assert (dtype, shape) == (onnx.TensorProto.FLOAT, value.shape)
-            assert data[offset : offset + length] == np.ascontiguousarray(value, np.float32).tobytes()
+            stored = layouts[relpath][name]
+            assert (stored.data_type, stored.shape) == (onnx.TensorProto.FLOAT, value.shape)
+            assert data[stored.offset : stored.offset + stored.length] == np.ascontiguousarray(value, np.float32).tobytes()
 
 
 def test_no_head_build_has_only_the_main_contract(arch, store):
@@ -133,14 +138,13 @@ def test_weights_are_read_only_while_streaming_one_at_a_time(arch, store):
 
 
 def test_progress_reports_each_layer_and_head(built):
-    _, _, ctx, _ = built
-    messages = ctx.facts["progress"]
+    *_, messages = built
     assert sum("model.onnx: layer" in m for m in messages) == 4
     assert any(ORT_HEAD_FILE in m for m in messages) and any(ONNX_GENAI_HEAD_FILE in m for m in messages)
 
 
 def test_node_names_are_explicit_and_unique(built):
-    _, _, _, out = built
+    _, _, _, out, _ = built
     names = [n.name for n in onnx.load(out / "model.onnx", load_external_data=False).graph.node]
     assert all(names) and len(names) == len(set(names))
 

@@ -40,7 +40,8 @@ class QuantizedSourceStore(ArrayWeightStore):
     def info(self, name):
         if name in self._quantized:
             q = self._quantized[name]
-            return TensorInfo(name, q.shape, q.source_type, quantized=True)
+            return TensorInfo(name, q.shape, q.source_type, quantized=True, bits=q.bits, block_size=q.block_size,
+                              has_zero_points=q.zero_points is not None)
         return super().info(name)
 
     def read(self, name):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from mtpc.contracts import main_decoder_config, onnx_genai_head_contract, ort_head_contract
-from mtpc.driver import EmitContext
+from mtpc.emit import EmitContext, Progress
 from mtpc.emit import Artifact
 from mtpc.emit.onnx_graphs import emit_onnx_graphs
 from mtpc.ir import (
@@ -82,14 +82,14 @@ def make_ir(
     )
 
 
-def emit(ir: ModelIR, store, out_dir: Path | None = None) -> tuple[list[Artifact], EmitContext]:
+def emit(
+    ir: ModelIR, store, out_dir: Path | None = None, progress: Progress = lambda message: None
+) -> tuple[list[Artifact], EmitContext]:
     """Emit the graphs; with `out_dir`, also write them there (streaming the data files)."""
-    messages: list[str] = []
-    ctx = EmitContext(SourceInfo(ir.architecture), lambda: store, messages.append)
+    ctx = EmitContext(SourceInfo(ir.architecture), lambda: store, progress)
     artifacts = emit_onnx_graphs(ir, ctx)
     if out_dir is not None:
         write_package(artifacts, out_dir)
-    ctx.facts["progress"] = messages
     return artifacts, ctx
 
 

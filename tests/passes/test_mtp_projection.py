@@ -133,21 +133,20 @@ def test_onnx_genai_head_names_file_and_contract(projected):
     assert head.contract == onnx_genai_head_contract(source.architecture, source.precision)
 
 
-def test_paged_attention_and_paged_input_names_are_inherited():
+def test_heads_are_written_dense_for_a_paged_target():
+    # PagedIoRewrite runs after this pass and packs the onnxruntime-genai head with the main decoder.
     ir = decided(make_ir(ort=CUDA_PAGED, onnx_genai=OnnxGenaiTarget()), True)
-    ir = replace(ir, main=packed_decoder(ir.main))
     out = MtpHeadProjection()(ir).ir
-    head = out.head(ORT)
-    assert head.attention is AttentionMode.PAGED
-    for role in ("block_table", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata"):
-        assert head.input_name(role) == ir.main.input_name(role)
-        assert head.contract.has_input(ir.main.input_name(role))
-    assert head.input_name("attention_mask") is None
-    assert head.contract.input("hidden_states").shape == ("num_tokens", 64)
-    # onnx-genai runs dense whatever the other target does.
-    sidecar = out.head(ONNX)
-    assert sidecar.attention is AttentionMode.DENSE
-    assert sidecar.input_name("block_table") is None
+    for contract in (ORT, ONNX):
+        head = out.head(contract)
+        assert head.attention is AttentionMode.DENSE
+        assert head.input_name("block_table") is None and head.input_name("attention_mask") is not None
+
+
+def test_a_paged_main_decoder_means_the_passes_ran_out_of_order():
+    ir = decided(make_ir(ort=CUDA_PAGED), True)
+    with pytest.raises(AssertionError, match="before PagedIoRewrite"):
+        MtpHeadProjection()(replace(ir, main=packed_decoder(ir.main)))
 
 
 @pytest.mark.parametrize(

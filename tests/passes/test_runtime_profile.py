@@ -74,16 +74,16 @@ def test_short_version_finds_the_profile():
 @pytest.mark.parametrize(
     "target, io_dtype, message",
     [
-        (replace(CPU_DENSE, attention=AttentionMode.PAGED), "float16", "paged attention needs the cuda"),
-        (CUDA_PAGED, "float32", "needs bfloat16 or float16 activations"),
-        (replace(CUDA_PAGED, block_size=24), "float16", "block_size must be a power of two >= 16"),
-        (replace(CUDA_PAGED, block_size=8), "float16", "block_size must be a power of two >= 16"),
+        (replace(CPU_DENSE, attention=AttentionMode.PAGED), "float16", "paged attention needs execution_provider 'cuda', not 'cpu'"),
+        (CUDA_PAGED, "float32", "paged attention needs precision.io_dtype 'float16', not 'float32'"),
+        (replace(CUDA_PAGED, block_size=24), "float16", "block_size must be a power of two, at least 16"),
+        (replace(CUDA_PAGED, block_size=8), "float16", "block_size must be a power of two, at least 16"),
         (replace(CUDA_PAGED, max_batch_size=257), "float16", "max_batch_size must be in 1..256"),
         (replace(CUDA_PAGED, num_blocks=8, gpu_utilization_factor=0.5), "float16", "not both"),
         (replace(CUDA_PAGED, gpu_utilization_factor=1.5), "float16", "gpu_utilization_factor must be in (0, 1]"),
         (replace(CUDA_DENSE, max_draft_tokens=17), "float16", "max_draft_tokens must be in 1..16"),
         (replace(CUDA_DENSE, execution_provider="dml"), "float16", "execution provider 'dml' is not supported"),
-        (replace(CUDA_PAGED, kv_cache="static"), "float16", "a static KV cache with paged attention is not supported"),
+        (replace(CUDA_PAGED, kv_cache="static"), "float16", "kv_cache 'static' needs attention 'dense', not 'paged'"),
     ],
 )
 def test_target_settings_the_runtime_refuses(target, io_dtype, message):
@@ -99,3 +99,13 @@ def test_all_refusals_are_reported_together():
     with pytest.raises(MtpcError) as err:
         ApplyRuntimeProfile()(decided(make_ir(arch=tiny_arch(), ort=target, io_dtype="float32"), True))
     assert len(err.value.diagnostics) == 4
+
+
+def test_refusals_name_the_setting_as_a_spec_spells_it():
+    target = replace(CUDA_PAGED, block_size=24, num_blocks=0)
+    with pytest.raises(MtpcError) as err:
+        ApplyRuntimeProfile()(decided(make_ir(ort=target), True))
+    assert [d.path for d in err.value.diagnostics] == [
+        "targets.onnxruntime_genai.paged.block_size",
+        "targets.onnxruntime_genai.paged.num_blocks",
+    ]

@@ -15,8 +15,8 @@ from mtpc.diagnostics import ExitCode, SourceError
 from mtpc.ir import LayerKind, SourceRef
 from mtpc.sources import describe, hf, open_weights
 from mtpc.sources.random_weights import raw_hf_tensors, seeded_store
-from mtpc.sources.safetensors_io import write_safetensors
 from tests.fixtures.checkpoints import tiny_arch, write_hf_checkpoint
+from tests.fixtures.safetensors_writer import write_safetensors
 
 ARCH = tiny_arch()
 TEXT = "model.language_model."

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from mtpc.diagnostics import SourceError
-from mtpc.sources.safetensors_io import SafetensorsFile, to_bfloat16_bits, write_safetensors
+from mtpc.sources.safetensors_io import SafetensorsFile
+from tests.fixtures.safetensors_writer import to_bfloat16_bits, write_safetensors
 
 
 def test_layout_is_length_json_header_then_aligned_data(tmp_path):

@@ -1,5 +1,6 @@
 """Lowering a loaded spec to the typed IR."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from mtpc.contracts import main_decoder_config
 from mtpc.diagnostics import ExitCode, MtpcError
 from mtpc.ir import (
+    IO_DTYPES,
     AttentionMode,
     HeadPolicy,
     LayerKind,
@@ -17,10 +19,12 @@ from mtpc.ir import (
     QuantScheme,
     SeedHidden,
     SourceRef,
+    SyntheticSpec,
 )
 from mtpc.sources import synthetic
 from mtpc.spec.loader import load_spec
 from mtpc.spec.lower import lower
+from mtpc.validation import load_schema
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.fixtures.gguf_writer import write_gguf
@@ -71,16 +75,23 @@ def test_synthetic_settings_reach_the_architecture(tmp_path):
     assert (arch.tokens.bos, arch.tokens.eos, arch.tokens.pad) == (5, (6, 7), 8)
 
 
-def test_describe_fills_defaults_for_a_bare_reference():
-    info = synthetic.describe(SourceRef("synthetic", seed=4))
-    assert info.architecture == tiny_arch()
+def test_the_synthetic_settings_are_lowered_to_a_typed_hashable_spec(tmp_path):
+    ir, info = lowered(tmp_path, "", "source:\n  synthetic: {seed: 4, norm_weight_scale: 0.25}\n")
+    assert ir.source == SourceRef(
+        "synthetic", seed=4, synthetic=SyntheticSpec(tiny_arch(), full_attention_interval=2, norm_weight_scale=0.25)
+    )
+    assert len({ir.source, replace(ir.source)}) == 1  # frozen and hashable: plan diffs compare sources
+    assert dict(info.facts) == {"seed": 4, "norm_weight_scale": 0.25}
 
 
 def test_describe_refuses_impossible_sizes():
-    ref = SourceRef("synthetic", options=(("num_key_value_heads", 3),))
+    arch = replace(tiny_arch(), num_key_value_heads=3)
+    ref = SourceRef("synthetic", synthetic=SyntheticSpec(arch, full_attention_interval=2, norm_weight_scale=0.1))
     with pytest.raises(MtpcError) as caught:
         synthetic.describe(ref)
-    assert "num_key_value_heads (3) must divide num_attention_heads (4)" in str(caught.value)
+    (diag,) = caught.value.diagnostics
+    assert diag.message == "num_key_value_heads (3) must divide num_attention_heads (4)"
+    assert diag.path == "source.synthetic.num_key_value_heads"
 
 
 def test_norm_weight_scale_reaches_the_weights(tmp_path):
@@ -210,6 +221,22 @@ def test_paged_rules_are_reported_together(tmp_path):
         ["paged", "attention", "needs"],
         ["targets.onnxruntime_genai.paged.block_size", "must", "be"],
     ]
+
+
+def test_the_runtime_profiles_limits_are_reported_at_the_value(tmp_path):
+    body = (
+        "precision: {io_dtype: float16}\n"
+        "targets:\n  onnxruntime_genai:\n    execution_provider: cuda\n    attention: paged\n"
+        "    paged: {gpu_utilization_factor: 1.5}\n"
+    )
+    (diag,) = failure(tmp_path, body).diagnostics
+    assert diag.message == "gpu_utilization_factor must be in (0, 1], not 1.5"
+    assert (diag.span.line, diag.span.col) == (10, 37)
+
+
+def test_the_schema_offers_the_io_dtypes_mtpc_builds():
+    enum = load_schema("spec")["properties"]["precision"]["properties"]["io_dtype"]["enum"]
+    assert enum == ["float32", "float16"] == list(IO_DTYPES)
 
 
 def test_paged_settings_with_dense_attention_are_refused(tmp_path):
