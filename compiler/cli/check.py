@@ -109,7 +109,8 @@ def check_target(path: Path) -> tuple[str, list[Reported]]:
         if error.exit_code is not ExitCode.FINDINGS:
             raise
         return "spec", [_from_diagnostic(path, d) for d in error.diagnostics]
-    findings = check_files(artifact_files(result.artifacts))
+    with result:
+        findings = check_files(artifact_files(result.artifacts))
     return "spec", [Reported(str(path), f"{f.file}:{f.pointer or '/'}", f.message) for f in findings]
 
 

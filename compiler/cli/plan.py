@@ -64,7 +64,8 @@ def run(args) -> int:
     observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
     result = build(spec, progress=progress_printer(args.quiet or args.format == "json"), observer=observer)
     against = Path(args.against) if args.against else default_output(result.ir.name)
-    files = file_plan(result.artifacts, against)
+    with result:  # hashing the streamed files reads the weights; close the store after
+        files = file_plan(result.artifacts, against)
     passes = [{"pass": name, "modified": r.modified, "changes": list(r.changes)} for name, r in result.pass_results]
     if args.format == "json":
         payload = {
