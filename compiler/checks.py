@@ -32,6 +32,7 @@ from onnx import TensorProto
 
 from .emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from .emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
+from .contracts import PAGED_INPUT_NAMES
 from .emit.speculator import speculator_findings
 from .validation import errors as schema_errors, json_pointer
 
@@ -266,8 +267,9 @@ def _byte_count(raw: str | None, default: int | None) -> int | None:
 
 # Roles whose names repeat per layer ("%d"), by the kind of layer that has them.
 _RECURRENT_MARKERS = ("conv", "recurrent")
-# Paged-attention inputs a projected MTP head inherits from the main decoder.
-_PAGED_INPUTS = ("block_table", "block_table_windowed", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
+# Paged-attention inputs a projected MTP head inherits from the main decoder: ours, and the windowed
+# block table of sliding-window models (which mtpc never emits, but a package may carry).
+_PAGED_INPUTS = (*PAGED_INPUT_NAMES, "block_table_windowed")
 # Inputs onnxruntime-genai feeds under these names when the config does not rename them.
 _DEFAULT_INPUTS = {
     "input_ids": "input_ids",

@@ -63,28 +63,34 @@ ONNX_GENAI_HEAD_OUTPUT_NAMES = {
 }
 
 
-def _kv_specs(arch: Architecture, layers, dtype: str, past: str, present: str):
+# Inputs onnxruntime-genai's paged attention adds in place of `attention_mask` (role key = graph name),
+# in the order the paged graphs declare them.
+PAGED_INPUT_NAMES = ("block_table", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
+
+
+def _kv_specs(arch: Architecture, layer: int, dtype: str, input_names: dict[str, str], output_names: dict[str, str]):
+    """Past and present key/value tensors of one full-attention layer, named by a contract's role templates."""
     shape_past = (BATCH, arch.num_key_value_heads, PAST_SEQUENCE, arch.head_dim)
     shape_present = (BATCH, arch.num_key_value_heads, TOTAL_SEQUENCE, arch.head_dim)
     ins, outs = [], []
-    for i in layers:
-        for kind in ("key", "value"):
-            ins.append(TensorSpec(f"{past}.{i}.{kind}", dtype, shape_past))
-            outs.append(TensorSpec(f"{present}.{i}.{kind}", dtype, shape_present))
+    for kind in ("key", "value"):
+        ins.append(TensorSpec(input_names[f"past_{kind}_names"] % layer, dtype, shape_past))
+        outs.append(TensorSpec(output_names[f"present_{kind}_names"] % layer, dtype, shape_present))
     return ins, outs
 
 
 def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
     io = precision.io_dtype
+    names_in, names_out = MAIN_INPUT_NAMES, MAIN_OUTPUT_NAMES
     inputs = [
-        TensorSpec("input_ids", "int64", (BATCH, SEQUENCE)),
-        TensorSpec("attention_mask", "int64", (BATCH, TOTAL_SEQUENCE)),
+        TensorSpec(names_in["input_ids"], "int64", (BATCH, SEQUENCE)),
+        TensorSpec(names_in["attention_mask"], "int64", (BATCH, TOTAL_SEQUENCE)),
         # Interleaved MRoPE takes three position rows (T, H, W); equal for text.
-        TensorSpec("position_ids", "int64", (3, BATCH, SEQUENCE)),
+        TensorSpec(names_in["position_ids"], "int64", (3, BATCH, SEQUENCE)),
     ]
     outputs = [
-        TensorSpec("logits", precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
-        TensorSpec("hidden_states", io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec(names_out["logits"], precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
+        TensorSpec(names_out["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
     ]
     lin = arch.linear_attention
     for i, kind in enumerate(arch.layer_kinds):
@@ -92,10 +98,12 @@ def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
             assert lin is not None
             conv = (BATCH, lin.conv_dim, lin.conv_kernel - 1)
             rec = (BATCH, lin.num_value_heads, lin.key_head_dim, lin.value_head_dim)
-            inputs += [TensorSpec(f"past.{i}.conv", io, conv), TensorSpec(f"past.{i}.recurrent", io, rec)]
-            outputs += [TensorSpec(f"present.{i}.conv", io, conv), TensorSpec(f"present.{i}.recurrent", io, rec)]
+            inputs += [TensorSpec(names_in["past_conv_names"] % i, io, conv),
+                       TensorSpec(names_in["past_recurrent_names"] % i, io, rec)]
+            outputs += [TensorSpec(names_out["present_conv_names"] % i, io, conv),
+                        TensorSpec(names_out["present_recurrent_names"] % i, io, rec)]
         else:
-            ins, outs = _kv_specs(arch, [i], io, "past_key_values", "present")
+            ins, outs = _kv_specs(arch, i, io, names_in, names_out)
             inputs += ins
             outputs += outs
     return GraphContract(tuple(inputs), tuple(outputs))
@@ -103,32 +111,34 @@ def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
 
 def ort_head_contract(arch: Architecture, precision: Precision) -> GraphContract:
     io = precision.io_dtype
+    names_in, names_out = ORT_HEAD_INPUT_NAMES, ORT_HEAD_OUTPUT_NAMES
     inputs = [
-        TensorSpec("input_ids", "int64", (BATCH, SEQUENCE)),
-        TensorSpec("hidden_states", io, (BATCH, SEQUENCE, arch.hidden_size)),
-        TensorSpec("attention_mask", "int64", (BATCH, TOTAL_SEQUENCE)),
-        TensorSpec("position_ids", "int64", (3, BATCH, SEQUENCE)),
+        TensorSpec(names_in["input_ids"], "int64", (BATCH, SEQUENCE)),
+        TensorSpec(names_in["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec(names_in["attention_mask"], "int64", (BATCH, TOTAL_SEQUENCE)),
+        TensorSpec(names_in["position_ids"], "int64", (3, BATCH, SEQUENCE)),
     ]
     outputs = [
-        TensorSpec("logits", precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
-        TensorSpec("hidden_states_out", io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec(names_out["logits"], precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
+        TensorSpec(names_out["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
     ]
-    ins, outs = _kv_specs(arch, [0], io, "past_key_values", "present")
+    ins, outs = _kv_specs(arch, 0, io, names_in, names_out)
     return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
 
 
 def onnx_genai_head_contract(arch: Architecture, precision: Precision) -> GraphContract:
     """onnx-genai embeds tokens and applies the LM head itself, borrowing the target's initializers."""
     io = precision.io_dtype
+    names_in, names_out = ONNX_GENAI_HEAD_INPUT_NAMES, ONNX_GENAI_HEAD_OUTPUT_NAMES
     inputs = [
-        TensorSpec("inputs_embeds", io, (BATCH, SEQUENCE, arch.hidden_size)),
-        TensorSpec("hidden_states", io, (BATCH, SEQUENCE, arch.hidden_size)),
-        TensorSpec("attention_mask", "int64", (BATCH, TOTAL_SEQUENCE)),
+        TensorSpec(names_in["inputs_embeds"], io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec(names_in["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
+        TensorSpec(names_in["attention_mask"], "int64", (BATCH, TOTAL_SEQUENCE)),
         # onnx-genai feeds rank-2 absolute positions.
-        TensorSpec("position_ids", "int64", (BATCH, SEQUENCE)),
+        TensorSpec(names_in["position_ids"], "int64", (BATCH, SEQUENCE)),
     ]
-    outputs = [TensorSpec("mtp_hidden", io, (BATCH, SEQUENCE, arch.hidden_size))]
-    ins, outs = _kv_specs(arch, [0], io, "past_key_values", "present")
+    outputs = [TensorSpec(names_out["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size))]
+    ins, outs = _kv_specs(arch, 0, io, names_in, names_out)
     return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
 
 

@@ -141,6 +141,13 @@ class Architecture:
         """Layers that keep a KV cache."""
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is not LayerKind.LINEAR_ATTENTION)
 
+    def layer_kind_summary(self, word_separator: str = " ") -> str:
+        """How many layers of each kind, e.g. "2 full attention, 2 linear attention" (kinds in name order)."""
+        counts: dict[str, int] = {}
+        for kind in self.layer_kinds:
+            counts[kind.value] = counts.get(kind.value, 0) + 1
+        return ", ".join(f"{n} {kind.replace('_', word_separator)}" for kind, n in sorted(counts.items()))
+
 
 @dataclass(frozen=True)
 class SyntheticSpec:

@@ -25,6 +25,8 @@ from typing import Iterable, Protocol, Union
 
 import numpy as np
 
+from .ir import Architecture, LayerKind
+
 
 @dataclass(frozen=True)
 class QuantizedTensor:
@@ -120,3 +122,63 @@ class ArrayWeightStore:
 
     def close(self) -> None:
         pass
+
+
+def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
+    """Every canonical tensor `arch` needs, with its shape."""
+    h, v, inter = arch.hidden_size, arch.vocab_size, arch.intermediate_size
+    nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "norm.weight": (h,)}
+
+    def attention(p: str) -> None:
+        shapes.update(
+            {
+                p + "self_attn.q_proj.weight": (2 * nh * hd, h),
+                p + "self_attn.k_proj.weight": (kvh * hd, h),
+                p + "self_attn.v_proj.weight": (kvh * hd, h),
+                p + "self_attn.o_proj.weight": (h, nh * hd),
+                p + "self_attn.q_norm.weight": (hd,),
+                p + "self_attn.k_norm.weight": (hd,),
+            }
+        )
+
+    def mlp_and_norms(p: str) -> None:
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "mlp.gate_proj.weight": (inter, h),
+                p + "mlp.up_proj.weight": (inter, h),
+                p + "mlp.down_proj.weight": (h, inter),
+            }
+        )
+
+    la = arch.linear_attention
+    for i, kind in enumerate(arch.layer_kinds):
+        p = f"layers.{i}."
+        if kind is LayerKind.FULL_ATTENTION:
+            attention(p)
+        elif la is not None:
+            q = p + "linear_attn."
+            shapes.update(
+                {
+                    q + "in_proj_qkv.weight": (la.conv_dim, h),
+                    q + "in_proj_z.weight": (la.value_dim, h),
+                    q + "in_proj_b.weight": (la.num_value_heads, h),
+                    q + "in_proj_a.weight": (la.num_value_heads, h),
+                    q + "conv1d.weight": (la.conv_dim, 1, la.conv_kernel),
+                    q + "dt_bias": (la.num_value_heads,),
+                    q + "decay_scale": (la.num_value_heads,),
+                    q + "norm.weight": (la.value_head_dim,),
+                    q + "out_proj.weight": (h, la.value_dim),
+                }
+            )
+        mlp_and_norms(p)
+    for j in range(arch.mtp_num_layers):
+        attention(f"mtp.layers.{j}.")
+        mlp_and_norms(f"mtp.layers.{j}.")
+    if arch.mtp_num_layers:
+        shapes["mtp.fc.weight"] = (h, 2 * h)
+        for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
+            shapes[norm] = (h,)
+    return shapes

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from ..diagnostics import ExitCode, MtpcError
@@ -41,11 +40,6 @@ def source_ref(path: Path) -> SourceRef:
     )
 
 
-def _layer_summary(kinds) -> str:
-    counts = Counter(k.value for k in kinds)
-    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
-
-
 def run(args) -> int:
     from .. import sources
 
@@ -68,7 +62,7 @@ def run(args) -> int:
         return 0
     out(f"source:        {ref.kind} {ref.path}")
     out(f"architecture:  {arch.family}")
-    out(f"layers:        {arch.num_layers} ({_layer_summary(arch.layer_kinds)})")
+    out(f"layers:        {arch.num_layers} ({arch.layer_kind_summary(word_separator='_')})")
     out(f"layer kinds:   {' '.join(k.value.split('_')[0] for k in arch.layer_kinds)}")
     out(f"hidden size:   {arch.hidden_size}  (intermediate {arch.intermediate_size})")
     out(f"attention:     {arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}")

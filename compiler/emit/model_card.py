@@ -6,19 +6,12 @@ no absolute paths), so a package stays byte-identical when recompiled.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from ..ir import HeadContract, ModelIR
 from . import Artifact, EmitContext
 
 CARD_NAME = "README.md"
 # The third line of every card starts with this; `mtpc.output` recognises an earlier package by it.
 CARD_SIGNATURE = "A runtime package compiled by mtpc from a "
-
-
-def _layers(ir: ModelIR) -> str:
-    counts = Counter(k.value for k in ir.architecture.layer_kinds)
-    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(counts.items()))
 
 
 def _weights(ir: ModelIR) -> str:
@@ -47,7 +40,7 @@ def render(ir: ModelIR) -> str:
         "",
         "## Model",
         "",
-        f"- {arch.num_layers} layers: {_layers(ir)}",
+        f"- {arch.num_layers} layers: {arch.layer_kind_summary()}",
         f"- hidden size {arch.hidden_size}, {arch.num_attention_heads} attention heads, "
         f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}",
         f"- vocabulary {arch.vocab_size}, context length {arch.context_length}",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 
-import onnx_ir as ir
+import onnx_ir as oir
 
 from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..graphs.builder import BuiltGraph
@@ -29,20 +29,20 @@ def is_shareable(name: str) -> bool:
     return name == EMBEDDING_INITIALIZER or name.startswith((EMBEDDING_INITIALIZER + "_", LM_HEAD_PREFIX))
 
 
-def emit_onnx_graphs(model: ModelIR, ctx: EmitContext) -> list[Artifact]:
-    params = ParameterSource(ctx.weights, model.quantization, model.precision.io_dtype)
+def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
+    params = ParameterSource(ctx.weights, ir.quantization, ir.precision.io_dtype)
     artifacts: list[Artifact] = []
 
     def add(filename: str, build) -> None:
         data_relpath = filename + ".data"
         built: BuiltGraph = build(posixpath.basename(data_relpath))
-        proto = ir.serde.serialize_model(built.model)
+        proto = oir.serde.serialize_model(built.model)
         artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
         artifacts.append(Artifact(data_relpath, chunks=built.data.chunks))
         ctx.data_layouts[data_relpath] = {k: v for k, v in built.data.layout().items() if is_shareable(k)}
 
-    add(model.main.filename, lambda location: build_main(model, params, location, ctx.progress))
-    for kind, cfg in model.heads:
-        add(cfg.filename, lambda location, kind=kind, cfg=cfg: build_head(model, kind, cfg, params, location,
+    add(ir.main.filename, lambda location: build_main(ir, params, location, ctx.progress))
+    for kind, cfg in ir.heads:
+        add(cfg.filename, lambda location, kind=kind, cfg=cfg: build_head(ir, kind, cfg, params, location,
                                                                           ctx.progress))
     return artifacts

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import onnx_ir as ir
+import onnx_ir as oir
 
 from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..ir import Architecture, Rope
@@ -47,18 +47,18 @@ class SequenceOps(Protocol):
 
     lead: int
 
-    def attention(self, b: GraphBuilder, q: ir.Value, k: ir.Value, v: ir.Value, past_key: ir.Value,
-                  past_value: ir.Value, arch: Architecture) -> tuple[ir.Value, ir.Value, ir.Value]:
+    def attention(self, b: GraphBuilder, q: oir.Value, k: oir.Value, v: oir.Value, past_key: oir.Value,
+                  past_value: oir.Value, arch: Architecture) -> tuple[oir.Value, oir.Value, oir.Value]:
         """q `[.., NH*HD]`, k/v `[.., KVH*HD]`, already normed and rotated -> (out, present_key, present_value)."""
         ...
 
-    def causal_conv(self, b: GraphBuilder, x: ir.Value, weight: ir.Value, past: ir.Value
-                    ) -> tuple[ir.Value, ir.Value]:
+    def causal_conv(self, b: GraphBuilder, x: oir.Value, weight: oir.Value, past: oir.Value
+                    ) -> tuple[oir.Value, oir.Value]:
         """Depthwise causal conv with SiLU over `[.., C]` -> (y `[.., C]`, present state)."""
         ...
 
-    def recurrence(self, b: GraphBuilder, q: ir.Value, k: ir.Value, v: ir.Value, decay: ir.Value,
-                   beta: ir.Value, past: ir.Value, arch: Architecture) -> tuple[ir.Value, ir.Value]:
+    def recurrence(self, b: GraphBuilder, q: oir.Value, k: oir.Value, v: oir.Value, decay: oir.Value,
+                   beta: oir.Value, past: oir.Value, arch: Architecture) -> tuple[oir.Value, oir.Value]:
         """Gated delta rule. q/k `[.., Hk, Dk]` (L2-normed), v `[.., Hv, Dv]`, decay/beta float32 `[.., Hv]`
         -> (output `[.., Hv, Dv]`, present state)."""
         ...
@@ -66,24 +66,24 @@ class SequenceOps(Protocol):
 
 @dataclass(frozen=True)
 class Rotary:
-    cos: ir.Value  # [.., 1, rotary_dim / 2], broadcasting over heads
-    sin: ir.Value
+    cos: oir.Value  # [.., 1, rotary_dim / 2], broadcasting over heads
+    sin: oir.Value
     rotary_dim: int
 
 
 # ---------------------------------------------------------------------------- primitives
 
 
-def cast(b: GraphBuilder, x: ir.Value, to: ir.DataType, name: str, source: ir.DataType) -> ir.Value:
+def cast(b: GraphBuilder, x: oir.Value, to: oir.DataType, name: str, source: oir.DataType) -> oir.Value:
     return x if to == source else b.op("Cast", [x], {"to": to}, name=name)
 
 
-def rms_norm(b: GraphBuilder, x: ir.Value, canonical: str, eps: float, name: str) -> ir.Value:
+def rms_norm(b: GraphBuilder, x: oir.Value, canonical: str, eps: float, name: str) -> oir.Value:
     (w,) = b.weights(b.params.tensor(canonical, initializer_name(canonical)))
     return b.op("RMSNormalization", [x, w], {"epsilon": eps, "axis": -1, "stash_type": 1}, name=name)
 
 
-def linear(b: GraphBuilder, x: ir.Value, p: LinearParams, name: str) -> ir.Value:
+def linear(b: GraphBuilder, x: oir.Value, p: LinearParams, name: str) -> oir.Value:
     values = b.weights(p.group)
     if p.quant is None:
         return b.op("MatMul", [x, values[0]], name=name)
@@ -92,23 +92,23 @@ def linear(b: GraphBuilder, x: ir.Value, p: LinearParams, name: str) -> ir.Value
     return b.op("MatMulNBits", [x, *values], attrs, name=name, domain=MS)
 
 
-def project(b: GraphBuilder, x: ir.Value, canonical: str, name: str) -> ir.Value:
+def project(b: GraphBuilder, x: oir.Value, canonical: str, name: str) -> oir.Value:
     return linear(b, x, b.params.linear(canonical, linear_stem(canonical)), name)
 
 
-def silu(b: GraphBuilder, x: ir.Value, name: str) -> ir.Value:
+def silu(b: GraphBuilder, x: oir.Value, name: str) -> oir.Value:
     return b.op("Mul", [x, b.op("Sigmoid", [x], name=f"{name}/Sigmoid")], name=f"{name}/Mul")
 
 
-def split_heads(b: GraphBuilder, ops: SequenceOps, x: ir.Value, heads: int, dim: int, name: str) -> ir.Value:
+def split_heads(b: GraphBuilder, ops: SequenceOps, x: oir.Value, heads: int, dim: int, name: str) -> oir.Value:
     return b.op("Reshape", [x, b.i64(f"shape_{heads}x{dim}", [0] * ops.lead + [heads, dim])], name=name)
 
 
-def merge_heads(b: GraphBuilder, ops: SequenceOps, x: ir.Value, width: int, name: str) -> ir.Value:
+def merge_heads(b: GraphBuilder, ops: SequenceOps, x: oir.Value, width: int, name: str) -> oir.Value:
     return b.op("Reshape", [x, b.i64(f"shape_{width}", [0] * ops.lead + [width])], name=name)
 
 
-def embed(b: GraphBuilder, ids: ir.Value, p: EmbeddingParams) -> ir.Value:
+def embed(b: GraphBuilder, ids: oir.Value, p: EmbeddingParams) -> oir.Value:
     values = b.weights(p.group)
     if p.quant is None:
         return b.op("Gather", [values[0], ids], {"axis": 0}, name="embed_tokens/Gather")
@@ -117,7 +117,7 @@ def embed(b: GraphBuilder, ids: ir.Value, p: EmbeddingParams) -> ir.Value:
                 domain=MS)
 
 
-def lm_head(b: GraphBuilder, x: ir.Value) -> ir.Value:
+def lm_head(b: GraphBuilder, x: oir.Value) -> oir.Value:
     with b.scope("lm_head"):
         return project(b, x, "lm_head.weight", "MatMul")
 
@@ -144,7 +144,7 @@ def mrope_axes(rope: Rope) -> np.ndarray:
     return axes
 
 
-def rotary(b: GraphBuilder, rope: Rope, positions: ir.Value, position_rows: bool) -> Rotary:
+def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: bool) -> Rotary:
     """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row)."""
     rd = rope.rotary_dim
     half = rd // 2
@@ -157,15 +157,15 @@ def rotary(b: GraphBuilder, rope: Rope, positions: ir.Value, position_rows: bool
                                   name="Gather")
         else:
             slot_positions = b.op("Unsqueeze", [positions, b.i64("last_axis", [-1])], name="Unsqueeze")
-        pos = b.op("Cast", [slot_positions], {"to": ir.DataType.FLOAT}, name="Cast")
+        pos = b.op("Cast", [slot_positions], {"to": oir.DataType.FLOAT}, name="Cast")
         freqs = b.op("Mul", [pos, b.constant("inv_freq", inv_freq)], name="Mul")
         freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
-        cos = cast(b, b.op("Cos", [freqs], name="Cos"), b.io_dtype, "Cast_cos", ir.DataType.FLOAT)
-        sin = cast(b, b.op("Sin", [freqs], name="Sin"), b.io_dtype, "Cast_sin", ir.DataType.FLOAT)
+        cos = cast(b, b.op("Cos", [freqs], name="Cos"), b.io_dtype, "Cast_cos", oir.DataType.FLOAT)
+        sin = cast(b, b.op("Sin", [freqs], name="Sin"), b.io_dtype, "Cast_sin", oir.DataType.FLOAT)
     return Rotary(cos, sin, rd)
 
 
-def apply_rotary(b: GraphBuilder, x: ir.Value, rot: Rotary, head_dim: int, name: str) -> ir.Value:
+def apply_rotary(b: GraphBuilder, x: oir.Value, rot: Rotary, head_dim: int, name: str) -> oir.Value:
     """NeoX half-split rotation of the first rotary_dim channels of `[.., heads, head_dim]`."""
     half = rot.rotary_dim // 2
     sizes = [half, half] + ([head_dim - rot.rotary_dim] if head_dim > rot.rotary_dim else [])
@@ -183,8 +183,8 @@ def apply_rotary(b: GraphBuilder, x: ir.Value, rot: Rotary, head_dim: int, name:
 # ---------------------------------------------------------------------------- mixers
 
 
-def gated_attention(b: GraphBuilder, ops: SequenceOps, x: ir.Value, prefix: str, arch: Architecture, rot: Rotary,
-                    past_key: ir.Value, past_value: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+def gated_attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch: Architecture, rot: Rotary,
+                    past_key: oir.Value, past_value: oir.Value) -> tuple[oir.Value, oir.Value, oir.Value]:
     nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
     eps = arch.rms_norm_eps
     p = prefix + "self_attn."
@@ -207,12 +207,12 @@ def gated_attention(b: GraphBuilder, ops: SequenceOps, x: ir.Value, prefix: str,
     return out, present_key, present_value
 
 
-def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: ir.Value, prefix: str, arch: Architecture,
-                    past_conv: ir.Value, past_recurrent: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch: Architecture,
+                    past_conv: oir.Value, past_recurrent: oir.Value) -> tuple[oir.Value, oir.Value, oir.Value]:
     la = arch.linear_attention
     assert la is not None
     p = prefix + "linear_attn."
-    f32 = ir.DataType.FLOAT
+    f32 = oir.DataType.FLOAT
     with b.scope("linear_attn"):
         qkv = project(b, x, p + "in_proj_qkv.weight", "in_proj_qkv/MatMul")
         (conv_w,) = b.weights(b.params.tensor(p + "conv1d.weight", initializer_name(p + "conv1d.weight")))
@@ -242,7 +242,7 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: ir.Value, prefix: str,
     return out, present_conv, present_recurrent
 
 
-def l2_normalize(b: GraphBuilder, x: ir.Value, name: str) -> ir.Value:
+def l2_normalize(b: GraphBuilder, x: oir.Value, name: str) -> oir.Value:
     with b.scope(name):
         sq = b.op("ReduceSumSquare", [x, b.i64("last_axis", [-1])], {"keepdims": 1}, name="ReduceSumSquare")
         eps = b.constant(f"eps_{b.io_dtype.name.lower()}", np.asarray(L2_NORM_EPS, b.io_dtype.numpy()))
@@ -250,7 +250,7 @@ def l2_normalize(b: GraphBuilder, x: ir.Value, name: str) -> ir.Value:
         return b.op("Div", [x, norm], name="Div")
 
 
-def mlp(b: GraphBuilder, x: ir.Value, prefix: str) -> ir.Value:
+def mlp(b: GraphBuilder, x: oir.Value, prefix: str) -> oir.Value:
     p = prefix + "mlp."
     with b.scope("mlp"):
         gate = silu(b, project(b, x, p + "gate_proj.weight", "gate_proj/MatMul"), "act")
@@ -258,7 +258,7 @@ def mlp(b: GraphBuilder, x: ir.Value, prefix: str) -> ir.Value:
         return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
 
 
-def residual_block(b: GraphBuilder, x: ir.Value, prefix: str, eps: float, mixer) -> ir.Value:
+def residual_block(b: GraphBuilder, x: oir.Value, prefix: str, eps: float, mixer) -> oir.Value:
     """Pre-norm double residual: x + mixer(norm(x)), then + mlp(norm(.))."""
     h = rms_norm(b, x, prefix + "input_layernorm.weight", eps, "input_layernorm")
     x = b.op("Add", [x, mixer(h)], name="attn_residual")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
-import onnx_ir as ir
+import onnx_ir as oir
 
 from ..ir import GraphContract, TensorSpec
 from .initializers import DataFile, InitializerGroup
@@ -26,12 +26,12 @@ OPSETS = {"": 23, "com.microsoft": 1}
 IR_VERSION = 11
 MS = "com.microsoft"
 
-ONNX_DTYPES = {**DTYPES, "int64": ir.DataType.INT64, "int32": ir.DataType.INT32}
+ONNX_DTYPES = {**DTYPES, "int64": oir.DataType.INT64, "int32": oir.DataType.INT32}
 
 
 @dataclass(frozen=True)
 class BuiltGraph:
-    model: ir.Model
+    model: oir.Model
     data: DataFile
 
 
@@ -41,9 +41,9 @@ class GraphBuilder:
         self.params = params
         self.io_dtype = params.io_dtype
         self.data = DataFile(data_location)
-        self.tape = ir.tape.Tape()
-        self.inputs: dict[str, ir.Value] = {}
-        self._initializers: dict[str, ir.Value] = {}
+        self.tape = oir.tape.Tape()
+        self.inputs: dict[str, oir.Value] = {}
+        self._initializers: dict[str, oir.Value] = {}
         self._scope: list[str] = []
         self._node_names: set[str] = set()
 
@@ -66,34 +66,34 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ ops
 
-    def op(self, op_type: str, inputs: Sequence[ir.Value | None], attrs: dict | None = None, *, name: str,
-           domain: str = "") -> ir.Value:
+    def op(self, op_type: str, inputs: Sequence[oir.Value | None], attrs: dict | None = None, *, name: str,
+           domain: str = "") -> oir.Value:
         return self.op_multi(op_type, inputs, attrs, name=name, domain=domain, num_outputs=1)[0]
 
-    def op_multi(self, op_type: str, inputs: Sequence[ir.Value | None], attrs: dict | None = None, *, name: str,
-                 num_outputs: int, domain: str = "") -> Sequence[ir.Value]:
+    def op_multi(self, op_type: str, inputs: Sequence[oir.Value | None], attrs: dict | None = None, *, name: str,
+                 num_outputs: int, domain: str = "") -> Sequence[oir.Value]:
         node_name = self._node_name(name)
-        outputs = [ir.Value(name=f"{node_name}/output_{i}") for i in range(num_outputs)]
+        outputs = [oir.Value(name=f"{node_name}/output_{i}") for i in range(num_outputs)]
         return self.tape.op_multi_out(
             op_type, list(inputs), attrs, outputs=outputs, domain=domain, name=node_name
         )
 
     # ------------------------------------------------------------------ constants and weights
 
-    def constant(self, local: str, value: np.ndarray) -> ir.Value:
+    def constant(self, local: str, value: np.ndarray) -> oir.Value:
         """A small inline constant, named after the current scope."""
         name = "/".join([*self._scope, local]) if self._scope else local
         if name in self._initializers:
             return self._initializers[name]
-        tensor = ir.tensor(np.array(value, order="C"), name=name)  # ascontiguousarray would make 0-d arrays 1-d
-        v = ir.Value(name=name, shape=ir.Shape(value.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+        tensor = oir.tensor(np.array(value, order="C"), name=name)  # ascontiguousarray would make 0-d arrays 1-d
+        v = oir.Value(name=name, shape=oir.Shape(value.shape), type=oir.TensorType(tensor.dtype), const_value=tensor)
         self._initializers[name] = v
         return v
 
-    def i64(self, local: str, values: Sequence[int]) -> ir.Value:
+    def i64(self, local: str, values: Sequence[int]) -> oir.Value:
         return self.constant(local, np.asarray(values, np.int64))
 
-    def weights(self, group: InitializerGroup) -> tuple[ir.Value, ...]:
+    def weights(self, group: InitializerGroup) -> tuple[oir.Value, ...]:
         """Initializer values for a planned group; a group already added (same names) is reused."""
         first = group.tensors[0].name
         if first in self._initializers:
@@ -101,8 +101,8 @@ class GraphBuilder:
         self.data.add(group)
         values = []
         for t in group.tensors:
-            v = ir.Value(
-                name=t.name, shape=ir.Shape(t.shape), type=ir.TensorType(t.dtype),
+            v = oir.Value(
+                name=t.name, shape=oir.Shape(t.shape), type=oir.TensorType(t.dtype),
                 const_value=self.data.external_tensor(t),
             )
             self._initializers[t.name] = v
@@ -113,17 +113,17 @@ class GraphBuilder:
 
     def declare_inputs(self, contract: GraphContract) -> None:
         for spec in contract.inputs:
-            self.inputs[spec.name] = ir.Value(
-                name=spec.name, type=ir.TensorType(ONNX_DTYPES[spec.dtype]), shape=_shape(spec)
+            self.inputs[spec.name] = oir.Value(
+                name=spec.name, type=oir.TensorType(ONNX_DTYPES[spec.dtype]), shape=_shape(spec)
             )
 
-    def finish(self, contract: GraphContract, outputs: dict[str, ir.Value]) -> BuiltGraph:
+    def finish(self, contract: GraphContract, outputs: dict[str, oir.Value]) -> BuiltGraph:
         """Bind computed values to the contract's outputs (names, dtypes, shapes, order) and make the model."""
         missing = [s.name for s in contract.outputs if s.name not in outputs]
         extra = sorted(set(outputs) - {s.name for s in contract.outputs})
         if missing or extra:
             raise AssertionError(f"{self.graph_name}: outputs missing {missing}, not in contract {extra}")
-        graph_outputs: list[ir.Value] = []
+        graph_outputs: list[oir.Value] = []
         for spec in contract.outputs:
             value = outputs[spec.name]
             # A graph output must be produced by a node of its own name: copy inputs, constants and
@@ -131,10 +131,10 @@ class GraphBuilder:
             if value.producer() is None or any(value is v for v in graph_outputs):
                 value = self.op("Identity", [value], name=f"outputs/{spec.name}")
             value.name = spec.name
-            value.type = ir.TensorType(ONNX_DTYPES[spec.dtype])
+            value.type = oir.TensorType(ONNX_DTYPES[spec.dtype])
             value.shape = _shape(spec)
             graph_outputs.append(value)
-        graph = ir.Graph(
+        graph = oir.Graph(
             [self.inputs[s.name] for s in contract.inputs],
             graph_outputs,
             nodes=self.tape.nodes,
@@ -142,8 +142,8 @@ class GraphBuilder:
             opset_imports=dict(OPSETS),
             name=self.graph_name,
         )
-        return BuiltGraph(ir.Model(graph, ir_version=IR_VERSION, producer_name="mtpc"), self.data)
+        return BuiltGraph(oir.Model(graph, ir_version=IR_VERSION, producer_name="mtpc"), self.data)
 
 
-def _shape(spec: TensorSpec) -> ir.Shape:
-    return ir.Shape([d if isinstance(d, int) else ir.SymbolicDim(d) for d in spec.shape])
+def _shape(spec: TensorSpec) -> oir.Shape:
+    return oir.Shape([d if isinstance(d, int) else oir.SymbolicDim(d) for d in spec.shape])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
-import onnx_ir as ir
+import onnx_ir as oir
 
 # Big tensors start on a 64 KiB boundary (the allocation granularity onnx itself uses
 # when it externalizes data) so runtimes can memory-map them; small ones on 64 bytes.
@@ -25,7 +25,7 @@ SMALL_ALIGNMENT = 64
 @dataclass(frozen=True)
 class PlannedTensor:
     name: str
-    dtype: ir.DataType
+    dtype: oir.DataType
     shape: tuple[int, ...]
 
     @property
@@ -87,10 +87,10 @@ class DataFile:
             self.size = offset + tensor.nbytes
         self.groups.append(group)
 
-    def external_tensor(self, tensor: PlannedTensor) -> ir.ExternalTensor:
+    def external_tensor(self, tensor: PlannedTensor) -> oir.ExternalTensor:
         p = self.placements[tensor.name]
-        return ir.ExternalTensor(
-            self.location, p.offset, p.length, tensor.dtype, shape=ir.Shape(tensor.shape), name=tensor.name
+        return oir.ExternalTensor(
+            self.location, p.offset, p.length, tensor.dtype, shape=oir.Shape(tensor.shape), name=tensor.name
         )
 
     def chunks(self) -> Iterator[bytes | memoryview]:

@@ -10,19 +10,19 @@ kernels only, so these graphs cannot run on CPU.
 
 from __future__ import annotations
 
-import onnx_ir as ir
+import onnx_ir as oir
 
 from ..ir import Architecture
 from .builder import MS, GraphBuilder
 
-PAGED_IO_DTYPES = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+PAGED_IO_DTYPES = (oir.DataType.FLOAT16, oir.DataType.BFLOAT16)
 
 
 class PagedOps:
     lead = 1
 
-    def __init__(self, b: GraphBuilder, block_table: ir.Value, cumulative_sequence_lengths: ir.Value,
-                 past_sequence_lengths: ir.Value, attention_metadata: ir.Value):
+    def __init__(self, b: GraphBuilder, block_table: oir.Value, cumulative_sequence_lengths: oir.Value,
+                 past_sequence_lengths: oir.Value, attention_metadata: oir.Value):
         if b.io_dtype not in PAGED_IO_DTYPES:
             # The spec rules refuse this combination before any graph is built.
             raise AssertionError(

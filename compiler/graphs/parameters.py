@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import onnx_ir as ir
+import onnx_ir as oir
 
 from ..ir import QuantizationPlan
 from ..quant import QuantForm, resolve, resolved_form
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 
-DTYPES = {"float32": ir.DataType.FLOAT, "float16": ir.DataType.FLOAT16, "bfloat16": ir.DataType.BFLOAT16}
+DTYPES = {"float32": oir.DataType.FLOAT, "float16": oir.DataType.FLOAT16, "bfloat16": oir.DataType.BFLOAT16}
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ParameterSource:
 
     # ------------------------------------------------------------------ plain tensors
 
-    def tensor(self, canonical: str, name: str, *, dtype: ir.DataType | None = None) -> InitializerGroup:
+    def tensor(self, canonical: str, name: str, *, dtype: oir.DataType | None = None) -> InitializerGroup:
         """A non-linear tensor (norm scale, conv kernel, gate vector) as float, dequantized if need be."""
         dtype = dtype or self.io_dtype
         shape = tuple(self.store.info(canonical).shape)
@@ -114,14 +114,14 @@ class ParameterSource:
         return EmbeddingParams(vocab, hidden, InitializerGroup(planned, produce), form)
 
 
-def _quantized_tensors(base: str, n: int, k: int, form: QuantForm, scale_dtype: ir.DataType):
+def _quantized_tensors(base: str, n: int, k: int, form: QuantForm, scale_dtype: oir.DataType):
     k_blocks = -(-k // form.block_size)
     tensors = (
-        PlannedTensor(f"{base}_Q{form.bits}", ir.DataType.UINT8, (n, k_blocks, form.block_size * form.bits // 8)),
+        PlannedTensor(f"{base}_Q{form.bits}", oir.DataType.UINT8, (n, k_blocks, form.block_size * form.bits // 8)),
         PlannedTensor(f"{base}_scales", scale_dtype, (n, k_blocks)),
     )
     if form.has_zero_points:
-        tensors += (PlannedTensor(f"{base}_zp", ir.DataType.UINT8, (n, -(-k_blocks * form.bits // 8))),)
+        tensors += (PlannedTensor(f"{base}_zp", oir.DataType.UINT8, (n, -(-k_blocks * form.bits // 8))),)
     return tensors
 
 

@@ -9,38 +9,34 @@ before it, so `do_rotary=0`), CausalConvWithState and LinearAttention with
 from __future__ import annotations
 
 import numpy as np
-import onnx_ir as ir
+import onnx_ir as oir
 
-from ..ir import Architecture, GraphContract
+from ..contracts import PAGED_INPUT_NAMES
+from ..ir import Architecture, AttentionMode, DecoderConfig
 from .blocks import SequenceOps, merge_heads, split_heads
 from .builder import MS, GraphBuilder
-
-PAGED_INPUTS = ("block_table", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
-
-
-def is_paged(contract: GraphContract) -> bool:
-    return contract.has_input("block_table")
+from .roles import input_name
 
 
-def sequence_ops(b: GraphBuilder, contract: GraphContract) -> SequenceOps:
-    if is_paged(contract):
+def sequence_ops(b: GraphBuilder, cfg: DecoderConfig) -> SequenceOps:
+    if cfg.attention is AttentionMode.PAGED:
         from .paged import PagedOps
 
-        return PagedOps(b, *(b.inputs[name] for name in PAGED_INPUTS))
-    return DenseOps(b, b.inputs["attention_mask"])
+        return PagedOps(b, *(b.inputs[input_name(cfg, role)] for role in PAGED_INPUT_NAMES))
+    return DenseOps(b, b.inputs[input_name(cfg, "attention_mask")])
 
 
 class DenseOps:
     lead = 2
 
-    def __init__(self, b: GraphBuilder, attention_mask: ir.Value):
+    def __init__(self, b: GraphBuilder, attention_mask: oir.Value):
         with b.scope("attention_mask"):
             total = b.op("ReduceSum", [attention_mask, b.i64("axis_1", [1])], {"keepdims": 0}, name="ReduceSum")
             seqlens = b.op("Sub", [total, b.i64("one", [1])], name="Sub")
-            self.seqlens_k = b.op("Cast", [seqlens], {"to": ir.DataType.INT32}, name="seqlens_k")
+            self.seqlens_k = b.op("Cast", [seqlens], {"to": oir.DataType.INT32}, name="seqlens_k")
             width = b.op("Gather", [b.op("Shape", [attention_mask], name="Shape"), b.constant(
                 "index_1", np.asarray(1, np.int64))], {"axis": 0}, name="width")
-            self.total_length = b.op("Cast", [width], {"to": ir.DataType.INT32}, name="total_sequence_length")
+            self.total_length = b.op("Cast", [width], {"to": oir.DataType.INT32}, name="total_sequence_length")
 
     def attention(self, b, q, k, v, past_key, past_value, arch: Architecture):
         attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
@@ -61,7 +57,7 @@ class DenseOps:
         q = merge_heads(b, self, q, la.key_dim, "q/merge")
         k = merge_heads(b, self, k, la.key_dim, "k/merge")
         v = merge_heads(b, self, v, la.value_dim, "v/merge")
-        if b.io_dtype != ir.DataType.FLOAT:
+        if b.io_dtype != oir.DataType.FLOAT:
             decay = b.op("Cast", [decay], {"to": b.io_dtype}, name="decay/Cast")
             beta = b.op("Cast", [beta], {"to": b.io_dtype}, name="beta/Cast")
         # q/k heads < value heads: value head j reads key head j // (Hv / Hk) (grouped), as the weights are stored.

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..contracts import BATCH, NUM_TOKENS
+from ..contracts import BATCH, NUM_TOKENS, PAGED_INPUT_NAMES
 from ..diagnostics import MtpcError
 from ..ir import (
     Architecture,
@@ -43,20 +43,21 @@ NUM_BLOCKS = "num_blocks"
 BLOCK_SIZE = "block_size"
 MAX_NUM_BLOCKS = "max_num_blocks"
 
-PAGED_INPUT_NAMES = {
-    "block_table": "block_table",
-    "cumulative_sequence_lengths": "cumulative_sequence_lengths",
-    "past_sequence_lengths": "past_sequence_lengths",
-    "attention_metadata": "attention_metadata",
-}
-PAGED_INPUTS = (
-    TensorSpec("block_table", "int32", (BATCH, MAX_NUM_BLOCKS)),
-    # Prefix sums of each sequence's new-token count.
-    TensorSpec("cumulative_sequence_lengths", "int32", (f"{BATCH} + 1",)),
-    TensorSpec("past_sequence_lengths", "int32", (BATCH,)),
-    # Host-resident [max_query_len_bound, max_kv_len_bound, max_kv_len_lower_bound]:
-    # lets PagedAttention pick a kernel without a device-to-host sync.
-    TensorSpec("attention_metadata", "int32", (3,)),
+PAGED_INPUTS = tuple(
+    TensorSpec(name, "int32", shape)
+    for name, shape in zip(
+        PAGED_INPUT_NAMES,
+        (
+            (BATCH, MAX_NUM_BLOCKS),  # block_table
+            # cumulative_sequence_lengths: prefix sums of each sequence's new-token count.
+            (f"{BATCH} + 1",),
+            (BATCH,),  # past_sequence_lengths
+            # attention_metadata, host-resident [max_query_len_bound, max_kv_len_bound, max_kv_len_lower_bound]:
+            # lets PagedAttention pick a kernel without a device-to-host sync.
+            (3,),
+        ),
+        strict=True,
+    )
 )
 # The GatedDeltaNet op keeps its recurrent state in float32 whatever the activations
 # (precision matters most at the recurrence) and V-major, [batch, Hv, Dv, Dk]; the
@@ -103,7 +104,7 @@ def packed_decoder(cfg: DecoderConfig) -> DecoderConfig:
     inputs = [_packed(t, input_roles[t.name]) for t in cfg.contract.inputs if input_roles[t.name] != "attention_mask"]
     outputs = [_packed(t, output_roles[t.name]) for t in cfg.contract.outputs]
     names = {role: name for role, name in cfg.inputs if role != "attention_mask"}
-    names.update(PAGED_INPUT_NAMES)
+    names.update((name, name) for name in PAGED_INPUT_NAMES)
     return replace(
         cfg,
         attention=AttentionMode.PAGED,

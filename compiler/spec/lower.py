@@ -28,8 +28,8 @@ from ..ir import (
 )
 from ..passes.head_detection import emits_head
 from ..sources import SourceInfo
-from ..sources.hf import expected_shapes
 from ..validation import load_schema
+from ..weights import canonical_shapes
 from . import rules
 from .defaults import apply_defaults
 from .loader import LoadedSpec, by_position
@@ -150,7 +150,7 @@ def _quantization(quantization: dict) -> QuantizationPlan:
 
 def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
     """An override whose glob matches no weight is a typo that silently changes nothing."""
-    names = sorted(expected_shapes(ir.architecture))
+    names = sorted(canonical_shapes(ir.architecture))
     out = []
     for i, override in enumerate(ir.quantization.overrides):
         if any(fnmatchcase(name, override.match) for name in names):
