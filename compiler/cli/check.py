@@ -77,7 +77,7 @@ def add_parser(sub) -> None:
 
 def _from_diagnostic(spec: Path, d: Diagnostic) -> Reported:
     if d.span is not None:
-        return Reported(d.span.file, "", d.message, d.span.line, d.span.col, d.render())
+        return Reported(d.span.file, d.path or "", d.message, d.span.line, d.span.col, d.render())
     return Reported(str(spec), d.path or "", d.message, rendered=f"{spec}: {d.render()}")
 
 

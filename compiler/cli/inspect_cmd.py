@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..checks import is_runtime_package
 from ..diagnostics import ExitCode, MtpcError
 from ..diffing import to_plain
 from ..ir import SourceRef
@@ -32,6 +33,13 @@ def source_ref(path: Path) -> SourceRef:
         raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
     if path.is_file() and path.suffix.lower() == ".gguf":
         return SourceRef("gguf", str(path.resolve()))
+    if is_runtime_package(path):
+        # A package's config.json is onnx-genai's, not a checkpoint's: say what it is rather than what it lacks.
+        raise MtpcError.single(
+            f"{str(path)!r} is a compiled package, not a checkpoint",
+            exit_code=ExitCode.USAGE,
+            hint=f"this is a compiled package; use mtpc check {path} / mtpc verify {path} --spec SPEC",
+        )
     if path.is_dir() and (path / "config.json").is_file():
         return SourceRef("hf", str(path.resolve()))
     raise MtpcError.single(
@@ -55,32 +63,39 @@ def run(args) -> int:
                 "has_mtp_head": info.has_mtp_head,
                 "storage": dict(info.storage),
                 "tokenizer_files": sorted(info.tokenizer_names),
-                "facts": {k: v for k, v in info.facts},
+                "facts": {k: list(v) if isinstance(v, tuple) else v for k, v in info.facts},
             },
             ok=True,
         )
         return 0
-    out(f"source:        {ref.kind} {ref.path}")
-    out(f"architecture:  {arch.family}")
-    out(f"layers:        {arch.num_layers} ({arch.layer_kind_summary(word_separator='_')})")
-    out(f"layer kinds:   {' '.join(k.value.split('_')[0] for k in arch.layer_kinds)}")
-    out(f"hidden size:   {arch.hidden_size}  (intermediate {arch.intermediate_size})")
-    out(f"attention:     {arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}")
+    # Every value in one column, facts included: the column clears the longest key.
+    width = max(len("architecture"), *(len(key) for key, _ in info.facts)) + 3
+
+    def line(key: str, value) -> None:
+        out(f"{key + ':':<{width}}{value}")
+
+    line("source", f"{ref.kind} {ref.path}")
+    line("architecture", f"{arch.family}")
+    line("layers", f"{arch.num_layers} ({arch.layer_kind_summary(word_separator='_')})")
+    line("layer kinds", f"{' '.join(k.value.split('_')[0] for k in arch.layer_kinds)}")
+    line("hidden size", f"{arch.hidden_size}  (intermediate {arch.intermediate_size})")
+    line("attention", f"{arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}")
     if arch.linear_attention is not None:
         la = arch.linear_attention
-        out(
-            f"linear attn:   {la.num_key_heads} key heads x {la.key_head_dim}, {la.num_value_heads} value heads x "
-            f"{la.value_head_dim}, conv kernel {la.conv_kernel}"
+        line(
+            "linear attn",
+            f"{la.num_key_heads} key heads x {la.key_head_dim}, {la.num_value_heads} value heads x "
+            f"{la.value_head_dim}, conv kernel {la.conv_kernel}",
         )
-    out(f"vocab:         {arch.vocab_size}   context: {arch.context_length}")
-    out(f"rope:          theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}")
-    out(f"mtp head:      {'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}")
+    line("vocab", f"{arch.vocab_size}   context: {arch.context_length}")
+    line("rope", f"theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}")
+    line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}")
     if info.storage:
         out("storage:")
         for group, kind in info.storage:
             out(f"  {group}: {kind}")
     if info.tokenizer_names:
-        out(f"tokenizer:     {', '.join(sorted(info.tokenizer_names))}")
+        line("tokenizer", f"{', '.join(sorted(info.tokenizer_names))}")
     for key, value in info.facts:
-        out(f"{key}: {value}")
+        line(key, ", ".join(value) if isinstance(value, tuple) else value)
     return 0

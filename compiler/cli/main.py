@@ -16,7 +16,7 @@ import traceback
 from .. import __version__
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
 from . import check, compile_cmd, diff, inspect_cmd, plan, schema_cmd, verify
-from .report import err, print_json
+from .report import err, print_json, print_json_error
 
 VERBS = (compile_cmd, plan, check, diff, inspect_cmd, schema_cmd, verify)
 # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`mtpc diff a b | head -2`).
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         message = f"internal error: {type(error).__name__}: {error}"
         if fmt == "json":
-            print_json(args.verb, {"ok": False, "exit_code": int(ExitCode.INTERNAL), "error": message, "bug": True})
+            diagnostics = [Diagnostic(message).to_json()]
+            print_json(args.verb, {"ok": False, "exit_code": int(ExitCode.INTERNAL), "diagnostics": diagnostics, "bug": True})
         err(f"mtpc: {message}")
         err("this is a bug in mtpc" + ("" if args.traceback else "; rerun with --traceback to see where it happened"))
         return int(ExitCode.INTERNAL)
@@ -131,14 +132,14 @@ def _report_usage(error: UsageError, argv: list[str]) -> int:
     err(f"{error.parser.prog}: error: {error.message}")
     if _wants_json(argv):
         verb = error.parser.prog.split()[-1]
-        print_json(verb, {"ok": False, "exit_code": code, "message": error.message})
+        print_json_error(verb, MtpcError([Diagnostic(error.message)], ExitCode.USAGE))
     return code
 
 
 def _report_error(verb: str, fmt: str, error: MtpcError) -> int:
     code = int(error.exit_code)
     if fmt == "json":
-        print_json(verb, {"ok": False, "exit_code": code, "diagnostics": [d.to_json() for d in error.diagnostics]})
+        print_json_error(verb, error)
     else:
         for d in error.diagnostics:
             err(d.render())

@@ -25,6 +25,12 @@ def print_json(command: str, payload: dict, *, ok: bool | None = None) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
 
 
+def print_json_error(command: str, error: MtpcError) -> None:
+    """The one JSON shape of a failed run, whether argparse or a verb refused it."""
+    diagnostics = [d.to_json() for d in error.diagnostics]
+    print_json(command, {"ok": False, "exit_code": int(error.exit_code), "diagnostics": diagnostics})
+
+
 def out(line: str = "") -> None:
     sys.stdout.write(line + "\n")
 

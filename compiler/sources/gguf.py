@@ -269,7 +269,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         facts.append(("mtp_block", f"blk.{layout.n_main}"))
         shared = [r.canonical for r in layout.names.nextn_optional if r.canonical not in layout.entries]
         if shared:
-            facts.append(("mtp_shares", ", ".join(shared)))
+            facts.append(("mtp_shares", tuple(shared)))
     model = meta.get(Keys.Tokenizer.MODEL, "", required=False)
     if model:
         facts.append(("tokenizer_model", model))

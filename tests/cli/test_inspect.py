@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,31 @@ def test_inspect_gguf_text(tmp_path, capsys):
     path = write_gguf(tmp_path / "tiny.gguf", tiny_arch(), seed=0, with_mtp=True)
     assert main(["inspect", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "source:        gguf" in text
-    assert "layers:        4 (2 full_attention, 2 linear_attention)" in text
-    assert "layer kinds:   linear full linear full" in text
-    assert "mtp head:      yes, 1 layer(s)" in text
+    assert "layers:             4 (2 full_attention, 2 linear_attention)" in text
+    assert "layer kinds:        linear full linear full" in text
+    assert "mtp head:           yes, 1 layer(s)" in text
+    assert "format:             GGUF v3" in text
+    assert "mtp_shares:         mtp.embed_tokens.weight, mtp.lm_head.weight" in text
+    # one column: every `key: value` line (the storage list aside) starts its value at the same place
+    keyed = [line for line in text.splitlines() if not line.startswith(" ") and not line.endswith(":")]
+    assert len({len(line) - len(line.split(":", 1)[1].lstrip()) for line in keyed}) == 1, keyed
+
+
+def test_inspect_gguf_json_lists_are_lists(tmp_path, capsys):
+    path = write_gguf(tmp_path / "tiny.gguf", tiny_arch(), seed=0, with_mtp=True)
+    assert main(["inspect", "--format", "json", str(path)]) == 0
+    facts = json.loads(capsys.readouterr().out)["facts"]
+    assert facts["mtp_shares"] == ["mtp.embed_tokens.weight", "mtp.lm_head.weight"]
+
+
+def test_inspect_of_a_compiled_package_points_to_check_and_verify(tmp_path, capsys):
+    spec = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
+    assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "pkg")]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "pkg")]) == 2
+    err = capsys.readouterr().err
+    assert "this is a compiled package; use mtpc check" in err and "mtpc verify" in err
+    assert "architectures" not in err
 
 
 def test_inspect_rejects_what_is_not_a_checkpoint(tmp_path, capsys):

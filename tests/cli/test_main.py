@@ -124,13 +124,14 @@ def test_usage_errors_in_json_format_are_json_documents_too(capsys):
         "command": "compile",
         "ok": False,
         "exit_code": 2,
-        "message": "the following arguments are required: SPEC",
+        "diagnostics": [{"severity": "error", "message": "the following arguments are required: SPEC"}],
     }
     assert captured.err.startswith("usage: mtpc compile")
     assert main(["diff", "--format=json", "a", "b", "--colour"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert (doc["command"], doc["ok"], doc["exit_code"]) == ("diff", False, 2)
-    assert doc["message"] == "unrecognized arguments: --colour"
+    assert doc["diagnostics"] == [{"severity": "error", "message": "unrecognized arguments: --colour"}]
+    assert "message" not in doc  # one shape for every error: the diagnostics list, as a verb's own errors have
 
 
 def test_usage_errors_in_text_format_print_nothing_on_stdout(capsys):
@@ -165,3 +166,16 @@ def test_every_json_result_says_whether_it_is_ok(tmp_path, capsys):
 def test_a_json_result_without_ok_is_a_bug():
     with pytest.raises(ValueError, match="must say whether it is ok"):
         print_json("schema", {"schemas": []})
+
+
+def test_check_json_keeps_the_spec_path_of_each_finding_as_compile_does(tmp_path, capsys):
+    spec = tmp_path / "bad.yaml"
+    text = (Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml").read_text("utf-8")
+    assert "    hidden_size: 64\n" in text
+    spec.write_text(text.replace("    hidden_size: 64\n", "    hidden_size: 0\n"), "utf-8")
+    assert main(["check", "--format", "json", str(spec)]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)["targets"][0]["findings"]
+    assert finding["path"] == "source.synthetic.hidden_size" and finding["line"] > 0
+    assert main(["compile", "--format", "json", str(spec), "-o", str(tmp_path / "out")]) == 1
+    (diagnostic,) = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert diagnostic["path"] == finding["path"]

@@ -1,6 +1,7 @@
 """`mtpc verify` tolerances: each branch of `tolerance_for`, an int4 package that passes intact and fails
-with one damaged MatMulNBits weight (the quantized bound must not hide a broken weight), and a Q4_0 GGUF
-kept as the source stores it (quantized though the plan sets no bits)."""
+with one damaged MatMulNBits weight or a few damaged scales (the reference shares the weights' rounding, so a
+quantized build gets its I/O dtype's bound, which must not hide a broken weight), and a Q4_0 GGUF kept as the
+source stores it (quantized though the plan sets no bits)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import onnx
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.cli.verify import AsBuiltWeights, tolerance_for
+from mtpc.cli.verify import AsBuiltWeights, strict_greedy, tolerance_for
 from mtpc.driver import build_ir
 from mtpc.sources import open_weights
 from mtpc.ir import ModelIR, Precision, QuantizationPlan, QuantOverride, QuantScheme
@@ -34,6 +35,11 @@ def build(io_dtype: str = "float32", quantization: QuantizationPlan = Quantizati
 INT4 = QuantizationPlan(default=QuantScheme(bits=4))
 INT8_OVERRIDE_ONLY = QuantizationPlan(overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8)),))
 KEEP_SOURCE = QuantizationPlan(default=QuantScheme(keep_source=True))
+INT4_INT8_ACTIVATIONS = QuantizationPlan(default=QuantScheme(bits=4, accuracy_level=4))
+INT8_ACTIVATIONS_ON_AN_OVERRIDE = QuantizationPlan(
+    overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8, accuracy_level=4)),)
+)
+FLOAT_WITH_ACCURACY_LEVEL = QuantizationPlan(default=QuantScheme(accuracy_level=4))  # no MatMulNBits to apply it
 FLOAT_STORE = seeded_store(tiny_arch(), 0)
 
 
@@ -59,10 +65,17 @@ class Q4SourceStore:
         (build(), FLOAT16, 4e-3),  # ... with float16 logits (the CPU profile): one float16 rounding more
         (build("float16"), FLOAT16, 3e-2),  # float16 activations throughout
         (build("float16"), FLOAT32, 3e-2),
-        (build(quantization=INT4), FLOAT32, 1e-1),  # quantized by default
-        (build(quantization=INT8_OVERRIDE_ONLY), FLOAT32, 1e-1),  # quantized only by an override
-        (build("float16", INT4), FLOAT16, 1e-1),  # quantized takes precedence over float16
+        # The reference computes with the weights as built: quantized builds get their I/O dtype's bound.
+        (build(quantization=INT4), FLOAT32, 1e-3),
+        (build(quantization=INT4), FLOAT16, 4e-3),
+        (build(quantization=INT8_OVERRIDE_ONLY), FLOAT32, 1e-3),  # quantized only by an override
+        (build("float16", INT4), FLOAT16, 3e-2),
         (build(quantization=KEEP_SOURCE), FLOAT32, 1e-3),  # a float source kept as it is stays float
+        # accuracy_level > 0: MatMulNBits rounds the activations as well, which the reference does not model.
+        (build(quantization=INT4_INT8_ACTIVATIONS), FLOAT32, 1e-1),
+        (build("float16", INT4_INT8_ACTIVATIONS), FLOAT16, 1e-1),
+        (build(quantization=INT8_ACTIVATIONS_ON_AN_OVERRIDE), FLOAT32, 1e-1),
+        (build(quantization=FLOAT_WITH_ACCURACY_LEVEL), FLOAT32, 1e-3),
     ],
 )
 def test_tolerance_by_build(ir, output, bound):
@@ -71,9 +84,26 @@ def test_tolerance_by_build(ir, output, bound):
 
 
 @pytest.mark.parametrize(
+    "ir, strict",
+    [
+        (build(), True),
+        (build(quantization=INT4), True),  # same weights as the reference: same greedy tokens
+        (build(quantization=INT8_OVERRIDE_ONLY), True),
+        (build("float16"), False),
+        (build("float16", INT4), False),
+        (build(quantization=INT4_INT8_ACTIVATIONS), False),
+        (build(quantization=FLOAT_WITH_ACCURACY_LEVEL), True),
+    ],
+)
+def test_greedy_tokens_must_match_where_the_bound_is_tight(ir, strict):
+    assert strict_greedy(ir, FLOAT_STORE) is strict
+
+
+@pytest.mark.parametrize(
     "quantization, bound",
-    [(KEEP_SOURCE, 1e-1), (QuantizationPlan(default=QuantScheme(bits=4, block_size=32)), 1e-1),
-     (QuantizationPlan(), 1e-3)],  # kept, re-encoded alike, or dequantized to float
+    [(KEEP_SOURCE, 1e-3), (QuantizationPlan(default=QuantScheme(bits=4, block_size=32)), 1e-3),
+     (QuantizationPlan(), 1e-3),  # kept, re-encoded alike, or dequantized to float: all as the reference has them
+     (QuantizationPlan(default=QuantScheme(keep_source=True, accuracy_level=4)), 1e-1)],  # kept, int8 activations
 )
 def test_tolerance_of_a_source_quantized_weight(quantization, bound):
     assert tolerance_for(build(quantization=quantization), Q4SourceStore(), None)(FLOAT32) == bound
@@ -178,6 +208,36 @@ def test_one_damaged_matmul_nbits_weight_fails_verify(int4_package, tmp_path, ca
     assert prefill["max_abs_diff"] > 2 * prefill["bound"]  # clearly outside, not at the edge
 
 
+def test_a_few_damaged_matmul_nbits_scales_fail_verify(int4_package, tmp_path, capsys):
+    """The reviewer's case: 32 scales of one layer's projection times 1.5 (a ~0.13 logit error) passed
+    under the old quantized bound of 1e-1; with the reference on the as-built weights it must fail."""
+    package, spec = int4_package
+    damaged = tmp_path / "pkg"
+    copy_tree(package, damaged)
+    model = onnx.load(str(damaged / "model.onnx"), load_external_data=False)
+    initializers = {t.name: t for t in model.graph.initializer}
+    # The last layer's MLP down projection: the damage reaches the logits through one residual add, no more.
+    (node,) = [n for n in model.graph.node if n.op_type == "MatMulNBits" and "layers.3." in n.input[1] and "down" in n.input[1]]
+    scales = initializers[node.input[2]]
+    assert scales.name.endswith("_scales")
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(scales.data_type)
+    location, offset, length = external_range(scales)
+    data = bytearray((damaged / location).read_bytes())
+    part = np.frombuffer(bytes(data[offset : offset + length]), dtype).copy()
+    assert part.size > 32
+    part[:32] *= 1.5
+    data[offset : offset + length] = part.tobytes()
+    (damaged / location).write_bytes(bytes(data))
+
+    code, report = verify_json(damaged, spec, capsys)
+    assert code == 1 and not report["ok"], report["checks"]
+    prefill = next(c for c in report["checks"] if c["check"] == "main prefill logits")
+    assert not prefill["ok"] and prefill["max_abs_diff"] > 2 * prefill["bound"]
+    # The damage is subtle: the old quantized bound (1e-1 relative) let it through.
+    assert main(["verify", "-q", str(damaged), "--spec", str(spec), "--format", "json", "--atol", "0.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"]
+
+
 # ----------------------------------------------------------------------------- a Q4_0 GGUF kept as stored
 
 KEEP_SOURCE_SPEC = """\
@@ -199,11 +259,13 @@ def test_a_kept_q4_0_gguf_verifies_with_the_quantized_bound(tmp_path, capsys):
     assert main(["compile", "-q", str(spec), "-o", str(package)]) == 0
     capsys.readouterr()
     assert matmul_nbits_weights(package / "model.onnx")  # the source's blocks, kept quantized
-    # The plan sets no bits, yet the package computes with MatMulNBits: the quantized bound applies.
+    # The plan sets no bits, yet the package computes with MatMulNBits; the reference dequantizes the
+    # source's blocks too, so the float32 bound and strict greedy tokens apply.
     ir, info = build_ir(spec)
     store = open_weights(ir.source, info)
     try:
-        assert tolerance_for(ir, store, None)(FLOAT32) == 1e-1
+        assert tolerance_for(ir, store, None)(FLOAT32) == 1e-3
+        assert strict_greedy(ir, store)
     finally:
         store.close()
     code, report = verify_json(package, spec, capsys)

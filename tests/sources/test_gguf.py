@@ -148,7 +148,7 @@ def test_head_tensors_map_to_mtp_names(float_gguf, canonical):
     # the head shares the trunk's embedding and LM head when nextn.embed_tokens / shared_head_head are absent
     assert "mtp.embed_tokens.weight" not in store.names()
     facts = dict(gguf_source.describe(_ref(float_gguf)).facts)
-    assert facts["mtp_shares"] == "mtp.embed_tokens.weight, mtp.lm_head.weight"
+    assert facts["mtp_shares"] == ("mtp.embed_tokens.weight", "mtp.lm_head.weight")
 
 
 def test_head_own_embedding_is_exposed_when_present(tmp_path, canonical):
