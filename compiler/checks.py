@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -82,6 +83,7 @@ class Graph:
     outputs: dict[str, Tensor]
     initializers: dict[str, Tensor]
     external: tuple[ExternalTensor, ...]
+    initializer_types: dict[str, int] = field(default_factory=dict)  # name -> onnx TensorProto data type
 
 
 # Types packed several to a byte; the others take whole bytes (numpy's itemsize).
@@ -127,7 +129,8 @@ def _read_graph(data: bytes, relpath: str) -> Graph:
     # Graph inputs that are also initializers are constants with a default, not runtime inputs.
     inputs = {vi.name: _tensor_from_value_info(vi) for vi in g.input if vi.name not in initializers}
     outputs = {vi.name: _tensor_from_value_info(vi) for vi in g.output}
-    return Graph(relpath, inputs, outputs, initializers, tuple(external))
+    types = {init.name: init.data_type for init in g.initializer}
+    return Graph(relpath, inputs, outputs, initializers, tuple(external), types)
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -171,14 +174,20 @@ class _Checker:
     files: Files
     findings: list[Finding] = field(default_factory=list)
     _graphs: dict[str, Graph | None] = field(default_factory=dict)
+    # Schema `not` findings, kept back until the end: where a check of mtpc's own says the same
+    # thing at the same place (a path with '..'), only its clearer line is reported.
+    _negated: list[Finding] = field(default_factory=list)
 
     def add(self, file: str, where: str, message: str) -> None:
         self.findings.append(Finding(file, where, message))
 
     # -- files
 
-    def resolve(self, file: str, where: str, ref: object, base: str = "") -> str | None:
-        """Package-relative path of a file a config names, or None (with a finding) if it is not usable."""
+    def resolve(self, file: str, where: str, ref: object, base: str = "", parent_ok: bool = False) -> str | None:
+        """Package-relative path of a file a config names, or None (with a finding) if it is not usable.
+
+        `parent_ok`: '..' may step out of `base` as long as the path stays inside the package.
+        """
         if not isinstance(ref, str) or not ref:
             self.add(file, where, "must name a file")
             return None
@@ -186,10 +195,13 @@ class _Checker:
         if p.is_absolute() or re.match(r"^[A-Za-z]:", ref) or ref.startswith(("\\\\", "//")):
             self.add(file, where, f"{ref!r} must be a relative path")
             return None
-        if ".." in p.parts:
+        if ".." in p.parts and not parent_ok:
             self.add(file, where, f"{ref!r} must not contain '..'")
             return None
-        rel = str(PurePosixPath(base) / p) if base else str(p)
+        rel = posixpath.normpath(str(PurePosixPath(base) / p) if base else str(p))
+        if rel == ".." or rel.startswith("../"):
+            self.add(file, where, f"{ref!r} points outside the package")
+            return None
         if rel not in self.files:
             self.add(file, where, f"{ref!r} does not exist in the package")
             return None
@@ -253,7 +265,18 @@ class _Checker:
             self.add(rel, "", "no schema in mtpc covers this layout")
             return
         for e in schema_errors(schema, instance):
-            self.add(rel, json_pointer(*e.absolute_path), f"{e.message} (schema {schema})")
+            finding = Finding(rel, json_pointer(*e.absolute_path), f"{_schema_message(e)} (schema {schema})")
+            (self._negated if e.validator == "not" else self.findings).append(finding)
+
+    def result(self) -> list[Finding]:
+        said = {(f.file, f.pointer) for f in self.findings}
+        return sorted(set(self.findings) | {f for f in self._negated if (f.file, f.pointer) not in said})
+
+
+def _schema_message(error) -> str:
+    """jsonschema's message, except that a `not` whose schema says what is wanted says that instead of dumping it."""
+    wanted = error.schema.get("description") if error.validator == "not" and isinstance(error.schema, dict) else None
+    return f"{error.instance!r} must be {wanted}" if wanted else error.message
 
 
 def _byte_count(raw: str | None, default: int | None) -> int | None:
@@ -467,6 +490,59 @@ def _check_head_folder(c: _Checker, rel: str, cfg: dict, root_rel: str, root_cfg
         _same_hidden(c, rel, json_pointer("model", "decoder", "inputs", "hidden_states"), main.outputs[main_name], main.relpath, head_graph.inputs[head_input], head_graph.relpath)
 
 
+def _check_shared_initializers(c: _Checker, rel: str, cfg: dict, main: Graph | None) -> None:
+    """`shared_initializers`: each entry points at bytes inside the package that hold a main-graph initializer.
+
+    The builder writes the same list for the decoder and the head (one set of
+    weights, shared), so two lists in one config must be identical.
+    """
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    lists = {}
+    for section in ("decoder", "mtp"):
+        entries = model.get(section, {}).get("shared_initializers") if isinstance(model.get(section), dict) else None
+        if not isinstance(entries, list):
+            continue
+        lists[section] = entries
+        for i, entry in enumerate(entries):
+            if isinstance(entry, dict):
+                _check_shared_entry(c, rel, ["model", section, "shared_initializers", i], entry, main)
+    if len(lists) == 2 and lists["decoder"] != lists["mtp"]:
+        c.add(rel, json_pointer("model", "mtp", "shared_initializers"), "differs from model.decoder.shared_initializers; the builder shares one set of weights, so the lists must be identical")
+
+
+def _check_shared_entry(c: _Checker, rel: str, base: list, entry: dict, main: Graph | None) -> None:
+    data_file = entry.get("data_file")
+    data = c.resolve(rel, json_pointer(*base, "data_file"), data_file, _folder(rel), parent_ok=True) if isinstance(data_file, str) and data_file else None
+    offset, length = entry.get("offset"), entry.get("length")
+    # Malformed offsets / lengths are the schema's findings; only well-formed ones are measured.
+    start = _byte_count(offset, None) if isinstance(offset, str) else None
+    count = _byte_count(length, None) if isinstance(length, str) else None
+    size = c.files[data].size() if data is not None else None
+    if size is not None and start is not None and count is not None and start + count > size:
+        c.add(rel, json_pointer(*base), f"offset {start} + length {count} ends at byte {start + count}, past the end of {data} ({size} bytes)")
+    name = entry.get("name")
+    if main is None or not isinstance(name, str) or not name:
+        return
+    init = main.initializers.get(name)
+    if init is None:
+        c.add(rel, json_pointer(*base, "name"), f"{name!r} is not an initializer of {main.relpath}")
+        return
+    data_type = entry.get("data_type")
+    if isinstance(data_type, int) and data_type != main.initializer_types.get(name):
+        actual = main.initializer_types.get(name)
+        c.add(rel, json_pointer(*base, "data_type"), f"is {data_type} ({_type_name(data_type)}) but {name!r} in {main.relpath} is {actual} ({_type_name(actual)})")
+    shape = entry.get("shape")
+    if isinstance(shape, list) and tuple(shape) != init.shape:
+        c.add(rel, json_pointer(*base, "shape"), f"is {shape} but {name!r} in {main.relpath} is {list(init.shape or ())}")
+
+
+def _type_name(data_type: int | None) -> str:
+    try:
+        return TensorProto.DataType.Name(data_type)
+    except (ValueError, TypeError):
+        return "unknown"
+
+
 # ----------------------------------------------------------------------------- onnx-genai metadata
 
 
@@ -541,12 +617,22 @@ def _check_workflow(c: _Checker, rel: str, doc: dict) -> Graph | None:
                     if name and name not in present:
                         where = json_pointer("pipeline", "workflow", "serving", "state_service", "groups", group_name, "ports", comp_name, cell, key)
                         c.add(rel, where, f"{name!r} is not an {kind} of {g.relpath}")
-    # The decoder is the component that takes tokens (or embeddings); the sidecar borrows its weights.
-    for name, comp in sorted(components.items()):
-        roles = ((comp or {}).get("ports") or {}).get("roles") or {}
-        if name in graphs and {"token_ids", "inputs_embeds"} & set(roles.values()):
-            return graphs[name]
-    return graphs[sorted(graphs)[0]] if len(graphs) == 1 else None
+    # The decoder is the component that takes tokens (or embeddings), else the one whose artifact is
+    # model.onnx; the sidecar borrows its weights. Chosen by what the metadata says, never by which
+    # graphs happen to be readable: an unreadable decoder is its own finding, not a reason to check
+    # the sidecar against itself.
+    def takes_tokens(comp) -> bool:
+        roles = ((comp or {}).get("ports") or {}).get("roles") if isinstance(comp, dict) else None
+        return isinstance(roles, dict) and bool({"token_ids", "inputs_embeds"} & set(roles.values()))
+
+    def artifact(comp) -> object:
+        impl = comp.get("implementation") if isinstance(comp, dict) else None
+        return impl.get("artifact") if isinstance(impl, dict) else None
+
+    decoder = next((n for n in sorted(components) if takes_tokens(components[n])), None)
+    if decoder is None:
+        decoder = next((n for n in sorted(components) if artifact(components[n]) == "model.onnx"), None)
+    return graphs.get(decoder) if decoder is not None else None
 
 
 def _check_flat(c: _Checker, rel: str, doc: dict) -> Graph | None:
@@ -660,6 +746,8 @@ def check_files(files: Files) -> list[Finding]:
         main, head = _check_genai_config(c, rel, cfg)
         if rel == GENAI_CONFIG:
             root_main, root_head = main, head
+    for rel, cfg in parsed.items():
+        _check_shared_initializers(c, rel, cfg, root_main)
     if root_head is not None:
         for rel, cfg in parsed.items():
             if rel == GENAI_CONFIG:
@@ -690,4 +778,4 @@ def check_files(files: Files) -> list[Finding]:
             if target is None and "model.onnx" in files:
                 target = c.graph(HF_CONFIG, "", "model.onnx")
             _check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, _vocab_size(metadata_doc))
-    return sorted(set(c.findings))
+    return c.result()

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from ..diagnostics import MtpcError
 from ..diffing import digest, file_chunks, to_plain
+from ..output import check_destination
 from .compile_cmd import default_output
 from .report import verb_parser, existing_file, out, print_json, progress_printer
 
@@ -56,6 +58,19 @@ def file_plan(artifacts, against: Path) -> list[tuple[str, str]]:
     return sorted(planned)
 
 
+def destination_refusal(against: Path) -> dict | None:
+    """Why `compile -o AGAINST` would refuse to write there (None when it would not), and whether --force helps."""
+    try:
+        check_destination(against)
+    except MtpcError as refusal:
+        try:
+            check_destination(against, force=True)
+        except MtpcError:
+            return {"reason": "; ".join(d.message for d in refusal.diagnostics), "force_helps": False}
+        return {"reason": "; ".join(d.message for d in refusal.diagnostics), "force_helps": True}
+    return None
+
+
 def run(args) -> int:
     from ..driver import build
 
@@ -66,6 +81,7 @@ def run(args) -> int:
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
         files = file_plan(result.artifacts, against)
+    refusal = destination_refusal(against)
     passes = [{"pass": name, "modified": r.modified, "changes": list(r.changes)} for name, r in result.pass_results]
     if args.format == "json":
         payload = {
@@ -73,6 +89,7 @@ def run(args) -> int:
             "files": [{"path": rel, "action": action} for rel, action in files],
             "passes": passes,
             "notes": list(result.ir.notes),
+            "compile_would_refuse": refusal,
         }
         if args.print_ir_after_all:
             payload["ir_after"] = [{"pass": name, "ir": ir} for name, ir in snapshots]
@@ -88,6 +105,9 @@ def run(args) -> int:
         out(yaml.safe_dump(ir, sort_keys=True, allow_unicode=True).rstrip())
     for note in result.ir.notes:
         out(f"note: {note}")
+    if refusal is not None:
+        cure = "without --force" if refusal["force_helps"] else "even with --force"
+        out(f"note: compile -o {against} would refuse {cure}: {refusal['reason']}")
     out(f"files (against {against}):")
     for rel, action in files:
         out(f"  {_MARK[action]} {rel}  ({action})")

@@ -156,6 +156,7 @@ def test_verify_runs_reference_greedy_and_speculative(package, capsys):
         "main prefill logits", "main step logits", "mtp head logits", "onnx-genai head hidden state", "speculative == greedy"
     }
     assert len(doc["greedy"]) == 6 and doc["speculative"] == doc["greedy"] == doc["reference_greedy"]
+    assert doc["steps"] == ["static checks", "onnxruntime", "onnxruntime-genai"] and doc["static_only"] is None
     assert 0.0 <= doc["acceptance_rate"] <= 1.0
 
 
@@ -185,4 +186,46 @@ def test_verify_paged_package_is_static_only(tmp_path, capsys):
     assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "paged")]) == 0
     capsys.readouterr()
     assert main(["verify", "-q", str(tmp_path / "paged"), "--spec", str(spec)]) == 0
-    assert "cannot run on CPU" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # Nothing ran on a runtime: the verdict says so instead of a bare "ok".
+    assert out.rstrip().splitlines()[-1] == "verify: static checks only (paged packages cannot run on CPU)"
+    assert "verify: ok" not in out
+    assert main(["verify", "-q", "--format", "json", str(tmp_path / "paged"), "--spec", str(spec)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True and doc["checks"] == []
+    assert doc["steps"] == ["static checks"] and doc["static_only"] == "paged packages cannot run on CPU"
+
+
+def test_verify_of_a_package_with_a_head_against_a_headless_spec_fails(package, capsys):
+    nohead = SPECS / "qwen35-tiny-nohead.yaml"
+    assert main(["verify", "-q", str(package), "--spec", str(nohead), "--new-tokens", "2"]) == 1
+    out = capsys.readouterr().out
+    assert ("FAIL spec: package has an MTP head but the spec's source ships none: "
+            "is this the spec it was compiled from?") in out
+    assert "verify: ok" not in out
+
+
+def test_plan_says_when_compile_would_refuse_the_destination(tmp_path, capsys):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert main(["plan", "-q", str(TINY), "--against", str(foreign)]) == 0
+    assert f"note: compile -o {foreign} would refuse without --force: " in capsys.readouterr().out
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert main(["plan", "--format", "json", str(TINY), "--against", str(a_file)]) == 0
+    refusal = json.loads(capsys.readouterr().out)["compile_would_refuse"]
+    assert refusal["force_helps"] is False and "is not a directory" in refusal["reason"]
+    assert main(["plan", "--format", "json", str(TINY), "--against", str(tmp_path / "new")]) == 0
+    assert json.loads(capsys.readouterr().out)["compile_would_refuse"] is None
+
+
+def test_markdown_diff_says_file_added_and_removed(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir(), new.mkdir()
+    (old / "gone.json").write_text("{}")
+    (new / "fresh.json").write_text("{}")
+    assert main(["diff", "--format", "markdown", str(old), str(new)]) == 1
+    text = capsys.readouterr().out
+    assert "| ➕ | file added |  |  |" in text and "| ➖ | file removed |  |  |" in text
+    assert "null" not in text
