@@ -146,7 +146,7 @@ def to_plain(value: object) -> object:
     becomes a dict so that it diffs by key.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
+        return {f.name: _field_to_plain(f, getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (tuple, list)):
@@ -158,6 +158,13 @@ def to_plain(value: object) -> object:
     if isinstance(value, bytes):
         return "sha256:" + hashlib.sha256(value).hexdigest()
     return value
+
+
+def _field_to_plain(field: dataclasses.Field, value: object) -> object:
+    # An empty mapping field stays a mapping, so "no heads" diffs against heads key by key.
+    if value == () and str(field.type).startswith("tuple[tuple["):
+        return {}
+    return to_plain(value)
 
 
 # ----------------------------------------------------------------------------- file sets

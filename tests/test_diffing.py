@@ -125,3 +125,16 @@ def test_identical_directories_have_no_differences(tmp_path):
         (tmp_path / d).mkdir()
         (tmp_path / d / "genai_config.json").write_text('{"model": {}}')
     assert diff_files(directory_files(tmp_path / "a"), directory_files(tmp_path / "b")) == []
+
+
+def test_an_empty_mapping_field_of_the_ir_stays_a_mapping():
+    """`heads` with no heads must diff key by key against heads, not as [] -> {...}."""
+    from dataclasses import replace
+
+    from mtpc.diffing import to_plain
+    from tests.passes.ir_factory import compiled
+
+    with_heads = compiled()
+    without = replace(with_heads, heads=())
+    assert isinstance(to_plain(with_heads)["heads"], dict) and to_plain(with_heads)["heads"]
+    assert to_plain(without)["heads"] == {}
