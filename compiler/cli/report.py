@@ -46,20 +46,19 @@ def progress_printer(quiet: bool):
 
 
 def existing_file(path: str, what: str) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE)
-    if not p.is_file():
-        raise MtpcError.single(f"{what} {path!r} is not a file", exit_code=ExitCode.USAGE)
-    return p
+    return _existing(path, what, Path.is_file, "a file")
 
 
 def existing_dir(path: str, what: str) -> Path:
+    return _existing(path, what, Path.is_dir, "a directory")
+
+
+def _existing(path: str, what: str, is_kind, kind: str) -> Path:
     p = Path(path)
     if not p.exists():
         raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE)
-    if not p.is_dir():
-        raise MtpcError.single(f"{what} {path!r} is not a directory", exit_code=ExitCode.USAGE)
+    if not is_kind(p):
+        raise MtpcError.single(f"{what} {path!r} is not {kind}", exit_code=ExitCode.USAGE)
     return p
 
 

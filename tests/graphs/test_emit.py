@@ -17,16 +17,10 @@ from mtpc.emit.onnx_graphs import emit_onnx_graphs
 from mtpc.ir import GraphContract
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import ArrayWeightStore
-from tests.fixtures.arch import tiny_arch
 
 from .tiny import ONNX_GENAI_HEAD_FILE, ORT_HEAD_FILE, contract_io, emit, graph_io, make_ir
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def arch():
-    return tiny_arch()
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +150,6 @@ import hashlib, sys
 sys.path.insert(0, {repo!r})
 from mtpc.ir import QuantizationPlan, QuantScheme
 from mtpc.sources.random_weights import seeded_store
-from tests.fixtures.arch import tiny_arch
 from tests.graphs.tiny import emit, make_ir
 arch = tiny_arch()
 plan = QuantizationPlan(default=QuantScheme(bits=4, block_size=32))

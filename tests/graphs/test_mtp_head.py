@@ -7,17 +7,11 @@ import pytest
 from mtpc.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from mtpc.reference import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
-from tests.fixtures.arch import tiny_arch
 
 from .tiny import ONNX_GENAI_HEAD_FILE, ORT_HEAD_FILE, emit, empty_state, make_ir, run, session
 
 TOL = 1e-4
 IDS = np.array([[5, 99, 31, 200, 8]], np.int64)
-
-
-@pytest.fixture(scope="module")
-def arch():
-    return tiny_arch()
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,8 @@ import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
 
 from mtpc.sources.random_weights import seeded_store
-from tests.fixtures.arch import tiny_arch
 
 from .tiny import ONNX_GENAI_HEAD_FILE, ORT_HEAD_FILE, contract_io, emit, graph_io, make_ir
-
-
-@pytest.fixture(scope="module")
-def arch():
-    return tiny_arch()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from mtpc.quant import quantize_linear
 from mtpc.reference import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import ArrayWeightStore, QuantizedTensor, TensorInfo
-from tests.fixtures.arch import tiny_arch
 
 from .tiny import ORT_HEAD_FILE, emit, empty_state, make_ir, run, session
 
@@ -55,11 +54,6 @@ def feeds(sess, ids):
     b, s = ids.shape
     return {"input_ids": ids, "attention_mask": np.ones((b, s), np.int64),
             "position_ids": np.broadcast_to(np.arange(s), (3, b, s)).astype(np.int64), **empty_state(sess, b)}
-
-
-@pytest.fixture(scope="module")
-def arch():
-    return tiny_arch()
 
 
 @pytest.fixture(scope="module")

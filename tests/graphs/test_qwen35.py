@@ -7,17 +7,11 @@ from mtpc.graphs.blocks import mrope_axes
 from mtpc.ir import Rope, SeedHidden
 from mtpc.reference import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
-from tests.fixtures.arch import tiny_arch
 
 from .tiny import emit, empty_state, make_ir, presents_as_past, run, session
 
 TOL = 1e-4
 PROMPT = np.array([[3, 17, 42, 9, 250, 1], [7, 7, 128, 64, 2, 33]], np.int64)
-
-
-@pytest.fixture(scope="module")
-def arch():
-    return tiny_arch()
 
 
 @pytest.fixture(scope="module")
