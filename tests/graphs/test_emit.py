@@ -150,6 +150,7 @@ import hashlib, sys
 sys.path.insert(0, {repo!r})
 from mtpc.ir import QuantizationPlan, QuantScheme
 from mtpc.sources.random_weights import seeded_store
+from tests.fixtures.arch import tiny_arch
 from tests.graphs.tiny import emit, make_ir
 arch = tiny_arch()
 plan = QuantizationPlan(default=QuantScheme(bits=4, block_size=32))
