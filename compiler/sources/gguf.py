@@ -22,12 +22,13 @@ from gguf import GGMLQuantizationType as QT, Keys
 from gguf.quants import dequantize
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds, hybrid_layer_kinds
+from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
 from ..weights import QuantizedTensor, TensorInfo, Weight
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
 from .gguf_quant import BLOCK, REPACKABLE, to_quantized_tensor
+from .layer_layout import CONVERTER_PLACEHOLDER_INTERVAL, Declared, layer_kinds
 from .gguf_tokenizer import tokenizer_files
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
@@ -103,8 +104,7 @@ def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]
     if nextn > 1:
         raise SourceError(f"{meta.path}: {nextn} MTP blocks; mtpc supports one (nextn_predict_layers <= 1)")
     n_main = block_count - nextn
-    interval = int(meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, 4, required=False))
-    kinds = hybrid_layer_kinds(n_main, interval)
+    kinds = _layer_kinds(meta, block_count, n_main)
     head_dim = int(meta.get(Keys.Attention.KEY_LENGTH))
     rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim, required=False))
     sections = [int(s) for s in meta.get(Keys.Rope.DIMENSION_SECTIONS, [], required=False)]
@@ -157,6 +157,35 @@ def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]
         mtp_num_layers=nextn,
     )
     return arch, n_main
+
+
+# Not in every gguf-py release's `Keys` yet: llama.cpp's converter writes it from HF `layer_types`.
+RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
+
+
+def _layer_kinds(meta: _Metadata, block_count: int, n_main: int) -> tuple[LayerKind, ...]:
+    """The trunk's layer kinds: `recurrent_layers` (one bool per block, MTP blocks included) first."""
+    per_layer = interval = None
+    recurrent = meta.get(RECURRENT_LAYERS, required=False)
+    key = RECURRENT_LAYERS.format(arch=meta.arch)
+    if recurrent is not None:
+        if not isinstance(recurrent, list) or any(isinstance(v, (str, list, float)) or v not in (0, 1) for v in recurrent):
+            raise SourceError(f"{meta.path}: {key} must be an array of booleans (or 0/1), one per block")
+        if len(recurrent) != block_count:
+            raise SourceError(
+                f"{meta.path}: {key} has {len(recurrent)} entries, expected one per block ({block_count}, "
+                f"the MTP block included)"
+            )
+        if any(recurrent[n_main:]):
+            raise SourceError(f"{meta.path}: {key} marks an MTP block as recurrent; an MTP block is full attention")
+        kinds = tuple(LayerKind.LINEAR_ATTENTION if v else LayerKind.FULL_ATTENTION for v in recurrent)
+        per_layer = Declared(key, kinds)
+    written = meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, required=False)
+    if written is not None:
+        interval = Declared(Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=meta.arch), written)
+    return layer_kinds(
+        meta.path, n_main, per_layer=per_layer, interval=interval, placeholder_interval=CONVERTER_PLACEHOLDER_INTERVAL
+    )
 
 
 def _float32(value) -> float:

@@ -17,9 +17,10 @@ from typing import Iterable
 import numpy as np
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds, hybrid_layer_kinds
+from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
 from ..weights import TensorInfo, Weight, canonical_shapes
 from . import SourceInfo
+from .layer_layout import Declared, layer_kinds
 from .safetensors_io import SafetensorsFile
 
 TEXT_PREFIXES = ("model.language_model.", "model.")
@@ -138,19 +139,21 @@ def _read_json(path: Path) -> dict:
 
 
 def _layer_kinds(cfg: _Config, num_layers: int) -> tuple[LayerKind, ...]:
+    """`layer_types` first, `full_attention_interval` second (`layer_layout` owns the rule)."""
+    per_layer = interval = None
     field, types = cfg.lookup("layer_types")
-    if types is None:
-        interval = cfg.int("full_attention_interval", 4)
-        if interval == 0:
-            raise cfg.fail(cfg.text_prefix + "full_attention_interval", "must be positive")
-        return hybrid_layer_kinds(num_layers, interval)
-    known = {k.value: k for k in (LayerKind.FULL_ATTENTION, LayerKind.LINEAR_ATTENTION)}
-    if not isinstance(types, list) or len(types) != num_layers:
-        raise cfg.fail(field, f"must list one type per layer ({num_layers})")
-    for t in types:
-        if t not in known:
-            raise cfg.fail(field, f"has unsupported layer type {t!r} (expected full_attention or linear_attention)")
-    return tuple(known[t] for t in types)
+    if types is not None:
+        known = {k.value: k for k in (LayerKind.FULL_ATTENTION, LayerKind.LINEAR_ATTENTION)}
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise cfg.fail(field, f"must list one type per layer ({num_layers})")
+        for t in types:
+            if t not in known:
+                raise cfg.fail(field, f"has unsupported layer type {t!r} (expected full_attention or linear_attention)")
+        per_layer = Declared(f"field {field}", tuple(known[t] for t in types))
+    field, value = cfg.lookup("full_attention_interval")
+    if value is not None:
+        interval = Declared(f"field {field}", value)
+    return layer_kinds(str(cfg.path), num_layers, per_layer=per_layer, interval=interval)
 
 
 def _rope(cfg: _Config, head_dim: int) -> Rope:
