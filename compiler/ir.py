@@ -104,6 +104,17 @@ class TokenIds:
 
 
 @dataclass(frozen=True)
+class UnusableHead:
+    """An MTP head the source declares but mtpc cannot build, and why (`passes/head_detection.py` decides)."""
+
+    reason: str
+    # True when the weights are simply not there (transformers drops `mtp.*` when it re-saves a
+    # model): `head: auto` builds text only, with a note. False when the head is broken (half
+    # present, more than one block, unknown tensors): refused unless `head: off`.
+    absent: bool
+
+
+@dataclass(frozen=True)
 class Architecture:
     """What the source checkpoint is, independent of how we build it."""
 
@@ -122,8 +133,10 @@ class Architecture:
     linear_attention: LinearAttentionDims | None = None
     sliding_window: int | None = None
     tie_word_embeddings: bool = False
-    # Number of MTP blocks the source ships (0 = none).
+    # Number of usable MTP blocks the source ships (0 = none).
     mtp_num_layers: int = 0
+    # Set when the source declares a head that cannot be built (then mtp_num_layers is 0).
+    unusable_head: UnusableHead | None = None
 
     @property
     def num_layers(self) -> int:

@@ -1,7 +1,9 @@
 """Decide whether the package carries an MTP head (`mtp.head: auto | on | off`).
 
 `auto` emits a head iff the source ships one, `on` insists on it, `off` never
-emits it. A package without a head must show no trace of MTP, so the main
+emits it. A head the source declares but that is broken (`UnusableHead`, decided by
+`sources/mtp_head.py`) is refused unless `off`; one whose weights are simply absent
+gives a text-only package with a note under `auto`. A package without a head must show no trace of MTP, so the main
 decoder then loses its `hidden_states` output (it exists only to seed the head).
 
 A static KV cache target (`targets.onnxruntime_genai.kv_cache: static`) takes
@@ -25,9 +27,17 @@ class HeadDetection:
     def __call__(self, ir: ModelIR) -> PassResult:
         source_has_head = ir.architecture.has_mtp_head
         policy = ir.mtp.head
-        if policy is HeadPolicy.ON and not source_has_head:
+        unusable = ir.architecture.unusable_head
+        if unusable is not None and not unusable.absent and policy is not HeadPolicy.OFF:
             raise MtpcError.single(
-                "mtp.head is 'on' but the source ships no MTP head (it declares 0 MTP layers)",
+                f"the source's MTP head cannot be built: {unusable.reason}",
+                hint="use a checkpoint with a complete head, or set mtp.head to 'off' for a text-only package",
+                path=f"source.{ir.source.kind}",
+            )
+        if policy is HeadPolicy.ON and not source_has_head:
+            why = unusable.reason if unusable is not None else "it declares 0 MTP layers"
+            raise MtpcError.single(
+                f"mtp.head is 'on' but the source ships no MTP head ({why})",
                 hint="use a checkpoint with MTP weights, or set mtp.head to 'auto' or 'off'",
                 path="mtp.head",
             )
@@ -45,6 +55,10 @@ class HeadDetection:
         notes = ir.notes
         if skip_for_static_cache and STATIC_CACHE_NOTE not in notes:
             notes += (STATIC_CACHE_NOTE,)
+        if unusable is not None and policy is HeadPolicy.AUTO:
+            note = f"no MTP head: {unusable.reason}; the package is text-only"
+            if note not in notes:
+                notes += (note,)
         if ir.mtp.emit_head != emit_head:
             if skip_for_static_cache:
                 reason = "targets.onnxruntime_genai.kv_cache is 'static'"

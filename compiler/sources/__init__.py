@@ -39,6 +39,8 @@ class SourceInfo:
     tokenizer: Files | DeferredFiles = field(default=(), repr=False)
     # Free-form facts for `inspect` (format version, file size, ...).
     facts: tuple[tuple[str, object], ...] = ()
+    # How the checkpoint was read that the user should know (a fallback taken); `compile` and `plan` print them.
+    notes: tuple[str, ...] = ()
 
     @property
     def has_mtp_head(self) -> bool:

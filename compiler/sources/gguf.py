@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 import numpy as np
@@ -22,13 +22,14 @@ from gguf import GGMLQuantizationType as QT, Keys
 from gguf.quants import dequantize
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, SourceRef, TokenIds
+from ..ir import Architecture, LayerKind, SourceRef
 from ..weights import QuantizedTensor, TensorInfo, Weight
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
+from .mtp_head import head_verdict
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
 from .gguf_quant import BLOCK, REPACKABLE, to_quantized_tensor
-from .layer_layout import CONVERTER_PLACEHOLDER_INTERVAL, Declared, layer_kinds
+from .gguf_metadata import Metadata, architecture, tensor_shapes
 from .gguf_tokenizer import tokenizer_files
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
@@ -42,33 +43,6 @@ def _open(path: str) -> GGUFHeader:
     if not os.path.isfile(path):
         raise SourceError(f"{path}: no such GGUF file")
     return GGUFHeader(path)
-
-
-class _Metadata:
-    def __init__(self, header: GGUFHeader, path: str):
-        self.header = header
-        self.path = path
-        self.arch = self.get("general.architecture")
-
-    def get(self, key: str, default=None, *, required: bool = True):
-        value = self.header.metadata.get(key.format(arch=getattr(self, "arch", "")))
-        if value is None:
-            if required and default is None:
-                raise SourceError(f"{self.path}: GGUF metadata key {key.format(arch=self.arch)!r} is missing")
-            return default
-        return value
-
-    def uniform(self, key: str) -> int:
-        """A size that may be written per layer; we support only one value across layers."""
-        value = self.get(key)
-        if isinstance(value, list):
-            distinct = sorted({int(v) for v in value if int(v) != 0})
-            if len(distinct) != 1:
-                raise SourceError(
-                    f"{self.path}: {key.format(arch=self.arch)} differs per layer ({distinct}), which mtpc does not support"
-                )
-            return distinct[0]
-        return int(value)
 
 
 # ----------------------------------------------------------------------------- metadata -> IR
@@ -93,108 +67,8 @@ class _Layout:
     entries: dict[str, _Entry]
     # value-head regrouping parameters: (n_key_heads, n_value_heads, key_dim)
     heads: tuple[int, int, int]
-
-
-def _architecture(meta: _Metadata, names: GGUFNames) -> tuple[Architecture, int]:
-    header = meta.header
-    block_count = int(meta.get(Keys.LLM.BLOCK_COUNT))
-    nextn = int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, required=False))
-    if not 0 <= nextn < block_count:
-        raise SourceError(f"{meta.path}: nextn_predict_layers {nextn} does not fit block_count {block_count}")
-    if nextn > 1:
-        raise SourceError(f"{meta.path}: {nextn} MTP blocks; mtpc supports one (nextn_predict_layers <= 1)")
-    n_main = block_count - nextn
-    kinds = _layer_kinds(meta, block_count, n_main)
-    head_dim = int(meta.get(Keys.Attention.KEY_LENGTH))
-    rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim, required=False))
-    sections = [int(s) for s in meta.get(Keys.Rope.DIMENSION_SECTIONS, [], required=False)]
-    while sections and sections[-1] == 0:  # the converter pads (T, H, W) to four entries
-        sections.pop()
-    group_count = int(meta.get(Keys.SSM.GROUP_COUNT))
-    value_heads = int(meta.get(Keys.SSM.TIME_STEP_RANK))
-    inner = int(meta.get(Keys.SSM.INNER_SIZE))
-    if value_heads <= 0 or inner % value_heads or value_heads % group_count:
-        raise SourceError(
-            f"{meta.path}: inconsistent ssm sizes (inner_size {inner}, time_step_rank {value_heads}, "
-            f"group_count {group_count})"
-        )
-    embd = _tensor_shapes(header).get("token_embd.weight")
-    if embd is None:
-        raise SourceError(f"{meta.path}: GGUF tensor token_embd.weight is missing")
-    eos = int(meta.get(Keys.Tokenizer.EOS_ID, 0, required=False))
-    eot = meta.get(Keys.Tokenizer.EOT_ID, None, required=False)
-    eos_ids = (eos,) if eot is None or int(eot) == eos else (eos, int(eot))
-    arch = Architecture(
-        family=names.family,
-        hidden_size=int(meta.get(Keys.LLM.EMBEDDING_LENGTH)),
-        intermediate_size=meta.uniform(Keys.LLM.FEED_FORWARD_LENGTH),
-        num_attention_heads=meta.uniform(Keys.Attention.HEAD_COUNT),
-        num_key_value_heads=meta.uniform(Keys.Attention.HEAD_COUNT_KV),
-        head_dim=head_dim,
-        vocab_size=int(embd[0]),
-        layer_kinds=kinds,
-        rms_norm_eps=_float32(meta.get(Keys.Attention.LAYERNORM_RMS_EPS)),
-        rope=Rope(
-            theta=_float32(meta.get(Keys.Rope.FREQ_BASE)),
-            partial_rotary_factor=rotary / head_dim,
-            head_dim=head_dim,
-            mrope_section=tuple(sections),
-        ),
-        context_length=int(meta.get(Keys.LLM.CONTEXT_LENGTH)),
-        tokens=TokenIds(
-            bos=int(meta.get(Keys.Tokenizer.BOS_ID, eos, required=False)),
-            eos=eos_ids,
-            pad=int(meta.get(Keys.Tokenizer.PAD_ID, eos, required=False)),
-        ),
-        linear_attention=LinearAttentionDims(
-            num_key_heads=group_count,
-            key_head_dim=int(meta.get(Keys.SSM.STATE_SIZE)),
-            num_value_heads=value_heads,
-            value_head_dim=inner // value_heads,
-            conv_kernel=int(meta.get(Keys.SSM.CONV_KERNEL)),
-        ),
-        tie_word_embeddings="output.weight" not in _tensor_shapes(header),
-        mtp_num_layers=nextn,
-    )
-    return arch, n_main
-
-
-# Not in every gguf-py release's `Keys` yet: llama.cpp's converter writes it from HF `layer_types`.
-RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
-
-
-def _layer_kinds(meta: _Metadata, block_count: int, n_main: int) -> tuple[LayerKind, ...]:
-    """The trunk's layer kinds: `recurrent_layers` (one bool per block, MTP blocks included) first."""
-    per_layer = interval = None
-    recurrent = meta.get(RECURRENT_LAYERS, required=False)
-    key = RECURRENT_LAYERS.format(arch=meta.arch)
-    if recurrent is not None:
-        if not isinstance(recurrent, list) or any(isinstance(v, (str, list, float)) or v not in (0, 1) for v in recurrent):
-            raise SourceError(f"{meta.path}: {key} must be an array of booleans (or 0/1), one per block")
-        if len(recurrent) != block_count:
-            raise SourceError(
-                f"{meta.path}: {key} has {len(recurrent)} entries, expected one per block ({block_count}, "
-                f"the MTP block included)"
-            )
-        if any(recurrent[n_main:]):
-            raise SourceError(f"{meta.path}: {key} marks an MTP block as recurrent; an MTP block is full attention")
-        kinds = tuple(LayerKind.LINEAR_ATTENTION if v else LayerKind.FULL_ATTENTION for v in recurrent)
-        per_layer = Declared(key, kinds)
-    written = meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, required=False)
-    if written is not None:
-        interval = Declared(Keys.LLM.FULL_ATTENTION_INTERVAL.format(arch=meta.arch), written)
-    return layer_kinds(
-        meta.path, n_main, per_layer=per_layer, interval=interval, placeholder_interval=CONVERTER_PLACEHOLDER_INTERVAL
-    )
-
-
-def _float32(value) -> float:
-    """GGUF stores these as FLOAT32: take the shortest decimal that round-trips (1e-06, not 9.99999997e-07)."""
-    return float(str(np.float32(value)))
-
-
-def _tensor_shapes(header: GGUFHeader) -> dict[str, tuple[int, ...]]:
-    return {name: info.shape for name, info in header.tensors.items()}
+    # What the user should know about how the file was read (a fallback taken).
+    notes: tuple[str, ...] = ()
 
 
 def _dims(arch: Architecture) -> dict[str, int]:
@@ -217,15 +91,15 @@ def _dims(arch: Architecture) -> dict[str, int]:
     }
 
 
-def _layout(meta: _Metadata) -> _Layout:
+def _layout(meta: Metadata) -> _Layout:
     names = ARCHITECTURES.get(meta.arch)
     if names is None:
         raise SourceError(
             f"{meta.path}: GGUF architecture {meta.arch!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})"
         )
-    arch, n_main = _architecture(meta, names)
+    arch, n_main = architecture(meta, names)
     dims = _dims(arch)
-    present = _tensor_shapes(meta.header)
+    present = tensor_shapes(meta.header)
     entries: dict[str, _Entry] = {}
 
     def add(rule: Rule, gguf_prefix: str, canonical_prefix: str, *, optional: bool = False) -> None:
@@ -257,16 +131,50 @@ def _layout(meta: _Metadata) -> _Layout:
 
     for i, kind in enumerate(arch.layer_kinds):
         block(i, kind, f"layers.{i}.")
-    if arch.mtp_num_layers:
-        block(n_main, LayerKind.FULL_ATTENTION, "mtp.layers.0.")
-        for rule in names.nextn_required:
-            add(rule, f"blk.{n_main}.", "")
-        for rule in names.nextn_optional:
-            add(rule, f"blk.{n_main}.", "", optional=True)
-
+    arch, notes = _head(meta, names, arch, n_main, present, add, block)
     lin = arch.linear_attention
     assert lin is not None
-    return _Layout(arch, names, n_main, entries, (lin.num_key_heads, lin.num_value_heads, lin.key_dim))
+    return _Layout(arch, names, n_main, entries, (lin.num_key_heads, lin.num_value_heads, lin.key_dim), tuple(notes))
+
+
+def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, present, add, block):
+    """Judge the head block (`mtp_head`), add its entries if it can be built; (arch, notes)."""
+    prefix = f"blk.{n_main}."
+    kinds = names.every_block + names.ffn + names.full_attention
+    expected = {prefix + r.gguf for r in kinds + names.nextn_required}
+    known = expected | {prefix + r.gguf for r in names.nextn_optional + tuple(r for r, _ in names.nextn_fallback)}
+    head_like = {n for n in present if _is_head_tensor(n, n_main)}
+    usable, unusable = head_verdict(
+        declared=arch.mtp_num_layers,
+        declared_key=Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch=meta.arch),
+        expected=expected,
+        present=head_like & known,
+        unknown=head_like - known,
+    )
+    arch = replace(arch, mtp_num_layers=usable, unusable_head=unusable)
+    notes: list[str] = []
+    if not usable:
+        return arch, notes
+    block(n_main, LayerKind.FULL_ATTENTION, "mtp.layers.0.")
+    for rule in names.nextn_required:
+        add(rule, prefix, "")
+    for rule in names.nextn_optional:
+        add(rule, prefix, "", optional=True)
+    for rule, stand_in in names.nextn_fallback:
+        if prefix + rule.gguf in present:
+            add(rule, prefix, "")
+        else:
+            add(replace(rule, gguf=stand_in), "", "")
+            notes.append(f"the GGUF has no {prefix}{rule.gguf}: the MTP head uses {stand_in} in its place")
+    return arch, notes
+
+
+def _is_head_tensor(gguf_name: str, n_main: int) -> bool:
+    """A tensor of an MTP block: in a block past the trunk, or named like a head tensor anywhere."""
+    parts = gguf_name.split(".")
+    if parts[0] == "blk" and len(parts) > 2 and parts[1].isdigit() and int(parts[1]) >= n_main:
+        return True
+    return parts[0] == "mtp" or "nextn" in parts
 
 
 def _storage(header: GGUFHeader) -> tuple[tuple[str, str], ...]:
@@ -284,7 +192,7 @@ def _storage(header: GGUFHeader) -> tuple[tuple[str, str], ...]:
 def describe(ref: SourceRef) -> SourceInfo:
     """Metadata only: tensor shapes and types come from the header, no tensor data is read."""
     assert ref.path is not None
-    meta = _Metadata(_open(ref.path), ref.path)
+    meta = Metadata(_open(ref.path), ref.path)
     layout = _layout(meta)
     header = meta.header
     facts: list[tuple[str, object]] = [
@@ -299,6 +207,8 @@ def describe(ref: SourceRef) -> SourceInfo:
         shared = [r.canonical for r in layout.names.nextn_optional if r.canonical not in layout.entries]
         if shared:
             facts.append(("mtp_shares", tuple(shared)))
+    if layout.arch.unusable_head is not None:
+        facts.append(("mtp_note", layout.arch.unusable_head.reason))
     model = meta.get(Keys.Tokenizer.MODEL, "", required=False)
     if model:
         facts.append(("tokenizer_model", model))
@@ -307,6 +217,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         storage=_storage(header),
         tokenizer=tokenizer_files(meta.get, layout.arch, ref.path),
         facts=tuple(facts),
+        notes=layout.notes,
     )
 
 
@@ -336,7 +247,7 @@ class GGUFWeightStore:
     def __init__(self, path: str):
         self._path = path
         self._header: GGUFHeader | None = _open(path)
-        self._layout = _layout(_Metadata(self._header, path))
+        self._layout = _layout(Metadata(self._header, path))
         self._tensors = self._header.tensors
 
     def names(self) -> Iterable[str]:

@@ -62,6 +62,8 @@ class GGUFNames:
     nextn_required: tuple[Rule, ...]
     # Head-own embedding / LM head; absent means the head shares the trunk's.
     nextn_optional: tuple[Rule, ...]
+    # Head tensors some converters leave out, each with the trunk tensor (GGUF name) that stands in.
+    nextn_fallback: tuple[tuple[Rule, str], ...] = ()
 
 
 _N = Transform
@@ -108,12 +110,13 @@ QWEN35 = GGUFNames(
         Rule("nextn.eh_proj.weight", "mtp.fc.weight", ("H", "H2")),
         Rule("nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", ("H",)),
         Rule("nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", ("H",)),
-        Rule("nextn.shared_head_norm.weight", "mtp.norm.weight", ("H",)),
     ),
     nextn_optional=(
         Rule("nextn.embed_tokens.weight", "mtp.embed_tokens.weight", ("V", "H")),
         Rule("nextn.shared_head_head.weight", "mtp.lm_head.weight", ("V", "H")),
     ),
+    # The head's final norm; without it the trunk's final norm serves, as mobius reads such files.
+    nextn_fallback=((Rule("nextn.shared_head_norm.weight", "mtp.norm.weight", ("H",)), "output_norm.weight"),),
 )
 
 ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35}

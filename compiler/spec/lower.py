@@ -64,7 +64,7 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
         quantization=_quantization(filled["quantization"]),
         targets=targets,
         main=main_decoder_config(architecture, precision, execution_provider=provider),
-        notes=_tokenizer_notes(ref, info),
+        notes=info.notes + _tokenizer_notes(ref, info),
     )
     problems = _unmatched_overrides(spec, ir) + _quantized_lm_head_for_onnx_genai(spec, ir)
     if problems:

@@ -320,12 +320,6 @@ def test_header_reader_agrees_with_gguf_py(tmp_path):
         assert np.array_equal(ours.data(mine), t.data), t.name
 
 
-def test_missing_head_tensor(tmp_path):
-    path = write_gguf(tmp_path / "m.gguf", ARCH, seed=3, omit=(f"{HEAD_BLOCK}.nextn.hnorm.weight",))
-    text = _one_line_error(path)
-    assert f"{HEAD_BLOCK}.nextn.hnorm.weight is missing" in text and "[64]" in text
-
-
 def test_mis_shaped_head_tensor(tmp_path):
     bad = np.zeros((64, 64), np.float32)
     path = write_gguf(tmp_path / "s.gguf", ARCH, seed=3, replace={f"{HEAD_BLOCK}.nextn.eh_proj.weight": bad})
