@@ -322,6 +322,57 @@ class QuantScheme:
 
 
 @dataclass(frozen=True)
+class QuantForm:
+    """A block-quantized encoding onnxruntime's MatMulNBits / GatherBlockQuantized read."""
+
+    bits: int
+    block_size: int
+    has_zero_points: bool
+
+
+@dataclass(frozen=True)
+class SourceTensor:
+    """A weight as the source stores it (metadata only: weights never live in the IR)."""
+
+    name: str  # canonical (see mtpc.weights)
+    shape: tuple[int, ...]
+    encoding: str  # "float32", "bfloat16", "Q8_0", "Q4_K", ...
+    # The block form the source's reader hands out without dequantizing; None: it reads as float.
+    carried: QuantForm | None = None
+
+    @property
+    def is_quantized(self) -> bool:
+        return not self.encoding.startswith(("float", "bfloat"))
+
+
+class WeightRole(str, enum.Enum):
+    LINEAR = "linear"  # a MatMul operand: float or MatMulNBits
+    EMBEDDING = "embedding"  # a Gather table: float or GatherBlockQuantized
+    TENSOR = "tensor"  # norms, conv kernels, gate vectors: always float
+
+
+@dataclass(frozen=True)
+class WeightDecision:
+    """How one weight is stored in the package, and which rule decided it (`passes/quantization.py`)."""
+
+    name: str
+    role: WeightRole
+    source: str  # SourceTensor.encoding
+    form: QuantForm | None  # None: float in the I/O dtype
+    rule: str  # "default", "override 2 (mtp.fc.weight)", with "keep: source" when the scheme keeps it
+    # The stored values equal the source's (a kept block encoding, an exact float, gguf-py's dequantization in float32).
+    lossless: bool
+    io_dtype: str = "float32"
+
+    @property
+    def result(self) -> str:
+        if self.form is None:
+            return self.io_dtype
+        op = "GatherBlockQuantized" if self.role is WeightRole.EMBEDDING else "MatMulNBits"
+        return f"int{self.form.bits} {op} block {self.form.block_size}"
+
+
+@dataclass(frozen=True)
 class QuantOverride:
     match: str  # fnmatch pattern over canonical weight names, e.g. "mtp.fc.weight" or "layers.*.mlp.*"
     scheme: QuantScheme
@@ -395,6 +446,10 @@ class ModelIR:
     heads: tuple[tuple[HeadContract, DecoderConfig], ...] = ()
     # Informational notes from passes (shown by `compile`, kept out of artifacts).
     notes: tuple[str, ...] = ()
+    # Every weight the source serves, as stored there (set by lowering).
+    source_tensors: tuple[SourceTensor, ...] = ()
+    # How each weight the package uses is stored; filled by passes/quantization.py.
+    weights: tuple[WeightDecision, ...] = ()
 
     def head(self, contract: HeadContract) -> DecoderConfig | None:
         return dict(self.heads).get(contract)

@@ -9,21 +9,12 @@ over untouched when the plan asks for the same encoding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
 
 import numpy as np
 
-from .ir import QuantScheme
+from .ir import QuantForm, QuantScheme, WeightDecision
 from .weights import QuantizedTensor, TensorInfo, Weight
-
-
-@dataclass(frozen=True)
-class QuantForm:
-    """The encoding of a stored quantized weight."""
-
-    bits: int
-    block_size: int
-    has_zero_points: bool
 
 
 def quantize_linear(w: np.ndarray, bits: int, block_size: int) -> QuantizedTensor:
@@ -82,6 +73,38 @@ def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
     return QuantForm(scheme.bits, scheme.block_size, False)
 
 
+def embedding_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
+    """The form a token embedding is stored in under `scheme` (None: float), without reading it.
+
+    An embedding the source stores in float stays float. One it stores quantized is kept or
+    re-quantized as `resolved_form` says when that gives 4 or 8 bits in whole blocks
+    (GatherBlockQuantized), and is dequantized otherwise. Zero points are always written
+    (GatherBlockQuantized's defaults differ between execution providers).
+    """
+    form = resolved_form(info, scheme) if info.quantized else None
+    if form is None or form.bits not in (4, 8) or info.shape[-1] % form.block_size:
+        return None
+    return QuantForm(form.bits, form.block_size, True)
+
+
 def _keeps_encoding(bits: int, block_size: int, scheme: QuantScheme) -> bool:
     """Whether a source-quantized weight is stored as it is rather than dequantized."""
     return scheme.keep_source or (scheme.bits, scheme.block_size) == (bits, block_size)
+
+
+def requantization_notes(weights: tuple[WeightDecision, ...]) -> list[str]:
+    """One note about source-quantized tensors that are not stored as the source stores them."""
+    moved: Counter[tuple[str, str, str]] = Counter()
+    for w in weights:
+        kept = w.form is not None and w.lossless
+        if w.source.startswith(("float", "bfloat")) or kept:
+            continue
+        moved[(w.source, w.result, "dequantized" if w.form is None else "re-quantized")] += 1
+    if not moved:
+        return []
+    parts = ", ".join(f"{n} {src} -> {result} ({how})" for (src, result, how), n in sorted(moved.items()))
+    return [
+        f"quantized source tensors not carried as stored: {parts}; "
+        "see `mtpc plan` for the rule that chose each, and `keep: source` (quantization.default or an override) "
+        "to carry what onnxruntime's block-quantized ops can hold as it is"
+    ]

@@ -6,7 +6,10 @@ no absolute paths), so a package stays byte-identical when recompiled.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..ir import HeadContract, ModelIR
+from ..quant import requantization_notes
 from . import Artifact, EmitContext
 
 CARD_NAME = "README.md"
@@ -93,6 +96,7 @@ def render(ir: ModelIR) -> str:
             f"print({sequence})",
             "```",
         ]
+    lines += _weights_section(ir)
     lines += [
         "",
         "## Check",
@@ -104,6 +108,17 @@ def render(ir: ModelIR) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _weights_section(ir: ModelIR) -> list[str]:
+    """How the weights are stored, grouped as `mtpc plan` shows them (passes/quantization.py decides)."""
+    groups: Counter[tuple[str, str, str, str, str]] = Counter()
+    for w in ir.weights:
+        groups[(w.rule, w.role.value, w.source, w.result, "yes" if w.lossless else "no")] += 1
+    lines = ["", "## Weights", "", "| rule | count | role | source | stored as | exact |", "|---|---|---|---|---|---|"]
+    lines += [f"| {rule} | {n} | {role} | {src} | {result} | {exact} |" for (rule, role, src, result, exact), n in sorted(groups.items())]
+    lines += [f"\n{note}" for note in requantization_notes(ir.weights)]
+    return lines
 
 
 def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:

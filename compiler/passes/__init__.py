@@ -54,5 +54,8 @@ def default_pipeline(observer: Callable[[str, PassResult], None] | None = None) 
     from .runtime_profile import ApplyRuntimeProfile
     from .mtp_projection import MtpHeadProjection
     from .paged_io import PagedIoRewrite
+    from .quantization import QuantizationPlanning
 
-    return Pipeline([HeadDetection(), ApplyRuntimeProfile(), MtpHeadProjection(), PagedIoRewrite()], observer)
+    return Pipeline(
+        [HeadDetection(), ApplyRuntimeProfile(), QuantizationPlanning(), MtpHeadProjection(), PagedIoRewrite()], observer
+    )

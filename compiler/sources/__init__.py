@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
-from ..ir import Architecture, SourceRef
+from ..ir import Architecture, SourceRef, SourceTensor
 from ..weights import WeightStore
 
 Files = tuple[tuple[str, bytes], ...]
@@ -41,6 +41,8 @@ class SourceInfo:
     facts: tuple[tuple[str, object], ...] = ()
     # How the checkpoint was read that the user should know (a fallback taken); `compile` and `plan` print them.
     notes: tuple[str, ...] = ()
+    # Every weight the source serves under its canonical name, as stored (metadata only).
+    tensors: tuple[SourceTensor, ...] = ()
 
     @property
     def has_mtp_head(self) -> bool:

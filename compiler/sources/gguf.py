@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType as QT, Keys
 from gguf.quants import dequantize
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, SourceRef
+from ..ir import Architecture, LayerKind, QuantForm, SourceRef, SourceTensor
 from ..weights import QuantizedTensor, TensorInfo, Weight
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
@@ -177,6 +177,38 @@ def _is_head_tensor(gguf_name: str, n_main: int) -> bool:
     return parts[0] == "mtp" or "nextn" in parts
 
 
+def _served_names(layout: _Layout) -> list[str]:
+    return sorted(set(layout.entries) | {"lm_head.weight"})  # tied sources serve the embedding
+
+
+def _entry(layout: _Layout, name: str, path: str) -> _Entry:
+    entry = layout.entries.get(name)
+    if entry is None and name == "lm_head.weight":
+        entry = layout.entries["embed_tokens.weight"]
+    if entry is None:
+        raise KeyError(f"{path}: no tensor {name!r}")
+    return entry
+
+
+def _source_tensor(layout: _Layout, tensors: dict[str, GGUFTensorInfo], name: str) -> SourceTensor:
+    entry = _entry(layout, name, "")
+    qtype = tensors[entry.gguf].type
+    encoding = _FLOAT_NAMES.get(qtype, qtype.name)
+    carried = QuantForm(_REPACKED_BITS[qtype], BLOCK, False) if _keeps_quantized(layout, entry, qtype) else None
+    return SourceTensor(name, entry.canonical_shape, encoding, carried)
+
+
+def _keeps_quantized(layout: _Layout, entry: _Entry, qtype: QT) -> bool:
+    """Whether `read` hands the tensor out block-quantized (bit-exact) rather than dequantized."""
+    if qtype not in REPACKABLE or len(entry.gguf_shape) != 2:
+        return False
+    if entry.transform is Transform.VALUE_COLUMNS:
+        # Regrouping columns moves whole 32-element blocks only if a value head spans whole blocks.
+        lin = layout.arch.linear_attention
+        return lin is not None and (lin.num_value_heads == lin.num_key_heads or lin.value_head_dim % 32 == 0)
+    return entry.transform in (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS)
+
+
 def _storage(header: GGUFHeader) -> tuple[tuple[str, str], ...]:
     groups: dict[str, set[str]] = defaultdict(set)
     for t in header.tensors.values():
@@ -218,6 +250,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         tokenizer=tokenizer_files(meta.get, layout.arch, ref.path),
         facts=tuple(facts),
         notes=layout.notes,
+        tensors=tuple(_source_tensor(layout, header.tensors, n) for n in _served_names(layout)),
     )
 
 
@@ -251,41 +284,22 @@ class GGUFWeightStore:
         self._tensors = self._header.tensors
 
     def names(self) -> Iterable[str]:
-        names = set(self._layout.entries)
-        names.add("lm_head.weight")  # tied sources serve the embedding
-        return sorted(names)
+        return _served_names(self._layout)
 
     def _entry(self, name: str) -> _Entry:
-        entry = self._layout.entries.get(name)
-        if entry is None and name == "lm_head.weight":
-            entry = self._layout.entries["embed_tokens.weight"]
-        if entry is None:
-            raise KeyError(f"{self._path}: no tensor {name!r}")
-        return entry
+        return _entry(self._layout, name, self._path)
 
     def info(self, name: str) -> TensorInfo:
-        entry = self._entry(name)
-        qtype = self._tensors[entry.gguf].type
-        if not self._keeps_quantized(entry, qtype):
-            return TensorInfo(name, entry.canonical_shape, _FLOAT_NAMES.get(qtype, qtype.name))
+        t = _source_tensor(self._layout, self._tensors, name)
+        if t.carried is None:
+            return TensorInfo(name, t.shape, t.encoding)
         # What `read` repacks it into (gguf_quant): symmetric blocks, the op's default zero point.
-        return TensorInfo(
-            name, entry.canonical_shape, qtype.name, quantized=True, bits=_REPACKED_BITS[qtype], block_size=BLOCK
-        )
-
-    def _keeps_quantized(self, entry: _Entry, qtype: QT) -> bool:
-        if qtype not in REPACKABLE or len(entry.gguf_shape) != 2:
-            return False
-        if entry.transform is Transform.VALUE_COLUMNS:
-            # Regrouping columns moves whole 32-element blocks only if a value head spans whole blocks.
-            lin = self._layout.arch.linear_attention
-            return lin is not None and (lin.num_value_heads == lin.num_key_heads or lin.value_head_dim % 32 == 0)
-        return entry.transform in (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS)
+        return TensorInfo(name, t.shape, t.encoding, quantized=True, bits=t.carried.bits, block_size=t.carried.block_size)
 
     def read(self, name: str) -> Weight:
         entry = self._entry(name)
         tensor = self._tensors[entry.gguf]
-        if not self._keeps_quantized(entry, tensor.type):
+        if not _keeps_quantized(self._layout, entry, tensor.type):
             return self.read_float(name)
         n, k = entry.gguf_shape
         quantized = to_quantized_tensor(self._data(tensor), tensor.type, n, k)

@@ -16,7 +16,7 @@ from typing import Iterable
 import numpy as np
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, SourceRef
+from ..ir import Architecture, SourceRef, SourceTensor
 from ..weights import TensorInfo, Weight, canonical_shapes
 from . import SourceInfo
 from .hf_config import Config, architecture, read_json
@@ -169,11 +169,13 @@ def describe(ref: SourceRef) -> SourceInfo:
     tokenizer = tuple(
         (fname, (directory / fname).read_bytes()) for fname in TOKENIZER_FILES if (directory / fname).is_file()
     )
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
     return SourceInfo(
         architecture=arch,
         storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
         tokenizer=tokenizer,
         facts=tuple(facts),
+        tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
     )
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
-from ..ir import SourceRef, SyntheticSpec
-from ..weights import WeightStore
+from ..ir import SourceRef, SourceTensor, SyntheticSpec
+from ..weights import WeightStore, canonical_shapes
 from . import SourceInfo
 
 
@@ -67,6 +67,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         architecture=spec.architecture,
         storage=(("weights", "float32 (seeded random)"),),
         facts=(("seed", ref.seed or 0), ("norm_weight_scale", spec.norm_weight_scale)),
+        tensors=tuple(SourceTensor(n, shape, "float32") for n, shape in sorted(canonical_shapes(spec.architecture).items())),
     )
 
 

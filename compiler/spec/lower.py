@@ -65,6 +65,7 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
         targets=targets,
         main=main_decoder_config(architecture, precision, execution_provider=provider),
         notes=info.notes + _tokenizer_notes(ref, info),
+        source_tensors=info.tensors,
     )
     problems = _unmatched_overrides(spec, ir) + _quantized_lm_head_for_onnx_genai(spec, ir)
     if problems:

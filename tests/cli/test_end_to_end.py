@@ -115,7 +115,7 @@ def test_plan_against_the_package_and_an_edited_copy(package, tmp_path, capsys):
 def test_plan_prints_ir_after_every_pass(tmp_path, capsys):
     assert main(["plan", "-q", str(TINY), "--against", str(tmp_path), "--print-ir-after-all"]) == 0
     text = capsys.readouterr().out
-    assert text.count("--- IR after ") == 4
+    assert text.count("--- IR after ") == 5
     assert "  + README.md  (create)" in text
 
 

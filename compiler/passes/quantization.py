@@ -1,0 +1,96 @@
+"""Decide how every weight the package uses is stored, and record it in the IR (`ModelIR.weights`).
+
+For each weight the source serves (`ModelIR.source_tensors`, metadata only) the pass
+records its source encoding, the stored form (float in the I/O dtype, MatMulNBits or
+GatherBlockQuantized blocks), the spec rule that chose it and whether the stored values
+equal the source's. The decision functions are `mtpc.quant`'s, the same ones graph
+building applies to the bytes, so the table and the graphs cannot disagree.
+
+`plan` shows the table grouped; a quantized source tensor that is not carried as stored
+(re-quantized or dequantized) gets a note, since that silently costs accuracy or size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import replace
+
+from ..ir import ModelIR, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
+from ..quant import embedding_form, requantization_notes, resolved_form
+from ..weights import TensorInfo
+from . import PassResult
+
+# Float widenings that keep every value (the source's float dtype -> the I/O dtype).
+_EXACT_FLOAT = {("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "float32")}
+
+
+class QuantizationPlanning:
+    name = "quantization"
+
+    def __call__(self, ir: ModelIR) -> PassResult:
+        used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
+        weights = tuple(decide(t, ir.quantization, ir.precision.io_dtype) for t in used)
+        notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
+        if weights == ir.weights and notes == ir.notes:
+            return PassResult(ir, False)
+        return PassResult(replace(ir, weights=weights, notes=notes), True, tuple(grouped_lines(weights)))
+
+
+def role_of(tensor: SourceTensor) -> WeightRole:
+    if tensor.name.endswith("embed_tokens.weight"):
+        return WeightRole.EMBEDDING
+    return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
+
+
+def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str) -> WeightDecision:
+    role = role_of(tensor)
+    scheme = plan.scheme_for(tensor.name)
+    index = plan.deciding_override(tensor.name)
+    rule = "default" if index is None else f"override {index + 1} ({plan.overrides[index].match})"
+    if scheme.keep_source:
+        rule += ", keep: source"
+    carried = tensor.carried
+    info = TensorInfo(
+        tensor.name, tensor.shape, tensor.encoding, quantized=carried is not None,
+        bits=carried.bits if carried else None, block_size=carried.block_size if carried else None,
+        has_zero_points=carried.has_zero_points if carried else False,
+    )
+    if role is WeightRole.LINEAR:
+        form = resolved_form(info, scheme)
+    elif role is WeightRole.EMBEDDING:
+        form = embedding_form(info, scheme)
+    else:
+        form = None
+    if form is not None:
+        lossless = carried is not None and (form.bits, form.block_size) == (carried.bits, carried.block_size)
+    elif tensor.is_quantized:
+        # Dequantized values are gguf-py's own float32 dequantization; a narrower dtype rounds them.
+        lossless = io_dtype == "float32"
+    else:
+        lossless = (tensor.encoding, io_dtype) in _EXACT_FLOAT
+    return WeightDecision(tensor.name, role, tensor.encoding, form, rule, lossless, io_dtype)
+
+
+def grouped_lines(weights: tuple[WeightDecision, ...]) -> list[str]:
+    """One line per (rule, role, source encoding, result): count and a glob of the names."""
+    groups: dict[tuple[str, str, str, str, bool], list[str]] = defaultdict(list)
+    for w in weights:
+        groups[(w.rule, w.role.value, w.source, w.result, w.lossless)].append(w.name)
+    lines = []
+    for (rule, role, source, result, lossless), names in sorted(groups.items()):
+        exact = "lossless" if lossless else "lossy"
+        lines.append(f"{rule}: {len(names)} {role} {source} -> {result} ({exact}): {name_glob(names)}")
+    return lines
+
+
+def name_glob(names: list[str]) -> str:
+    """A short pattern covering `names`: layer indices folded to `*`; past three patterns, one glob."""
+    folded = sorted({".".join("*" if part.isdigit() else part for part in n.split(".")) for n in names})
+    if len(folded) <= 3:
+        return ", ".join(folded)
+    prefix = os.path.commonprefix(folded)
+    suffix = os.path.commonprefix([f[::-1] for f in folded])[::-1]
+    prefix = prefix[: prefix.rfind(".") + 1]  # whole name segments only
+    suffix = suffix[suffix.find(".") :] if "." in suffix else ""
+    return f"{prefix}*{suffix} ({len(folded)} patterns)"

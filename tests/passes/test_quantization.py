@@ -1,0 +1,122 @@
+"""passes/quantization.py: every weight's storage decided in the IR, with its rule; re-quantization is said aloud."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from mtpc.cli.main import main
+from mtpc.driver import build_ir
+from mtpc.ir import QuantForm, WeightRole
+from mtpc.passes.quantization import grouped_lines, name_glob
+from tests.fixtures.arch import tiny_arch
+from tests.fixtures.gguf_writer import write_gguf
+
+ARCH = tiny_arch()
+CPU = 'targets:\n  onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense}\n'
+# gguf-py quantizes whole 32-element rows only: the conv kernels (4 wide) stay float.
+ALL_Q8_0 = (("*conv1d*", QT.F32), ("*", QT.Q8_0))
+
+
+@pytest.fixture(scope="module")
+def q8_gguf(tmp_path_factory):
+    return write_gguf(tmp_path_factory.mktemp("q") / "q8.gguf", ARCH, seed=3, types=ALL_Q8_0)
+
+
+def _ir(tmp_path, source: str, quantization: str, head: str = "auto"):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"mtpc: 1\nname: q\nsource: {source}\nmtp: {{head: {head}}}\nquantization: {quantization}\n{CPU}")
+    return build_ir(spec)[0], spec
+
+
+def _by_name(ir):
+    return {w.name: w for w in ir.weights}
+
+
+def test_float_source_in_float32_is_stored_exactly_with_no_note(tmp_path):
+    ir, _ = _ir(tmp_path, "{synthetic: {seed: 0}}", "{default: {bits: null}}")
+    assert ir.weights and all(w.lossless and w.form is None and w.rule == "default" for w in ir.weights)
+    assert not [n for n in ir.notes if "not carried as stored" in n]
+    roles = {w.name: w.role for w in ir.weights}
+    assert roles["embed_tokens.weight"] is WeightRole.EMBEDDING
+    assert roles["layers.0.linear_attn.in_proj_qkv.weight"] is WeightRole.LINEAR
+    assert roles["layers.0.linear_attn.conv1d.weight"] is WeightRole.TENSOR
+
+
+def test_without_a_head_no_head_weight_is_listed(tmp_path):
+    ir, _ = _ir(tmp_path, "{synthetic: {seed: 0}}", "{default: {bits: null}}", head="off")
+    assert not [w for w in ir.weights if w.name.startswith("mtp.")]
+
+
+def test_overrides_are_named_as_the_rule_that_chose(tmp_path):
+    ir, _ = _ir(
+        tmp_path, "{synthetic: {seed: 0}}",
+        "{default: {bits: 4, block_size: 32}, overrides: [{match: lm_head.weight, bits: null}, {match: 'mtp.*', bits: 8}]}",
+    )
+    w = _by_name(ir)
+    assert w["lm_head.weight"].rule == "override 1 (lm_head.weight)" and w["lm_head.weight"].form is None
+    assert w["mtp.fc.weight"].rule == "override 2 (mtp.*)" and w["mtp.fc.weight"].form == QuantForm(8, 32, False)
+    assert w["layers.0.mlp.up_proj.weight"].rule == "default" and not w["layers.0.mlp.up_proj.weight"].lossless
+
+
+def test_q8_0_file_with_an_int4_default_says_it_requantizes(tmp_path, q8_gguf):
+    ir, _ = _ir(tmp_path, f"{{gguf: {q8_gguf}}}", "{default: {bits: 4, block_size: 32}}")
+    (note,) = [n for n in ir.notes if "not carried as stored" in n]
+    assert note.startswith(
+        "quantized source tensors not carried as stored: 1 Q8_0 -> int4 GatherBlockQuantized block 32 (re-quantized), "
+        "39 Q8_0 -> int4 MatMulNBits block 32 (re-quantized); "
+    )
+
+
+def test_q8_0_file_kept_as_source_is_carried_where_blocks_allow(tmp_path, q8_gguf):
+    ir, _ = _ir(tmp_path, f"{{gguf: {q8_gguf}}}", "{default: {keep: source}}")
+    linear = [w for w in ir.weights if w.role is WeightRole.LINEAR]
+    # out_proj's columns are regrouped by value head; 16-wide heads would split 32-element blocks.
+    split = [w for w in linear if w.name.endswith("linear_attn.out_proj.weight")]
+    assert len(split) == 2 and all(w.form is None and w.lossless for w in split)
+    carried = [w for w in linear if w not in split]
+    assert carried and all(w.form == QuantForm(8, 32, False) and w.lossless for w in carried)
+    assert _by_name(ir)["embed_tokens.weight"].form == QuantForm(8, 32, True)  # zero points always written
+    (note,) = [n for n in ir.notes if "not carried as stored" in n]
+    assert note.startswith("quantized source tensors not carried as stored: 2 Q8_0 -> float32 (dequantized); ")
+
+
+def test_a_type_with_no_carry_over_is_dequantized_and_said(tmp_path):
+    path = write_gguf(tmp_path / "k.gguf", ARCH, seed=3, types=(("*ffn_down*", QT.Q5_0),))
+    ir, _ = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}}")
+    down = _by_name(ir)["layers.0.mlp.down_proj.weight"]
+    assert down.source == "Q5_0" and down.form is None and down.lossless  # gguf-py's dequantization, in float32
+    (note,) = [n for n in ir.notes if "not carried as stored" in n]
+    assert "5 Q5_0 -> float32 (dequantized)" in note
+
+
+def test_compile_prints_the_note_and_the_card_lists_it(tmp_path, q8_gguf, capsys):
+    _, spec = _ir(tmp_path, f"{{gguf: {q8_gguf}}}", "{default: {bits: 4, block_size: 32}}")
+    assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "pkg")]) == 0
+    assert "note: quantized source tensors not carried as stored: " in capsys.readouterr().out
+    card = (tmp_path / "pkg" / "README.md").read_text()
+    assert "| default | 39 | linear | Q8_0 | int4 MatMulNBits block 32 | no |" in card
+    assert "quantized source tensors not carried as stored" in card
+
+
+def test_plan_groups_the_table(tmp_path, q8_gguf, capsys):
+    _, spec = _ir(tmp_path, f"{{gguf: {q8_gguf}}}", "{default: {bits: 4, block_size: 32}, overrides: [{match: mtp.fc.weight, bits: null}]}")
+    assert main(["plan", "-q", str(spec), "--against", str(tmp_path / "none")]) == 0
+    text = capsys.readouterr().out
+    assert "  quantization: modified\n" in text
+    assert "    - override 1 (mtp.fc.weight): 1 linear Q8_0 -> float32 (lossless): mtp.fc.weight\n" in text
+    assert "    - default: 38 linear Q8_0 -> int4 MatMulNBits block 32 (lossy): *.weight (20 patterns)\n" in text
+
+
+def test_name_glob_folds_layer_indices():
+    assert name_glob(["layers.0.mlp.up_proj.weight", "layers.3.mlp.up_proj.weight"]) == "layers.*.mlp.up_proj.weight"
+    many = [f"layers.{i}.mlp.{p}.weight" for i in range(2) for p in ("up_proj", "down_proj", "gate_proj", "x")]
+    assert name_glob(many) == "layers.*.mlp.*.weight (4 patterns)"
+
+
+def test_grouped_lines_count_each_group_once(tmp_path):
+    ir, _ = _ir(tmp_path, "{synthetic: {seed: 0}}", "{default: {bits: null}}")
+    lines = grouped_lines(ir.weights)
+    assert sum(int(line.split(": ", 1)[1].split(" ", 1)[0]) for line in lines) == len(ir.weights)
+    assert np.all([line.startswith("default: ") for line in lines])
