@@ -33,8 +33,10 @@ class QuantizedTensor:
     """A linear weight `[N, K]` already in onnxruntime MatMulNBits layout.
 
     `data` uint8 `[N, k_blocks, block_size * bits / 8]`; `scales` float `[N, k_blocks]`;
-    `zero_points` uint8 packed `[N, ceil(k_blocks * bits / 8)]` or None (the
-    op's default `2**(bits-1)`).
+    `zero_points` uint8 packed `[N, ceil(k_blocks * bits / 8)]`, or float `[N, k_blocks]`
+    (MatMulNBits takes those at 2 and 4 bits only; GatherBlockQuantized never), or None (the
+    op's default `2**(bits-1)`). `block_offsets` float `[N, k_blocks]`, when set, is added to
+    every weight of its block: neither op can, so the graph adds it (`gguf_quant` says how).
     """
 
     bits: int
@@ -44,28 +46,37 @@ class QuantizedTensor:
     scales: np.ndarray
     zero_points: np.ndarray | None = None
     source_type: str = ""  # e.g. "Q4_0", for messages and `inspect`
+    block_offsets: np.ndarray | None = None
 
     def dequantize(self) -> np.ndarray:
+        """The weight onnxruntime's CPU kernels compute, float32 `[N, K]`."""
         n, k = self.shape
         q = _unpack(self.data, self.bits).reshape(n, -1, self.block_size).astype(np.float32)
+        scales = self.scales.astype(np.float32)[..., None]
         if self.zero_points is None:
-            zp = np.full(q.shape[:2], 2 ** (self.bits - 1), np.float32)
+            w = (q - np.float32(2 ** (self.bits - 1))) * scales
+        elif self.zero_points.dtype.kind == "f":
+            # MatMulNBits' CPU kernel rounds both products, then subtracts (measured, onnxruntime 1.32 x86-64).
+            w = q * scales - self.zero_points.astype(np.float32)[..., None] * scales
         else:
             zp = _unpack(self.zero_points, self.bits)[:, : q.shape[1]].astype(np.float32)
-        w = (q - zp[..., None]) * self.scales.astype(np.float32)[..., None]
+            w = (q - zp[..., None]) * scales
+        if self.block_offsets is not None:
+            w = w + self.block_offsets.astype(np.float32)[..., None]
         return w.reshape(n, -1)[:, :k]
 
 
 def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    """Rows of codes packed low bits first (element `per*i + j` in bits `j*bits..` of byte i)."""
+    flat = packed.reshape(packed.shape[0], -1)
     if bits == 8:
-        return packed.reshape(packed.shape[0], -1)
-    if bits == 4:
-        flat = packed.reshape(packed.shape[0], -1)
-        out = np.empty((flat.shape[0], flat.shape[1] * 2), np.uint8)
-        out[:, 0::2] = flat & 0x0F  # element 2i in the low nibble
-        out[:, 1::2] = flat >> 4
-        return out
-    raise ValueError(f"unsupported bit width {bits}")
+        return flat
+    if bits not in (2, 4):
+        raise ValueError(f"unsupported bit width {bits}")
+    per = 8 // bits
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    out = (flat[:, :, None] >> shifts) & np.uint8(2**bits - 1)
+    return out.reshape(flat.shape[0], flat.shape[1] * per)
 
 
 Weight = Union[np.ndarray, QuantizedTensor]

@@ -1,14 +1,22 @@
-"""GGUF Q4_0 / Q8_0 -> MatMulNBits: bit-exact against gguf-py's dequantizer and exact on onnxruntime."""
+"""GGUF blocks -> onnxruntime's block-quantized layouts: the table of forms, the block decoders and the
+arrays, against gguf-py's dequantizer (onnxruntime runs of every type: test_gguf_quant_ort.py)."""
+
+from dataclasses import replace
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 from onnx import TensorProto, helper, numpy_helper
 
-from mtpc.sources.gguf_quant import to_quantized_tensor
+from mtpc.sources.gguf_blocks import FORMATS, decode
+from mtpc.sources.gguf_quant import (
+    ENCODINGS, GATHER, KERNEL_BITS, MATMUL, carry_over, error_bound, fits_float16, to_quantized_tensor,
+)
+from tests.sources.gguf_block_encoders import encode
 
 N, K = 48, 512
 
@@ -67,3 +75,109 @@ def test_matmulnbits_matches_dequantized_weight(qtype):
     expected = x.astype(np.float64) @ dequantize(raw, qtype).astype(np.float64).T
     got = _matmulnbits(x, qt)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+# ---------------------------------------------------------------- every exactly-mapped type
+
+TYPES = sorted(FORMATS, key=lambda t: t.name)
+
+# (bits, block_size, MatMulNBits zero points, offset term); GatherBlockQuantized differs only where the
+# MatMulNBits form uses float zero points: uint8 zero point 0 plus the offset term.
+EXPECTED = {
+    "Q4_0": (4, 32, "default", False), "Q8_0": (8, 32, "default", False), "Q5_0": (8, 32, "default", False),
+    "Q4_1": (4, 32, "float", False), "Q5_1": (8, 32, "default", True),
+    "Q2_K": (2, 16, "float", False), "Q3_K": (4, 16, "default", False), "Q4_K": (4, 32, "float", False),
+    "Q5_K": (8, 32, "default", True), "Q6_K": (8, 16, "default", False),
+    "TQ1_0": (2, 256, "default", False), "TQ2_0": (2, 256, "uint8", False),
+    "IQ4_NL": (8, 32, "default", False), "IQ4_XS": (8, 32, "default", False),
+    "MXFP4": (8, 32, "default", False), "NVFP4": (8, 16, "default", False),
+}
+NOT_MAPPED = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "Q8_1", "Q8_K", "BF16", "F16", "F32")
+
+
+def test_the_table_of_forms():
+    assert {t.name for t in FORMATS} == set(EXPECTED)
+    for qtype in TYPES:
+        mm, ga = carry_over(qtype, MATMUL), carry_over(qtype, GATHER)
+        assert (mm.bits, mm.block_size, mm.zero_points, mm.block_offsets) == EXPECTED[qtype.name], qtype.name
+        if mm.zero_points == "float":
+            assert (ga.bits, ga.block_size, ga.zero_points, ga.block_offsets) == (mm.bits, mm.block_size, "uint8", True)
+        else:
+            assert ga == replace(mm, op=GATHER)
+
+
+def test_forms_stay_inside_what_the_cpu_kernels_take():
+    for (qtype, op), form in ENCODINGS.items():
+        assert form.bits in KERNEL_BITS and form.block_size in (16, 32, 64, 128, 256)
+        if form.zero_points == "float":  # refused at 8 bits by MatMulNBits, never taken by GatherBlockQuantized
+            assert op == MATMUL and form.bits < 8, qtype.name
+
+
+@pytest.mark.parametrize("name", NOT_MAPPED)
+def test_types_without_an_exact_form(name):
+    qtype = QT[name]
+    assert carry_over(qtype, MATMUL) is None and carry_over(qtype, GATHER) is None
+    with pytest.raises(ValueError, match="no exact"):
+        to_quantized_tensor(np.zeros((1, 256), np.uint8), qtype, 1, 256)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_block_decoder_is_bit_exact_with_gguf_py(qtype):
+    block, size = GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(5)
+    raw_random = rng.integers(0, 256, (8, 1024 // block * size), dtype=np.uint8)  # any bytes, inf/NaN included
+    raw_encoded = encode(qtype, rng, 8 * 1024 // block)[0].reshape(8, -1)
+    for raw in (raw_random, raw_encoded):
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(decode(raw, qtype, 8, 1024).value(), dequantize(raw, qtype))
+
+
+@pytest.mark.parametrize("op", [MATMUL, GATHER])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_quantized_tensor_dequantizes_to_gguf_py(qtype, op):
+    n, k = 16, 512
+    block = GGML_QUANT_SIZES[qtype][0]
+    raw, terms = encode(qtype, np.random.default_rng(6), n * k // block)
+    raw, terms = raw.reshape(n, -1), terms.reshape(n, k)
+    qt = to_quantized_tensor(raw, qtype, n, k, op)
+    form = carry_over(qtype, op)
+    k_blocks = k // form.block_size
+    assert (qt.bits, qt.block_size, qt.shape, qt.source_type) == (form.bits, form.block_size, (n, k), qtype.name)
+    assert qt.data.dtype == np.uint8 and qt.data.shape == (n, k_blocks, form.block_size * form.bits // 8)
+    assert qt.scales.dtype == np.float32 and qt.scales.shape == (n, k_blocks)
+    if form.zero_points == "float":
+        assert qt.zero_points.dtype == np.float32 and qt.zero_points.shape == (n, k_blocks)
+    elif form.zero_points == "uint8":
+        assert qt.zero_points.dtype == np.uint8 and qt.zero_points.shape == (n, -(-k_blocks * form.bits // 8))
+    else:
+        assert qt.zero_points is None
+    assert (qt.block_offsets is not None) == form.block_offsets
+    if form.block_offsets:
+        assert qt.block_offsets.dtype == np.float32 and qt.block_offsets.shape == (n, k_blocks)
+    rel, _ = error_bound(form, np.float32)
+    w = dequantize(raw, qtype)
+    assert np.all(np.abs(qt.dequantize().astype(np.float64) - w) <= rel * terms)
+    if form.zero_points != "float":
+        np.testing.assert_array_equal(qt.dequantize(), w)
+
+
+def _q4_1_block(d: float, m: float, codes) -> np.ndarray:
+    q = np.asarray(codes)
+    nib = (q[:16] | q[16:] << 4).astype(np.uint8)
+    return np.concatenate([np.array([d, m], np.float16).view(np.uint8), nib])
+
+
+def test_a_zero_scale_sub_block_keeps_its_constant():
+    """Q4_1 `d = 0` is the constant `m`, which `scale * (q - z)` cannot hold: codes 0, scale -m, zero point 1."""
+    raw = np.stack([_q4_1_block(0.0, 3.5, np.arange(32) % 16), _q4_1_block(0.25, -1.0, np.arange(32) % 16)])
+    qt = to_quantized_tensor(raw.reshape(1, -1), QT.Q4_1, 1, 64)
+    np.testing.assert_array_equal(qt.dequantize(), dequantize(raw.reshape(1, -1), QT.Q4_1))
+    assert np.all(qt.dequantize()[0, :32] == 3.5)
+
+
+def test_fits_float16_flags_scales_float16_cannot_hold():
+    n, k = 8, 256
+    raw, _ = encode(QT.Q6_K, np.random.default_rng(0), n * k // 256)  # block 5, case "max": d = 65504 overflows
+    assert not fits_float16(to_quantized_tensor(raw.reshape(n, -1), QT.Q6_K, n, k))
+    raw, _ = encode(QT.Q6_K, np.random.default_rng(0), n * k // 256, moderate=True)
+    assert fits_float16(to_quantized_tensor(raw.reshape(n, -1), QT.Q6_K, n, k))
