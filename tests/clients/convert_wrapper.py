@@ -1,0 +1,46 @@
+"""Run llama.cpp's `convert_hf_to_gguf.py` on a tiny test checkpoint.
+
+    python convert_wrapper.py LLAMA_CPP_DIR PRE_TOKENIZER -- ARGS... [-- ARGS...]
+
+Each `--`-separated group of arguments is one run of the converter's `main()`,
+in this one process (torch and transformers are imported once, which is most
+of a tiny conversion's time); its class-level state is reset by the converter
+at the start of each run.
+
+The converter names the BPE pre-tokenizer (`tokenizer.ggml.pre`) by hashing
+how the checkpoint's tokenizer encodes a fixed text, and knows only real
+models' hashes (`TextModel.get_vocab_base_pre`); any other tokenizer is
+refused. Our tiny byte-level tokenizers stand in for the real Qwen3.5 one, so
+this wrapper answers with the name the converter gives that one (`qwen35`)
+and otherwise runs the converter unchanged: same module, same `main()`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    tree, pre_tokenizer, *rest = sys.argv[1:]
+    runs: list[list[str]] = []
+    for argument in rest:
+        if argument == "--":
+            runs.append([])
+        else:
+            runs[-1].append(argument)
+    sys.path.insert(0, str(Path(tree).resolve()))
+    import convert_hf_to_gguf  # noqa: E402  (puts the tree's own gguf-py first on sys.path)
+    from conversion.base import TextModel  # noqa: E402
+
+    def get_vocab_base_pre(self, tokenizer) -> str:
+        return pre_tokenizer
+
+    TextModel.get_vocab_base_pre = get_vocab_base_pre
+    for arguments in runs:
+        sys.argv = [convert_hf_to_gguf.__file__, *arguments]
+        convert_hf_to_gguf.main()
+
+
+if __name__ == "__main__":
+    main()
