@@ -165,6 +165,31 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
 
 # Initializer names in the main graph that runtimes borrow by name (onnx-genai's MTP sidecar reads the
 # target's embedding and LM head instead of carrying copies). The graph emitter must use exactly these
-# names for float weights; a quantized LM head is stored under other names (e.g. `lm_head.MatMul.weight_Q4`).
+# names. A quantized embedding is stored under other names (`model.embed_tokens.weight_Q4`, ...: the
+# sidecar cannot borrow it anyway); a quantized LM head keeps LM_HEAD_INITIALIZER for its packed
+# MatMulNBits data, with its scales and zero points named by `quantized_companions`.
 EMBEDDING_INITIALIZER = "model.embed_tokens.weight"
 LM_HEAD_INITIALIZER = "lm_head.MatMul.weight"
+
+
+def quantized_companions(weight: str) -> tuple[str, str]:
+    """(scales, zero points) of a packed MatMulNBits weight, named the way onnx-genai looks them up.
+
+    onnx-genai's native MTP loader borrows a quantized LM head by the packed weight's name and finds
+    its companions as `<name minus its last .segment>.scales` / `.zero_points` (`lm_head.weight` ->
+    `lm_head.scales`); see shared/reference/inference-metadata.md §4.5.
+    """
+    prefix = weight.rsplit(".", 1)[0]
+    return f"{prefix}.scales", f"{prefix}.zero_points"
+
+
+def quantized_names(weight: str, bits: int) -> tuple[str, str, str]:
+    """Initializer names of a MatMulNBits / GatherBlockQuantized weight: (packed data, scales, zero points).
+
+    The onnxruntime-genai builder's `<weight>_Q4` / `_scales` / `_zp` for every weight but the LM head,
+    which a runtime borrows by name: its packed data keeps the weight's own name and its companions follow
+    onnx-genai's convention, so the same package serves both runtimes.
+    """
+    if weight == LM_HEAD_INITIALIZER:
+        return (weight, *quantized_companions(weight))
+    return f"{weight}_Q{bits}", f"{weight}_scales", f"{weight}_zp"

@@ -3,6 +3,12 @@
 `build_ir` is the only way from a spec file to the final IR: `build` (behind
 `compile`, `plan`, `check SPEC`, `diff SPEC SPEC`) emits artifacts from it and
 `verify` runs its reference on it, so no verb can disagree about what a spec means.
+
+`build` is also the gate: every artifact is checked against its schema, and the
+package as a whole against every cross-artifact contract `mtpc check` applies,
+in memory, before anything is written. A spec the runtimes could not use is
+refused earlier, by lowering or a pass, at the spec field to change (exit 1);
+what the gate still finds is a bug in mtpc (exit 3).
 """
 
 from __future__ import annotations
@@ -13,14 +19,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-import yaml
-
 from . import sources
+from .checks import artifact_files, check_files
 from .diagnostics import Diagnostic, ExitCode, MtpcError
 from .emit import EMITTERS, Artifact, EmitContext, Progress
 from .ir import ModelIR
 from .passes import PassResult, Pipeline, default_pipeline
-from .validation import errors as schema_errors, json_path, load_schema
+from .validation import errors as schema_errors, json_path, load_schema, read_yaml
 from .sources import SourceInfo
 
 if TYPE_CHECKING:
@@ -108,6 +113,8 @@ def build(
                 raise AssertionError(f"two emitters wrote {art.relpath}")
             seen.add(art.relpath)
             validate_artifact(art)
+        progress("checking the package's contracts")
+        check_contracts(artifacts)
     except BaseException:
         ctx.close()
         raise
@@ -118,7 +125,7 @@ def parse_artifact(art: Artifact):
     if art.relpath.endswith(".json"):
         return json.loads(art.read().decode("utf-8"))
     if art.relpath.endswith((".yaml", ".yml")):
-        return yaml.safe_load(art.read().decode("utf-8"))
+        return read_yaml(art.read().decode("utf-8"))
     return None
 
 
@@ -134,5 +141,19 @@ def validate_artifact(art: Artifact) -> None:
                 Diagnostic(f"emitted artifact violates {art.schema}: {e.message}", path=f"{art.relpath}:{json_path(e)}")
                 for e in problems
             ],
+            ExitCode.INTERNAL,
+        )
+
+
+def check_contracts(artifacts: list[Artifact]) -> None:
+    """The contract checks of `mtpc check`, over a package still in memory; a finding is a bug in mtpc.
+
+    Reads the configs and the graph protos, never the weights: a streamed data file is
+    measured by the size its layout declares.
+    """
+    findings = check_files(artifact_files(artifacts))
+    if findings:
+        raise MtpcError(
+            [Diagnostic(f"the package would fail `mtpc check`: {f.message}", path=f"{f.file}:{f.pointer or '/'}") for f in findings],
             ExitCode.INTERNAL,
         )

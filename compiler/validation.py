@@ -7,6 +7,11 @@ from functools import lru_cache
 from importlib import resources
 
 import jsonschema
+import yaml
+
+# libyaml's safe loader where PyYAML has it: the same documents, read about ten times faster, which
+# matters since every package is read back as it is built and checked before it is written.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def schema_names() -> list[str]:
@@ -38,3 +43,8 @@ def json_path(error: jsonschema.ValidationError) -> str:
 
 def errors(name: str, instance) -> list[jsonschema.ValidationError]:
     return sorted(validator(name).iter_errors(instance), key=lambda e: (json_path(e), e.message))
+
+
+def read_yaml(text: str):
+    """`yaml.safe_load(text)`, with libyaml's loader where it is available."""
+    return yaml.load(text, Loader=_SAFE_LOADER)

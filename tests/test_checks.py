@@ -6,11 +6,12 @@ import json
 import shutil
 from pathlib import Path, PurePosixPath
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import yaml
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from mtpc.checks import check_package, schema_for
 from mtpc.driver import build
@@ -297,6 +298,112 @@ def test_flat_metadata_names_and_borrowed_initializers(tmp_path):
         "inference_metadata.yaml:/speculative/lm_head/name: 'lm_head.weight' is not an initializer of model.onnx",
         "inference_metadata.yaml:/speculative/target_hidden_output: 'hidden_states.3' is not an output of model.onnx",
         "inference_metadata.yaml:/speculative/target_hidden_size: is 48 but mtp_sidecar.onnx input 'inputs_embeds' is 32 wide",
+    ]
+
+
+def _target_initializers(folder: Path, *, drop=(), nodes=(), **arrays) -> Path:
+    """The flat package's model.onnx with initializers added (name=array; a `__` in a name stands for '.'),
+    some dropped, and nodes added: the checks read names, dtypes, shapes and MatMulNBits attributes only."""
+    path = folder / "model.onnx"
+    model = onnx.load(str(path))
+    kept = [t for t in model.graph.initializer if t.name not in drop]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept + [numpy_helper.from_array(a, n.replace("__", ".")) for n, a in arrays.items()])
+    model.graph.node.extend(nodes)
+    onnx.save(model, str(path))
+    return folder
+
+
+def _speculator_findings(folder: Path) -> list[str]:
+    return [f.split(": ", 1)[1] for f in lines(folder) if f.startswith("inference_metadata.yaml:/speculative/")]
+
+
+PACKED = np.zeros((hm.VOCAB, 1, 16), np.uint8)  # [N, k_blocks, blob]: 4-bit blocks of 32 over hidden 32
+SCALES = np.ones((hm.VOCAB, 1), np.float32)
+
+
+def _reader(bits=4, block_size=32, scales="lm_head.scales", zero_points=None):
+    inputs = ["x", "lm_head.weight", scales] + ([zero_points] if zero_points else [])
+    return onnx.helper.make_node("MatMulNBits", inputs, ["y"], domain="com.microsoft", K=hm.HIDDEN, N=hm.VOCAB,
+                                 bits=bits, block_size=block_size)
+
+
+def test_a_dense_float_lm_head_is_borrowed_either_way_round(tmp_path):
+    for shape in ((hm.HIDDEN, hm.VOCAB), (hm.VOCAB, hm.HIDDEN)):
+        folder = _target_initializers(_flat_package(tmp_path / str(shape)), lm_head__weight=np.zeros(shape, np.float16))
+        assert _speculator_findings(folder) == []
+    folder = _target_initializers(_flat_package(tmp_path / "wide"), lm_head__weight=np.zeros((hm.HIDDEN, hm.VOCAB + 1), np.float32))
+    assert _speculator_findings(folder) == [
+        f"'lm_head.weight' is [{hm.HIDDEN}, {hm.VOCAB + 1}]; a dense LM head must be [{hm.HIDDEN}, {hm.VOCAB}] "
+        f"or [{hm.VOCAB}, {hm.HIDDEN}] (hidden, vocabulary)"
+    ]
+
+
+def test_a_packed_lm_head_is_borrowed_under_onnx_genais_names(tmp_path):
+    folder = _target_initializers(_flat_package(tmp_path), lm_head__weight=PACKED, lm_head__scales=SCALES, nodes=[_reader()])
+    assert _speculator_findings(folder) == []
+
+
+def test_a_packed_lm_head_with_builder_names_is_refused_for_its_scales(tmp_path):
+    # `<weight>_scales` is where onnxruntime-genai's builder puts them; onnx-genai looks for `<prefix>.scales`.
+    folder = _target_initializers(_flat_package(tmp_path), lm_head__weight=PACKED, lm_head__weight_scales=SCALES)
+    assert _speculator_findings(folder) == [
+        "'lm_head.weight' is packed, so onnx-genai takes its scales from 'lm_head.scales', which is not an initializer of model.onnx"
+    ]
+
+
+def test_a_packed_lm_head_read_with_another_encoding_or_other_companions_is_refused(tmp_path):
+    folder = _target_initializers(_flat_package(tmp_path / "a"), lm_head__weight=PACKED, lm_head__scales=SCALES,
+                                  nodes=[_reader(bits=8, block_size=16)])
+    assert _speculator_findings(folder) == [
+        "onnx-genai would read 'lm_head.weight' as 4-bit blocks of 32 (from its shape and target_hidden_size), "
+        "but model.onnx reads it as 8-bit blocks of 16"
+    ]
+    points = np.zeros((hm.VOCAB, 1), np.uint8)
+    folder = _target_initializers(_flat_package(tmp_path / "b"), lm_head__weight=PACKED, lm_head__scales=SCALES,
+                                  lm_head__zero_points=points, nodes=[_reader()])
+    assert _speculator_findings(folder) == [
+        "onnx-genai would pair 'lm_head.weight' with scales 'lm_head.scales' and zero points 'lm_head.zero_points', "
+        "but model.onnx reads it with 'lm_head.scales' and None"
+    ]
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"lm_head__weight": np.zeros((hm.VOCAB, 3, 16), np.uint8), "lm_head__scales": np.ones((hm.VOCAB, 3), np.float32)},
+         "'lm_head.weight' has 3 blocks per row, which does not divide target_hidden_size 32: onnx-genai derives the block size from the two"),
+        ({"lm_head__weight": np.zeros((hm.VOCAB, 1, 12), np.uint8), "lm_head__scales": SCALES},
+         "'lm_head.weight' packs 12 bytes per block of 32 (32 / 1 blocks), which is no 2, 4, 8-bit encoding"),
+        ({"lm_head__weight": np.zeros((hm.VOCAB + 1, 1, 16), np.uint8), "lm_head__scales": np.ones((hm.VOCAB + 1, 1), np.float32)},
+         f"'lm_head.weight' has {hm.VOCAB + 1} rows but the vocabulary (the embedding's rows) is {hm.VOCAB}"),
+        ({"lm_head__weight": PACKED, "lm_head__scales": np.ones((hm.VOCAB, 1), np.int32)},
+         f"its scales 'lm_head.scales' are int32 [{hm.VOCAB}, 1]; onnx-genai needs float32, float16 or bfloat16 [{hm.VOCAB}, 1]"),
+        ({"lm_head__weight": PACKED, "lm_head__scales": SCALES, "lm_head__zero_points": np.zeros((hm.VOCAB, 2), np.uint8)},
+         f"its zero points 'lm_head.zero_points' are uint8 [{hm.VOCAB}, 2]; MatMulNBits takes uint8 [{hm.VOCAB}, 1] (or the scales' type and shape)"),
+        ({"lm_head__weight": np.zeros((hm.VOCAB, hm.HIDDEN), np.int8)},
+         f"'lm_head.weight' (int8 [{hm.VOCAB}, {hm.HIDDEN}]) is neither a dense float [hidden, vocab] / [vocab, hidden] "
+         "matrix nor a MatMulNBits-packed uint8 [N, k_blocks, blob] tensor"),
+    ],
+    ids=["blocks-do-not-divide-hidden", "no-bit-width", "rows-are-not-the-vocabulary", "int-scales", "zero-points-shape", "int8-matrix"],
+)
+def test_a_borrowed_lm_head_onnx_genai_would_refuse(tmp_path, arrays, message):
+    assert _speculator_findings(_target_initializers(_flat_package(tmp_path), **arrays)) == [message]
+
+
+def test_a_borrowed_embedding_must_be_a_dense_float_table(tmp_path):
+    lm_head = {"lm_head__weight": np.zeros((hm.HIDDEN, hm.VOCAB), np.float32)}
+    folder = _target_initializers(_flat_package(tmp_path / "uint8"), drop=("model.embed_tokens.weight",),
+                                  model__embed_tokens__weight=np.zeros((hm.VOCAB, hm.HIDDEN), np.uint8), **lm_head)
+    assert _speculator_findings(folder) == [
+        "'model.embed_tokens.weight' is uint8; the sidecar borrows a float32, float16 or bfloat16 embedding"
+    ]
+    # GatherBlockQuantized stores the table under other names (what compile wrote before issue 7).
+    folder = _target_initializers(_flat_package(tmp_path / "gbq"), drop=("model.embed_tokens.weight",),
+                                  model__embed_tokens__weight_Q4=np.zeros((hm.VOCAB, hm.HIDDEN // 2), np.uint8), **lm_head)
+    assert _speculator_findings(folder) == [
+        "'model.embed_tokens.weight' is not an initializer of model.onnx (it is stored quantized, as "
+        "'model.embed_tokens.weight_Q4'; the sidecar borrows only a dense float embedding)"
     ]
 
 

@@ -12,6 +12,9 @@ EPILOG = """\
 The package is written atomically: files go to a temporary sibling folder that
 replaces DIR only once everything is written, so a failure leaves DIR exactly
 as it was (or absent). Compiling the same spec twice gives byte-identical files.
+Before anything is written the package passes every check of `mtpc check`, in
+memory: a spec no runtime could use is refused at its own lines (exit 1), and
+a package of ours that would fail a check is a bug in mtpc (exit 3).
 
 DIR may be absent, an empty folder, or a package mtpc wrote before (known by its
 README.md); anything else is refused unless --force. A file, and a folder that

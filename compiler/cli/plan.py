@@ -14,9 +14,11 @@ from .report import verb_parser, existing_file, out, print_json, progress_printe
 
 HELP = "show what compile would create, change or remove, and what each pass did"
 EPILOG = """\
-Compiles in memory and compares every file with DIR by content hash (large files
-are streamed, never loaded whole). Nothing is written. Exit code 0 whatever the
-plan says; use `mtpc diff` when a difference should fail a script.
+Compiles in memory, with the same spec rules and contract checks as compile,
+and compares every file with DIR by content hash (large files are streamed,
+never loaded whole). Nothing is written. Exit code 0 whatever the plan says
+(1 or 3 when compile would refuse the spec, as compile would); use `mtpc diff`
+when a difference should fail a script.
 
 examples:
   mtpc plan specs/qwen35-tiny-mtp.yaml                   # against ./out/<spec name>

@@ -32,6 +32,14 @@ class Artifact:
     content: bytes | None = None  # small files
     chunks: Callable[[], Iterator[bytes | memoryview]] | None = None  # large files, streamed
     schema: str | None = None  # schema file in schemas/ the content must satisfy
+    # A streamed file's length, known from its layout before any chunk is produced (None: not known).
+    # Lets the contract checks measure external data against its file without reading the weights.
+    size: int | None = None
+
+    @property
+    def nbytes(self) -> int | None:
+        """The file's length without producing it: the content's, or the declared size of a streamed file."""
+        return len(self.content) if self.content is not None else self.size
 
     def iter_bytes(self) -> Iterator[bytes | memoryview]:
         if self.content is not None:

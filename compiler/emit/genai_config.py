@@ -193,9 +193,15 @@ def _shared_initializers(
 
 
 def _weight_of(initializer: str) -> str:
-    """The weight an initializer belongs to: `lm_head.MatMul.weight_Q4` -> `lm_head.MatMul.weight`."""
+    """The weight an initializer belongs to, under either naming `contracts.quantized_names` uses:
+    `model.embed_tokens.weight_Q4` -> `model.embed_tokens.weight`, `lm_head.MatMul.scales` -> `lm_head.MatMul.weight`."""
     base, sep, _ = initializer.partition(".weight")
-    return base + sep if sep else initializer
+    if sep:
+        return base + sep
+    for companion in (".scales", ".zero_points"):
+        if initializer.endswith(companion):
+            return initializer.removesuffix(companion) + ".weight"
+    return initializer
 
 
 def _relative_to(shared: list[dict], config_dir: str) -> list[dict]:

@@ -22,6 +22,7 @@ import yaml
 from ..contracts import BATCH
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR, TensorSpec
+from ..validation import read_yaml
 from . import Artifact, EmitContext
 from .speculator import SpeculatorConfig, contract_findings, speculator_findings
 
@@ -104,7 +105,7 @@ def emit_inference_metadata(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
 
     doc = workflow_document(ir, speculator, head) if target.layout == "workflow" else flat_document(ir, speculator)
     text = _render(f"inference_metadata.{target.layout}.yaml.j2", doc=doc, speculator=speculator)
-    _check_read_back(METADATA_FILE, yaml.safe_load(text), doc)
+    _check_read_back(METADATA_FILE, read_yaml(text), doc)
     artifacts = [Artifact(METADATA_FILE, text.encode("utf-8"), schema=SCHEMAS[target.layout])]
     if speculator is not None and target.layout == "workflow":
         config = {"speculator_config": speculator.to_dict()}
@@ -120,10 +121,8 @@ def _speculator(ir: ModelIR) -> tuple[SpeculatorConfig | None, DecoderConfig | N
     head = ir.head(HeadContract.ONNX_GENAI)
     if head is None:
         raise _internal(["the MTP head is to be emitted but the IR has no onnx-genai head decoder"])
-    # Lowering refuses a quantized LM head with this target: the sidecar can only borrow a float one by name.
-    lm_head_bits = ir.quantization.scheme_for("lm_head.weight").bits
-    if lm_head_bits is not None:
-        raise AssertionError(f"the onnx-genai sidecar cannot borrow a {lm_head_bits}-bit LM head")
+    # The embedding and LM head are borrowed by name (`contracts`); lowering refuses forms the sidecar
+    # cannot take (spec/borrowed_weights.py), and compile's contract check holds the graphs to it.
     return SpeculatorConfig.for_head(ir, head), head
 
 

@@ -38,7 +38,7 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
         built: BuiltGraph = build(posixpath.basename(data_relpath))
         proto = oir.serde.serialize_model(built.model)
         artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
-        artifacts.append(Artifact(data_relpath, chunks=built.data.chunks))
+        artifacts.append(Artifact(data_relpath, chunks=built.data.chunks, size=built.data.size))
         ctx.data_layouts[data_relpath] = {k: v for k, v in built.data.layout().items() if is_shareable(k)}
 
     add(ir.main.filename, lambda location: build_main(ir, params, location, ctx.progress))

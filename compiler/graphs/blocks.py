@@ -36,7 +36,7 @@ def initializer_name(canonical: str) -> str:
 
 
 def linear_stem(canonical: str) -> str:
-    """Initializer stem of a projection; `<stem>.weight` (float) or `<stem>.weight_Q4` / `_scales` / `_zp`."""
+    """Initializer stem of a projection: `<stem>.weight`, float or packed; `contracts.quantized_names` names the rest."""
     if canonical == "lm_head.weight":
         return LM_HEAD_INITIALIZER.removesuffix(".weight")
     return initializer_name(canonical).removesuffix(".weight") + ".MatMul"

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as oir
 
+from ..contracts import quantized_names
 from ..ir import QuantizationPlan
-from ..quant import QuantForm, resolve, resolved_form
+from ..quant import QuantForm, embedding_form, resolve, resolved_form
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 
@@ -89,18 +90,14 @@ class ParameterSource:
     # ------------------------------------------------------------------ embedding
 
     def embedding(self, canonical: str, name: str) -> EmbeddingParams:
-        """A float embedding stays float; a source-quantized one stays quantized when its scheme keeps it
-        at 4 or 8 bits with whole blocks (GatherBlockQuantized), and is dequantized otherwise."""
+        """Float for Gather, or GatherBlockQuantized tensors when `quant.embedding_form` says so (a
+        source-quantized table its scheme keeps or re-quantizes at 4 or 8 bits in whole blocks)."""
         info = self.store.info(canonical)
         vocab, hidden = info.shape
         scheme = self.plan.scheme_for(canonical)
-        form = resolved_form(info, scheme) if info.quantized else None
-        if form is not None and (form.bits not in (4, 8) or hidden % form.block_size):
-            form = None
+        form = embedding_form(info, scheme)
         if form is None:
             return EmbeddingParams(vocab, hidden, self.tensor(canonical, name), None)
-        # Zero points are always written: GatherBlockQuantized's defaults differ between execution providers.
-        form = QuantForm(form.bits, form.block_size, True)
         planned = _quantized_tensors(name, vocab, hidden, form, self.io_dtype)
         flat = (vocab, hidden * form.bits // 8)
         planned = (PlannedTensor(planned[0].name, planned[0].dtype, flat),) + planned[1:]
@@ -115,13 +112,14 @@ class ParameterSource:
 
 
 def _quantized_tensors(base: str, n: int, k: int, form: QuantForm, scale_dtype: oir.DataType):
+    data, scales, zero_points = quantized_names(base, form.bits)
     k_blocks = -(-k // form.block_size)
     tensors = (
-        PlannedTensor(f"{base}_Q{form.bits}", oir.DataType.UINT8, (n, k_blocks, form.block_size * form.bits // 8)),
-        PlannedTensor(f"{base}_scales", scale_dtype, (n, k_blocks)),
+        PlannedTensor(data, oir.DataType.UINT8, (n, k_blocks, form.block_size * form.bits // 8)),
+        PlannedTensor(scales, scale_dtype, (n, k_blocks)),
     )
     if form.has_zero_points:
-        tensors += (PlannedTensor(f"{base}_zp", oir.DataType.UINT8, (n, -(-k_blocks * form.bits // 8))),)
+        tensors += (PlannedTensor(zero_points, oir.DataType.UINT8, (n, -(-k_blocks * form.bits // 8))),)
     return tensors
 
 

@@ -26,11 +26,10 @@ from ..ir import (
     SeedHidden,
     SourceRef,
 )
-from ..passes.head_detection import emits_head
 from ..sources import SourceInfo
 from ..validation import load_schema
 from ..weights import canonical_shapes
-from . import rules
+from . import borrowed_weights, rules
 from .defaults import apply_defaults
 from .loader import LoadedSpec, by_position
 from .suggest import closest
@@ -67,10 +66,11 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
         notes=info.notes + _tokenizer_notes(ref, info),
         source_tensors=info.tensors,
     )
-    problems = _unmatched_overrides(spec, ir) + _quantized_lm_head_for_onnx_genai(spec, ir)
+    borrowed, notes = borrowed_weights.check(spec, ir)
+    problems = _unmatched_overrides(spec, ir) + borrowed
     if problems:
         raise MtpcError(by_position(problems), ExitCode.FINDINGS)
-    return ir, info
+    return replace(ir, notes=ir.notes + notes), info
 
 
 def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
@@ -169,44 +169,6 @@ def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
             )
         )
     return out
-
-
-def _quantized_lm_head_for_onnx_genai(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
-    """With a head and an onnx_genai target, the LM head must stay float.
-
-    onnx-genai's MTP sidecar borrows the main model's LM head by initializer name, and
-    finds a packed head's scales as `<name minus last segment>.scales`, which our
-    MatMulNBits names do not follow. Whether a head is built is head detection's
-    decision (`emits_head`), asked here so the refusal comes with the spec's lines.
-    """
-    if ir.targets.onnx_genai is None or not emits_head(ir):
-        return []
-    bits = ir.quantization.scheme_for(_LM_HEAD).bits
-    if bits is None:
-        return []
-    where, what = _where_lm_head_scheme_is_set(spec, ir.quantization)
-    return [
-        spec.diagnostic(
-            where,
-            f"{what} stores {_LM_HEAD} in {bits} bits, but the onnx_genai target's MTP sidecar "
-            "borrows the main model's LM head by name and can only use a float one",
-            hint=f"put {{match: {_LM_HEAD}, bits: null}} first in quantization.overrides, "
-            "or drop the onnx_genai target, or set mtp.head: off",
-        )
-    ]
-
-
-_LM_HEAD = "lm_head.weight"
-
-
-def _where_lm_head_scheme_is_set(spec: LoadedSpec, plan: QuantizationPlan) -> tuple[tuple, str]:
-    """The spec node that gives the LM head its bits, and how a message names it."""
-    index = plan.deciding_override(_LM_HEAD)
-    if index is None:
-        return ("quantization", "default", "bits"), "quantization.default"
-    override = ("quantization", "overrides", index)
-    where = override + ("bits",) if spec.get(override + ("bits",)) is not None else override + ("match",)
-    return where, f"the override '{plan.overrides[index].match}'"
 
 
 def _tokenizer_notes(ref: SourceRef, info: SourceInfo) -> tuple[str, ...]:

@@ -230,24 +230,24 @@ def test_no_onnxruntime_genai_target_no_config():
 # ----------------------------------------------------------------------------- shared initializers
 
 # What the graph emitter records per data file: its shareable tensors (the embedding, with its quantized
-# parts, and the LM head), by name.
+# parts, and the LM head, whose packed data keeps its name and whose scales are `lm_head.MatMul.scales`), by name.
 MAIN_LAYOUT = {
-    "lm_head.MatMul.weight_scales": StoredTensor(48192, 1024, 10, (256, 2)),
+    "lm_head.MatMul.scales": StoredTensor(48192, 1024, 10, (256, 2)),
     "model.embed_tokens.weight_Q4": StoredTensor(0, 8192, 2, (256, 2, 16)),
-    "lm_head.MatMul.weight_Q4": StoredTensor(40192, 8000, 2, (256, 2, 16)),
+    "lm_head.MatMul.weight": StoredTensor(40192, 8000, 2, (256, 2, 16)),
     "model.embed_tokens.weight_scales": StoredTensor(49216, 512, 10, (256, 2)),
 }
 HEAD_LAYOUT = {  # the same tensors at other offsets of the head's own file
     "model.embed_tokens.weight_Q4": StoredTensor(4096, 8192, 2, (256, 2, 16)),
     "model.embed_tokens.weight_scales": StoredTensor(0, 512, 10, (256, 2)),
-    "lm_head.MatMul.weight_Q4": StoredTensor(36864, 8000, 2, (256, 2, 16)),
-    "lm_head.MatMul.weight_scales": StoredTensor(44864, 1024, 10, (256, 2)),
+    "lm_head.MatMul.weight": StoredTensor(36864, 8000, 2, (256, 2, 16)),
+    "lm_head.MatMul.scales": StoredTensor(44864, 1024, 10, (256, 2)),
 }
 DATA_LAYOUT = {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": HEAD_LAYOUT}
 EXPECTED_SHARED = [
     {"name": "model.embed_tokens.weight_Q4", "data_file": "model.onnx.data", "offset": "0", "length": "8192", "data_type": 2, "shape": [256, 2, 16]},
-    {"name": "lm_head.MatMul.weight_Q4", "data_file": "model.onnx.data", "offset": "40192", "length": "8000", "data_type": 2, "shape": [256, 2, 16]},
-    {"name": "lm_head.MatMul.weight_scales", "data_file": "model.onnx.data", "offset": "48192", "length": "1024", "data_type": 10, "shape": [256, 2]},
+    {"name": "lm_head.MatMul.weight", "data_file": "model.onnx.data", "offset": "40192", "length": "8000", "data_type": 2, "shape": [256, 2, 16]},
+    {"name": "lm_head.MatMul.scales", "data_file": "model.onnx.data", "offset": "48192", "length": "1024", "data_type": 10, "shape": [256, 2]},
     {"name": "model.embed_tokens.weight_scales", "data_file": "model.onnx.data", "offset": "49216", "length": "512", "data_type": 10, "shape": [256, 2]},
 ]
 
@@ -288,7 +288,7 @@ def test_no_shared_initializers_without_both_layouts(layouts):
 
 def test_a_differently_quantized_head_lm_head_is_not_shared():
     head = dict(HEAD_LAYOUT)
-    head["lm_head.MatMul.weight_Q4"] = StoredTensor(36864, 16384, 3, (256, 2, 32))  # int8 in the head
+    head["lm_head.MatMul.weight"] = StoredTensor(36864, 16384, 3, (256, 2, 32))  # int8 in the head
     # Its scales happen to have the same dtype, shape and length; they still hold other values.
     artifacts = _emit(compiled(ort=CUDA_DENSE), {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": head})
     shared = _doc(artifacts["genai_config.json"])["model"]["mtp"]["shared_initializers"]
@@ -299,7 +299,7 @@ def test_a_part_missing_from_the_head_blocks_sharing_of_that_weight():
     head = {k: v for k, v in HEAD_LAYOUT.items() if k != "model.embed_tokens.weight_scales"}
     artifacts = _emit(compiled(ort=CUDA_DENSE), {"model.onnx.data": MAIN_LAYOUT, "mtp/mtp.onnx.data": head})
     shared = _doc(artifacts["genai_config.json"])["model"]["mtp"]["shared_initializers"]
-    assert [e["name"] for e in shared] == ["lm_head.MatMul.weight_Q4", "lm_head.MatMul.weight_scales"]
+    assert [e["name"] for e in shared] == ["lm_head.MatMul.weight", "lm_head.MatMul.scales"]
 
 
 # ----------------------------------------------------------------------------- determinism

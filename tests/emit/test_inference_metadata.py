@@ -337,18 +337,17 @@ def test_no_onnx_genai_target_emits_nothing():
     assert emit(build_ir(targets=Targets())) == {}
 
 
-# Lowering and the spec rules refuse these states as user errors; reaching the emitter with one is a bug.
-
-
-def test_quantized_lm_head_is_asserted_against():
+def test_a_quantized_lm_head_is_borrowed_under_the_same_name():
+    # The packed LM head keeps the float one's initializer name (its scales sit beside it under
+    # onnx-genai's names), so the declaration does not depend on the LM head's quantization.
     plan = QuantizationPlan(default=QuantScheme(bits=4), overrides=(QuantOverride("mtp.*", QuantScheme()),))
-    with pytest.raises(AssertionError, match="LM head"):
-        emit(build_ir(quantization=plan))
-    # Without a head nothing borrows the LM head, so quantizing it is fine.
-    assert set(emit(build_ir(with_head=False, quantization=plan))) == {"inference_metadata.yaml"}
-    # A float override for the LM head is the fix the hint names.
     float_lm_head = replace(plan, overrides=(QuantOverride("lm_head.weight", QuantScheme()),))
-    assert "config.json" in emit(build_ir(quantization=float_lm_head))
+    speculators = [json.loads(emit(build_ir(quantization=p))["config.json"]) for p in (plan, float_lm_head)]
+    assert speculators[0] == speculators[1]
+    assert speculators[0]["speculator_config"]["lm_head"] == {"source": "target_initializer", "name": "lm_head.MatMul.weight"}
+
+
+# Lowering and the spec rules refuse these states as user errors; reaching the emitter with one is a bug.
 
 
 def test_unknown_layout_is_asserted_against():

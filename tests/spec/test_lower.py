@@ -323,34 +323,33 @@ def test_spec_path_is_kept_as_given(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- checks that need the source
 
 
-def test_quantized_lm_head_with_onnx_genai_is_refused_at_the_default(tmp_path):
-    # targets omitted: both are built, and the onnx-genai sidecar can only borrow a float LM head
-    err = failure(tmp_path, "quantization:\n  default: {bits: 4}\n")
-    assert err.exit_code is ExitCode.FINDINGS
-    (diag,) = err.diagnostics
-    assert diag.message.startswith("quantization.default stores lm_head.weight in 4 bits")
-    assert (diag.span.line, diag.span.col) == (6, 19)  # line 6 is "  default: {bits: 4}"
-    assert "{match: lm_head.weight, bits: null}" in diag.hint
+def test_quantized_lm_head_with_onnx_genai_is_borrowed_with_a_note(tmp_path):
+    # targets omitted: both are built; the sidecar borrows the packed LM head under onnx-genai's names
+    ir, _ = lowered(tmp_path, "quantization:\n  default: {bits: 4}\n")
+    (note,) = [n for n in ir.notes if "LM head" in n]
+    assert "4-bit LM head (lm_head.MatMul.weight with lm_head.MatMul.scales)" in note
+    assert "native backend only" in note and "{match: lm_head.weight, bits: null}" in note
 
 
-def test_quantized_lm_head_is_refused_at_the_override_that_decides_it(tmp_path):
+def test_lm_head_blocks_that_do_not_divide_the_hidden_size_are_refused_at_the_block_size(tmp_path):
+    # onnx-genai derives a borrowed LM head's block size as hidden_size / blocks per row (64 / 1 here, not 128)
+    (diag,) = failure(tmp_path, "quantization:\n  default: {bits: 4, block_size: 128}\n").diagnostics
+    assert diag.message.startswith("quantization.default stores lm_head.weight in 4-bit blocks of 128, which do not divide hidden_size 64")
+    assert (diag.span.line, diag.span.col) == (6, 34)  # line 6 is "  default: {bits: 4, block_size: 128}"
     body = (
         "quantization:\n  default: {bits: 4}\n  overrides:\n"
         "    - {match: 'mtp.*', bits: null}\n"
-        "    - {match: '*head*', block_size: 64}\n"
+        "    - {match: '*head*', block_size: 128}\n"
         "    - {match: 'lm_head.weight', bits: null}\n"
     )
-    # the first override to match decides, here inheriting the default's bits: pointed at by its match
+    # the first override to match decides
     (diag,) = failure(tmp_path, body).diagnostics
-    assert diag.message.startswith("the override '*head*' stores lm_head.weight in 4 bits")
-    assert (diag.span.line, diag.span.col) == (9, 15)  # "    - {match: '*head*', block_size: 64}"
-    body = body.replace("{bits: 4}", "{bits: null}").replace("block_size: 64", "bits: 8")
-    (diag,) = failure(tmp_path, body).diagnostics
-    assert diag.message.startswith("the override '*head*' stores lm_head.weight in 8 bits")
-    assert (diag.span.line, diag.span.col) == (9, 31)  # "    - {match: '*head*', bits: 8}"
+    assert diag.message.startswith("the override '*head*' stores lm_head.weight in 4-bit blocks of 128")
+    assert (diag.span.line, diag.span.col) == (9, 37)  # "    - {match: '*head*', block_size: 128}"
+    assert "{match: lm_head.weight, bits: null}" in diag.hint
 
 
-def test_quantized_lm_head_is_fine_without_a_head_or_with_a_float_override(tmp_path):
+def test_quantized_lm_head_needs_no_note_without_a_head_or_the_onnx_genai_target(tmp_path):
     quantized = "quantization:\n  default: {bits: 4}\n"
     for body in (
         quantized + "mtp: {head: off}\n",
@@ -360,8 +359,51 @@ def test_quantized_lm_head_is_fine_without_a_head_or_with_a_float_override(tmp_p
     ):
         ir, _ = lowered(tmp_path, body)
         assert ir.quantization.default.bits == 4
+        assert not [n for n in ir.notes if "LM head" in n]
     ir, _ = lowered(tmp_path, quantized, "source:\n  synthetic: {mtp_num_layers: 0}\n")
     assert ir.quantization.scheme_for("lm_head.weight").bits == 4
+
+
+@pytest.fixture(scope="module")
+def q4_embedding_gguf(tmp_path_factory):
+    from gguf import GGMLQuantizationType as QT
+
+    path = tmp_path_factory.mktemp("q4emb") / "q4emb.gguf"
+    return write_gguf(path, tiny_arch(), types=(("token_embd.weight", QT.Q4_0), ("output.weight", QT.Q8_0)))
+
+
+@pytest.mark.parametrize(
+    "quantization, at, what",
+    [
+        ("  default: {keep: source}\n", (6, 19), "quantization.default"),
+        ("  default: {bits: 4, block_size: 32}\n", (6, 19), "quantization.default"),
+        ("  default: {bits: null}\n  overrides:\n    - {match: 'embed_*', keep: source}\n", (8, 32), "the override 'embed_*'"),
+    ],
+)
+def test_a_quantized_embedding_kept_for_onnx_genai_is_refused_at_the_field_that_keeps_it(tmp_path, q4_embedding_gguf, quantization, at, what):
+    source = f"source:\n  gguf: {q4_embedding_gguf}\n"
+    err = failure(tmp_path, "quantization:\n" + quantization + "targets: {onnx_genai: {}}\n", source)
+    assert err.exit_code is ExitCode.FINDINGS
+    (diag,) = err.diagnostics
+    assert diag.message.startswith(f"{what} stores embed_tokens.weight quantized (the source's Q4_0, as int4 GatherBlockQuantized block 32)")
+    assert (diag.span.line, diag.span.col) == at
+    assert diag.hint.startswith("put {match: embed_tokens.weight, bits: null} first in quantization.overrides")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "quantization:\n  default: {keep: source}\n  overrides:\n    - {match: embed_tokens.weight, bits: null}\n"
+        "targets: {onnx_genai: {}}\n",
+        "quantization:\n  default: {bits: 4, block_size: 32}\n  overrides:\n    - {match: embed_tokens.weight, bits: null}\n"
+        "targets: {onnx_genai: {}}\n",
+        "quantization:\n  default: {keep: source}\ntargets: {onnxruntime_genai: {}}\n",  # no sidecar to borrow it
+        "quantization:\n  default: {keep: source}\nmtp: {head: off}\ntargets: {onnx_genai: {}}\n",
+    ],
+)
+def test_a_quantized_embedding_is_fine_dequantized_or_unborrowed(tmp_path, q4_embedding_gguf, body):
+    ir, _ = lowered(tmp_path, body, f"source:\n  gguf: {q4_embedding_gguf}\n")
+    assert ir.architecture.vocab_size == 256
 
 
 def test_an_override_matching_no_weight_is_an_error_with_a_guess(tmp_path):

@@ -1,0 +1,123 @@
+"""Cross-artifact contract checks over a package (`mtpc check`, and compile's gate before it writes).
+
+A schema says whether one file is well formed; these checks say whether the
+files of a package agree with each other and with their ONNX graphs: every
+tensor name a config mentions exists in the graph it names, the MTP head's
+hidden-state input matches the main model's output (dtype, width, rank), the
+initializers a sidecar borrows exist in the target graph in a form its runtime
+accepts, every file a config points at is a relative path inside the package,
+and every external-data file a graph points at is long enough to hold the
+tensors it is said to hold.
+
+Every check runs and every finding is collected before anything is reported,
+so one run shows everything that is wrong. Graphs are read without their
+external data: only names, dtypes and shapes are needed, and a data file is
+measured by its size, never read.
+
+- `package`: the files, the findings and the checker (external data included);
+- `graphs`: what a graph holds, read without its weights;
+- `genai_config`: onnxruntime-genai's configs against their graphs;
+- `onnx_genai`: onnx-genai's metadata and MTP sidecar block against theirs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
+from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
+from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
+from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
+from .package import Checker, Files, Finding, PackageFile, artifact_files, folder, package_directory
+
+__all__ = [
+    "GENAI_CONFIG", "SCHEMAS", "Files", "Finding", "PackageFile",
+    "artifact_files", "check_files", "check_package", "is_runtime_package", "package_directory", "schema_for",
+]
+
+
+# The schema in schemas/ each package file must satisfy, by file name and, for onnx-genai's
+# metadata, layout. The emitters declare the same schema on the artifacts they write
+# (tests/test_checks.py holds the two together).
+SCHEMAS: dict[tuple[str, str | None], str] = {
+    (GENAI_CONFIG, None): "genai_config.schema.json",
+    (INFERENCE_METADATA, "flat"): "inference_metadata.flat.schema.json",
+    (INFERENCE_METADATA, "workflow"): "inference_metadata.workflow.schema.json",
+    (HF_CONFIG, None): "speculator_config.schema.json",
+}
+
+
+def schema_for(file_name: str, layout: str | None = None) -> str | None:
+    """The schema for a package file (`layout`: "flat" / "workflow", for the onnx-genai metadata only)."""
+    return SCHEMAS.get((file_name, layout))
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def is_runtime_package(path: Path) -> bool:
+    """A folder a runtime can load: it holds a genai_config.json or an onnx-genai metadata file."""
+    return path.is_dir() and any((path / n).is_file() for n in (GENAI_CONFIG, INFERENCE_METADATA))
+
+
+def _vocab_size(metadata_doc) -> int | None:
+    """The target's `model.vocab_size`, which native MTP reads (None when not declared as an integer)."""
+    vocab = (metadata_doc.get("model") or {}).get("vocab_size") if isinstance(metadata_doc, dict) else None
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
+
+
+def check_package(root: str | Path) -> list[Finding]:
+    """All findings about the package in directory `root`, sorted; empty when it is sound."""
+    return check_files(package_directory(root))
+
+
+def check_files(files: Files) -> list[Finding]:
+    """All findings about a package given as relpath -> bytes reader, sorted."""
+    c = Checker(files)
+    configs = sorted(rel for rel in files if PurePosixPath(rel).name == GENAI_CONFIG)
+    parsed = {}
+    for rel in configs:
+        cfg = c.parse(rel)
+        if cfg is None:
+            continue
+        c.validate(rel, cfg, schema_for(GENAI_CONFIG))
+        if isinstance(cfg, dict):
+            parsed[rel] = cfg
+    root_main = root_head = None
+    for rel, cfg in parsed.items():
+        main, head = check_genai_config(c, rel, cfg)
+        if rel == GENAI_CONFIG:
+            root_main, root_head = main, head
+    for rel, cfg in parsed.items():
+        check_shared_initializers(c, rel, cfg, root_main)
+    if root_head is not None:
+        for rel, cfg in parsed.items():
+            if rel == GENAI_CONFIG:
+                continue
+            dec = (cfg.get("model") or {}).get("decoder") or {}
+            filename = dec.get("filename")
+            if isinstance(filename, str) and str(PurePosixPath(folder(rel)) / filename) == root_head.relpath:
+                check_head_folder(c, rel, cfg, GENAI_CONFIG, parsed[GENAI_CONFIG], root_main)
+
+    target = None
+    metadata_doc = None
+    if INFERENCE_METADATA in files:
+        metadata_doc = c.parse(INFERENCE_METADATA)
+        if isinstance(metadata_doc, dict):
+            layout = metadata_layout(metadata_doc)
+            c.validate(INFERENCE_METADATA, metadata_doc, schema_for(INFERENCE_METADATA, layout))
+            target = check_workflow(c, INFERENCE_METADATA, metadata_doc) if layout == "workflow" else check_flat(c, INFERENCE_METADATA, metadata_doc)
+            flat_key = next((k for k in ("speculative", "speculator_config") if metadata_doc.get(k)), None)
+            if layout == "flat" and flat_key is not None and isinstance(metadata_doc[flat_key], dict):
+                check_speculator(c, INFERENCE_METADATA, [flat_key], metadata_doc[flat_key], target, _vocab_size(metadata_doc))
+        elif metadata_doc is not None:
+            c.add(INFERENCE_METADATA, "", "must be a mapping")
+    if HF_CONFIG in files:
+        hf = c.parse(HF_CONFIG)
+        spec = hf.get("speculator_config") if isinstance(hf, dict) else None
+        if isinstance(spec, dict):
+            c.validate(HF_CONFIG, hf, schema_for(HF_CONFIG))
+            if target is None and "model.onnx" in files:
+                target = c.graph(HF_CONFIG, "", "model.onnx")
+            check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, _vocab_size(metadata_doc))
+    return c.result()

@@ -1,0 +1,185 @@
+"""A package as the contract checks read it: its files, the findings about them, and the checker.
+
+`Files` maps package-relative paths to readers, so the same checks run over a folder on
+disk (`package_directory`) and over artifacts compile is about to write (`artifact_files`).
+`Checker` collects findings and reads each graph once, checking that its external data
+files exist and are long enough for what they are said to hold (by size, never by reading).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+import yaml
+
+from ..validation import errors as schema_errors, json_pointer, read_yaml
+from .graphs import ExternalTensor, Graph, read_graph
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    file: str  # package-relative, "/"-separated
+    pointer: str  # RFC 6901 JSON pointer inside `file` ("" when about the whole file)
+    message: str
+
+    def render(self) -> str:
+        return f"{self.file}:{self.pointer or '/'}: {self.message}"
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "path": self.pointer or "/", "message": self.message}
+
+
+def folder(relpath: str) -> str:
+    """The package-relative folder of a file ("" at the root): what its own file references are relative to."""
+    parent = str(PurePosixPath(relpath).parent)
+    return "" if parent == "." else parent
+
+
+@dataclass(frozen=True)
+class PackageFile:
+    read: Callable[[], bytes]
+    size: Callable[[], int | None]  # None: not known without producing the bytes
+
+
+Files = dict[str, PackageFile]
+
+
+def package_directory(root: str | Path) -> Files:
+    root = Path(root)
+    return {
+        p.relative_to(root).as_posix(): PackageFile(p.read_bytes, lambda p=p: p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def artifact_files(artifacts) -> Files:
+    """An in-memory package (the driver's artifacts) in the shape `check_files` reads.
+
+    A streamed artifact (a weights file) is measured by the size its layout declares, so
+    checking never produces it; one that declares none is not measured.
+    """
+    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes) for a in artifacts}
+
+
+@dataclass
+class Checker:
+    files: Files
+    findings: list[Finding] = field(default_factory=list)
+    _graphs: dict[str, Graph | None] = field(default_factory=dict)
+    # Schema `not` findings, kept back until the end: where a check of mtpc's own says the same
+    # thing at the same place (a path with '..'), only its clearer line is reported.
+    _negated: list[Finding] = field(default_factory=list)
+
+    def add(self, file: str, where: str, message: str) -> None:
+        self.findings.append(Finding(file, where, message))
+
+    # -- files
+
+    def resolve(self, file: str, where: str, ref: object, base: str = "", parent_ok: bool = False) -> str | None:
+        """Package-relative path of a file a config names, or None (with a finding) if it is not usable.
+
+        `parent_ok`: '..' may step out of `base` as long as the path stays inside the package.
+        """
+        if not isinstance(ref, str) or not ref:
+            self.add(file, where, "must name a file")
+            return None
+        p = PurePosixPath(ref.replace("\\", "/"))
+        if p.is_absolute() or re.match(r"^[A-Za-z]:", ref) or ref.startswith(("\\\\", "//")):
+            self.add(file, where, f"{ref!r} must be a relative path")
+            return None
+        if ".." in p.parts and not parent_ok:
+            self.add(file, where, f"{ref!r} must not contain '..'")
+            return None
+        rel = posixpath.normpath(str(PurePosixPath(base) / p) if base else str(p))
+        if rel == ".." or rel.startswith("../"):
+            self.add(file, where, f"{ref!r} points outside the package")
+            return None
+        if rel not in self.files:
+            self.add(file, where, f"{ref!r} does not exist in the package")
+            return None
+        return rel
+
+    def graph(self, file: str, where: str, ref: object, base: str = "") -> Graph | None:
+        rel = self.resolve(file, where, ref, base)
+        if rel is None:
+            return None
+        if rel not in self._graphs:
+            try:
+                graph = read_graph(self.files[rel].read(), rel)
+            except Exception as exc:  # a corrupt graph is a finding about the package, not a crash
+                self.add(rel, "", f"cannot be read as an ONNX model: {exc}")
+                graph = None
+            else:
+                self.external_data(graph)
+            self._graphs[rel] = graph
+        return self._graphs[rel]
+
+    def external_data(self, graph: Graph) -> None:
+        """Each data file a graph names exists in the package and is long enough for what it holds there."""
+        by_location: dict[str, list[ExternalTensor]] = {}
+        for tensor in graph.external:
+            if tensor.location:
+                by_location.setdefault(tensor.location, []).append(tensor)
+            else:
+                self.add(graph.relpath, "", f"initializer {tensor.name!r} is stored externally but names no location")
+        for location, tensors in sorted(by_location.items()):
+            data = self.resolve(graph.relpath, "", location, folder(graph.relpath))
+            size = self.files[data].size() if data is not None else None
+            if size is not None:
+                self.extents(graph.relpath, data, tensors, size)
+
+    def extents(self, graph: str, data: str, tensors: list[ExternalTensor], size: int) -> None:
+        """One finding per graph and data file: the initializer that ends furthest past the end, and how many do."""
+        past_the_end = []
+        for t in tensors:
+            offset = byte_count(t.offset, 0)
+            length = byte_count(t.length, t.nbytes)
+            for key, raw, value in (("offset", t.offset, offset), ("length", t.length, length)):
+                if value is None and raw is not None:
+                    self.add(graph, "", f"initializer {t.name!r}: external-data {key} {raw!r} is not a byte count")
+            if offset is not None and offset + (length or 0) > size:
+                past_the_end.append((offset + (length or 0), t.name))
+        if past_the_end:
+            end, name = max(past_the_end)
+            also = f"; {len(past_the_end)} of the {len(tensors)} {graph} initializers in it run past the end" if len(past_the_end) > 1 else ""
+            self.add(data, "", f"{graph} initializer {name!r} ends at byte {end}, the file has {size} bytes (truncated?){also}")
+
+    def parse(self, rel: str):
+        try:
+            text = self.files[rel].read().decode("utf-8")
+            return json.loads(text) if rel.endswith(".json") else read_yaml(text)
+        except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+            self.add(rel, "", f"cannot be parsed: {exc}".replace("\n", " "))
+            return None
+
+    def validate(self, rel: str, instance, schema: str | None) -> None:
+        if schema is None:
+            self.add(rel, "", "no schema in mtpc covers this layout")
+            return
+        for e in schema_errors(schema, instance):
+            finding = Finding(rel, json_pointer(*e.absolute_path), f"{_schema_message(e)} (schema {schema})")
+            (self._negated if e.validator == "not" else self.findings).append(finding)
+
+    def result(self) -> list[Finding]:
+        said = {(f.file, f.pointer) for f in self.findings}
+        return sorted(set(self.findings) | {f for f in self._negated if (f.file, f.pointer) not in said})
+
+
+def _schema_message(error) -> str:
+    """jsonschema's message, except that a `not` whose schema says what is wanted says that instead of dumping it."""
+    wanted = error.schema.get("description") if error.validator == "not" and isinstance(error.schema, dict) else None
+    return f"{error.instance!r} must be {wanted}" if wanted else error.message
+
+
+def byte_count(raw: str | None, default: int | None) -> int | None:
+    """An external_data offset / length ("123"); `default` when absent, None when malformed."""
+    if raw is None:
+        return default
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
