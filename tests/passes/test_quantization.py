@@ -120,3 +120,16 @@ def test_grouped_lines_count_each_group_once(tmp_path):
     lines = grouped_lines(ir.weights)
     assert sum(int(line.split(": ", 1)[1].split(" ", 1)[0]) for line in lines) == len(ir.weights)
     assert np.all([line.startswith("default: ") for line in lines])
+
+
+def test_diff_of_two_specs_shows_the_moved_tensor(tmp_path, q8_gguf, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    int4 = "{default: {bits: 4, block_size: 32}"
+    _, a = _ir(tmp_path / "a", f"{{gguf: {q8_gguf}}}", int4 + "}")
+    _, b = _ir(tmp_path / "b", f"{{gguf: {q8_gguf}}}", int4 + ", overrides: [{match: mtp.fc.weight, bits: null}]}")
+    assert main(["diff", str(a), str(b)]) == 1
+    text = capsys.readouterr().out
+    assert '~ <ir>:/weights[name=mtp.fc.weight]/rule: "default" -> "override 1 (mtp.fc.weight)"' in text
+    assert "<ir>:/weights[name=mtp.fc.weight]/form:" in text
+    assert "<ir>:/weights[name=layers.0.mlp.up_proj.weight]" not in text
