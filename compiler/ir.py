@@ -328,6 +328,11 @@ class QuantForm:
     bits: int
     block_size: int
     has_zero_points: bool
+    # Zero points in the scale dtype `[N, k_blocks]` rather than packed integers (MatMulNBits, 2 / 4 bits).
+    float_zero_points: bool = False
+    # A per-block offset `[N, k_blocks]` added to every weight of its block; neither op has one,
+    # so the graph adds it (GGUF Q5_1 / Q5_K, and Q4_1 / Q4_K / Q2_K embeddings: `sources/gguf_quant.py`).
+    block_offsets: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ over untouched when the plan asks for the same encoding.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,7 +66,9 @@ def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
         if info.bits is None or info.block_size is None:
             raise AssertionError(f"{info.name}: a quantized tensor's info must give its bits and block size")
         if _keeps_encoding(info.bits, info.block_size, scheme):
-            return QuantForm(info.bits, info.block_size, info.has_zero_points)
+            return QuantForm(
+                info.bits, info.block_size, info.has_zero_points, info.float_zero_points, info.block_offsets
+            )
     elif scheme.keep_source:
         return None
     if scheme.bits is None:
@@ -77,14 +80,15 @@ def embedding_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
     """The form a token embedding is stored in under `scheme` (None: float), without reading it.
 
     An embedding the source stores in float stays float. One it stores quantized is kept or
-    re-quantized as `resolved_form` says when that gives 4 or 8 bits in whole blocks
-    (GatherBlockQuantized), and is dequantized otherwise. Zero points are always written
-    (GatherBlockQuantized's defaults differ between execution providers).
+    re-quantized as `resolved_form` says when that gives 2, 4 or 8 bits in whole blocks with
+    integer zero points (GatherBlockQuantized takes no float ones), and is dequantized
+    otherwise. Zero points are always written (GatherBlockQuantized's defaults differ between
+    execution providers).
     """
     form = resolved_form(info, scheme) if info.quantized else None
-    if form is None or form.bits not in (4, 8) or info.shape[-1] % form.block_size:
+    if form is None or form.bits not in (2, 4, 8) or info.shape[-1] % form.block_size or form.float_zero_points:
         return None
-    return QuantForm(form.bits, form.block_size, True)
+    return replace(form, has_zero_points=True)
 
 
 def _keeps_encoding(bits: int, block_size: int, scheme: QuantScheme) -> bool:

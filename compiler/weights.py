@@ -51,7 +51,7 @@ class QuantizedTensor:
     def dequantize(self) -> np.ndarray:
         """The weight onnxruntime's CPU kernels compute, float32 `[N, K]`."""
         n, k = self.shape
-        q = _unpack(self.data, self.bits).reshape(n, -1, self.block_size).astype(np.float32)
+        q = unpack_codes(self.data, self.bits).reshape(n, -1, self.block_size).astype(np.float32)
         scales = self.scales.astype(np.float32)[..., None]
         if self.zero_points is None:
             w = (q - np.float32(2 ** (self.bits - 1))) * scales
@@ -59,14 +59,14 @@ class QuantizedTensor:
             # MatMulNBits' CPU kernel rounds both products, then subtracts (measured, onnxruntime 1.32 x86-64).
             w = q * scales - self.zero_points.astype(np.float32)[..., None] * scales
         else:
-            zp = _unpack(self.zero_points, self.bits)[:, : q.shape[1]].astype(np.float32)
+            zp = unpack_codes(self.zero_points, self.bits)[:, : q.shape[1]].astype(np.float32)
             w = (q - zp[..., None]) * scales
         if self.block_offsets is not None:
             w = w + self.block_offsets.astype(np.float32)[..., None]
         return w.reshape(n, -1)[:, :k]
 
 
-def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     """Rows of codes packed low bits first (element `per*i + j` in bits `j*bits..` of byte i)."""
     flat = packed.reshape(packed.shape[0], -1)
     if bits == 8:
@@ -92,6 +92,8 @@ class TensorInfo:
     bits: int | None = None
     block_size: int | None = None
     has_zero_points: bool = False
+    float_zero_points: bool = False
+    block_offsets: bool = False
 
 
 class WeightStore(Protocol):

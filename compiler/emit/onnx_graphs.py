@@ -30,7 +30,7 @@ def is_shareable(name: str) -> bool:
 
 
 def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
-    params = ParameterSource(ctx.weights, ir.quantization, ir.precision.io_dtype)
+    params = ParameterSource(ctx.weights, ir.quantization, ir.precision.io_dtype, ir.weights)
     artifacts: list[Artifact] = []
 
     def add(filename: str, build) -> None:

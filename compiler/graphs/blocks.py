@@ -89,7 +89,24 @@ def linear(b: GraphBuilder, x: oir.Value, p: LinearParams, name: str) -> oir.Val
         return b.op("MatMul", [x, values[0]], name=name)
     attrs = {"K": p.k, "N": p.n, "bits": p.quant.bits, "block_size": p.quant.block_size,
              "accuracy_level": p.accuracy_level}
-    return b.op("MatMulNBits", [x, *values], attrs, name=name, domain=MS)
+    if not p.quant.block_offsets:
+        return b.op("MatMulNBits", [x, *values], attrs, name=name, domain=MS)
+    *op_inputs, offsets = values
+    y = b.op("MatMulNBits", [x, *op_inputs], attrs, name=name, domain=MS)
+    # w = w_op + o[block]: x @ w^T gains, per output n, sum over blocks of (x's block sum) * o[n, block].
+    sums = _block_view(b, x, p.k // p.quant.block_size, p.quant.block_size, f"{name}/offsets")
+    sums = b.op("ReduceSum", [sums, b.i64("axis_last", [-1])], {"keepdims": 0}, name=f"{name}/offsets/ReduceSum")
+    term = b.op("MatMul", [sums, offsets], name=f"{name}/offsets/MatMul")
+    return b.op("Add", [y, term], name=f"{name}/offsets/Add")
+
+
+def _block_view(b: GraphBuilder, x: oir.Value, k_blocks: int, block_size: int, name: str) -> oir.Value:
+    """`x [..., k_blocks * block_size]` as `[..., k_blocks, block_size]`, whatever its rank."""
+    shape = b.op("Shape", [x], name=f"{name}/Shape")
+    lead = b.op("Slice", [shape, b.i64("zero_1d", [0]), b.i64("minus_one_1d", [-1])], name=f"{name}/Slice")
+    blocked = b.op("Concat", [lead, b.i64(f"blocks_{k_blocks}x{block_size}", [k_blocks, block_size])],
+                   {"axis": 0}, name=f"{name}/Concat")
+    return b.op("Reshape", [x, blocked], name=f"{name}/Reshape")
 
 
 def project(b: GraphBuilder, x: oir.Value, canonical: str, name: str) -> oir.Value:
@@ -113,8 +130,20 @@ def embed(b: GraphBuilder, ids: oir.Value, p: EmbeddingParams) -> oir.Value:
     if p.quant is None:
         return b.op("Gather", [values[0], ids], {"axis": 0}, name="embed_tokens/Gather")
     attrs = {"bits": p.quant.bits, "block_size": p.quant.block_size, "gather_axis": 0, "quantize_axis": 1}
-    return b.op("GatherBlockQuantized", [values[0], ids, *values[1:]], attrs, name="embed_tokens/Gather",
+    if not p.quant.block_offsets:
+        return b.op("GatherBlockQuantized", [values[0], ids, *values[1:]], attrs, name="embed_tokens/Gather",
+                    domain=MS)
+    *op_inputs, offsets = values
+    rows = b.op("GatherBlockQuantized", [op_inputs[0], ids, *op_inputs[1:]], attrs, name="embed_tokens/Gather",
                 domain=MS)
+    # Each row's blocks gain that token's per-block offset.
+    k_blocks = p.hidden // p.quant.block_size
+    blocked = _block_view(b, rows, k_blocks, p.quant.block_size, "embed_tokens/offsets")
+    row_offsets = b.op("Gather", [offsets, ids], {"axis": 0}, name="embed_tokens/offsets/Gather")
+    row_offsets = b.op("Unsqueeze", [row_offsets, b.i64("axis_last", [-1])], name="embed_tokens/offsets/Unsqueeze")
+    shifted = b.op("Add", [blocked, row_offsets], name="embed_tokens/offsets/Add")
+    return b.op("Reshape", [shifted, b.op("Shape", [rows], name="embed_tokens/offsets/RowShape")],
+                name="embed_tokens/offsets/Unblock")
 
 
 def lm_head(b: GraphBuilder, x: oir.Value) -> oir.Value:

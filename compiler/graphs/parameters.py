@@ -1,11 +1,11 @@
 """How canonical weights become planned initializers: float, MatMulNBits or GatherBlockQuantized.
 
-The decision for each linear weight is `mtpc.quant.resolve` under the plan's
-scheme for that weight. To lay out the data file before any value is read, the
-resolved *form* (float, or bits / block size / zero points) is predicted by
-`mtpc.quant.resolved_form` from the tensor's metadata; when the file is
-streamed, `resolve` runs for real and the stream checks the produced arrays
-against the plan.
+Each weight's stored *form* (float, or bits / block size / zero points / block offsets)
+is read from the IR's weight table (`ModelIR.weights`, decided by
+`passes/quantization.py` from the tensors' metadata), so the data file is laid out
+before any value is read and `plan` shows exactly what is built. When the file is
+streamed, `mtpc.quant.resolve` produces the arrays under the plan's scheme and the
+stream checks them against the table.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy as np
 import onnx_ir as oir
 
 from ..contracts import quantized_names
-from ..ir import QuantizationPlan
-from ..quant import QuantForm, embedding_form, resolve, resolved_form
+from ..diagnostics import MtpcError
+from ..ir import QuantizationPlan, WeightDecision
+from ..quant import QuantForm, resolve
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 
@@ -46,10 +47,19 @@ class EmbeddingParams:
 
 
 class ParameterSource:
-    def __init__(self, store: WeightStore, plan: QuantizationPlan, io_dtype: str):
+    """Initializers for the graph builders, stored as the IR's weight table says (`ModelIR.weights`)."""
+
+    def __init__(self, store: WeightStore, plan: QuantizationPlan, io_dtype: str, weights: tuple[WeightDecision, ...]):
         self.store = store
         self.plan = plan
         self.io_dtype = DTYPES[io_dtype]
+        self._decisions = {w.name: w for w in weights}
+
+    def _form(self, canonical: str) -> QuantForm | None:
+        decision = self._decisions.get(canonical)
+        if decision is None:
+            raise AssertionError(f"{canonical}: not in the IR's weight table (passes/quantization.py decides every weight)")
+        return decision.form
 
     # ------------------------------------------------------------------ plain tensors
 
@@ -68,7 +78,7 @@ class ParameterSource:
     def linear(self, canonical: str, stem: str) -> LinearParams:
         scheme = self.plan.scheme_for(canonical)
         n, k = self.store.info(canonical).shape
-        form = resolved_form(self.store.info(canonical), scheme)
+        form = self._form(canonical)
         if form is None:
             planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
 
@@ -77,13 +87,13 @@ class ParameterSource:
                 return (np.asarray(w).T,)
 
             return LinearParams(n, k, InitializerGroup(planned, produce_float), None)
-        planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype)
+        planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
 
         def produce_quantized() -> tuple[np.ndarray, ...]:
             w = resolve(self.store.read(canonical), scheme)
             if not isinstance(w, QuantizedTensor):
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
-            return _quantized_arrays(w, form)
+            return _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=True)
 
         return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, scheme.accuracy_level)
 
@@ -95,47 +105,85 @@ class ParameterSource:
         info = self.store.info(canonical)
         vocab, hidden = info.shape
         scheme = self.plan.scheme_for(canonical)
-        form = embedding_form(info, scheme)
+        form = self._form(canonical)
         if form is None:
             return EmbeddingParams(vocab, hidden, self.tensor(canonical, name), None)
-        planned = _quantized_tensors(name, vocab, hidden, form, self.io_dtype)
+        planned = _quantized_tensors(name, vocab, hidden, form, self.io_dtype, offsets_by_block=False)
         flat = (vocab, hidden * form.bits // 8)
         planned = (PlannedTensor(planned[0].name, planned[0].dtype, flat),) + planned[1:]
 
         def produce() -> tuple[np.ndarray, ...]:
             w = resolve(self.store.read(canonical), scheme)
             assert isinstance(w, QuantizedTensor)
-            data, scales, zero_points = _quantized_arrays(w, form)
-            return data.reshape(flat), scales, zero_points
+            data, *rest = _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=False)
+            return (data.reshape(flat), *rest)
 
         return EmbeddingParams(vocab, hidden, InitializerGroup(planned, produce), form)
 
 
-def _quantized_tensors(base: str, n: int, k: int, form: QuantForm, scale_dtype: oir.DataType):
+def _quantized_tensors(
+    base: str, n: int, k: int, form: QuantForm, scale_dtype: oir.DataType, *, offsets_by_block: bool
+) -> tuple[PlannedTensor, ...]:
+    """Data, scales, then zero points and block offsets when the form has them.
+
+    Offsets are `[k_blocks, n]` for a MatMul (the graph multiplies the activations' block sums
+    by them) and `[n, k_blocks]` for a Gather (the graph gathers a row of them per token).
+    """
     data, scales, zero_points = quantized_names(base, form.bits)
     k_blocks = -(-k // form.block_size)
     tensors = (
         PlannedTensor(data, oir.DataType.UINT8, (n, k_blocks, form.block_size * form.bits // 8)),
         PlannedTensor(scales, scale_dtype, (n, k_blocks)),
     )
-    if form.has_zero_points:
+    if form.float_zero_points:
+        tensors += (PlannedTensor(zero_points, scale_dtype, (n, k_blocks)),)
+    elif form.has_zero_points:
         tensors += (PlannedTensor(zero_points, oir.DataType.UINT8, (n, -(-k_blocks * form.bits // 8))),)
+    if form.block_offsets:
+        shape = (k_blocks, n) if offsets_by_block else (n, k_blocks)
+        tensors += (PlannedTensor(block_offsets_name(base), scale_dtype, shape),)
     return tensors
 
 
-def _quantized_arrays(w: QuantizedTensor, form: QuantForm) -> tuple[np.ndarray, ...]:
+def block_offsets_name(base: str) -> str:
+    return f"{base}_offsets"
+
+
+def _quantized_arrays(
+    canonical: str, w: QuantizedTensor, form: QuantForm, scale_dtype: oir.DataType, *, offsets_by_block: bool
+) -> tuple[np.ndarray, ...]:
     if (w.bits, w.block_size) != (form.bits, form.block_size):
         raise AssertionError(f"planned {form}, resolve gave {w.bits}-bit blocks of {w.block_size}")
+    floats = w.zero_points is not None and w.zero_points.dtype.kind == "f"
+    if floats != form.float_zero_points or (w.block_offsets is not None) != form.block_offsets:
+        raise AssertionError(f"{canonical}: planned {form}, resolve gave other zero points or offsets")
     arrays: tuple[np.ndarray, ...] = (w.data, w.scales)
     if form.has_zero_points:
         arrays += (w.zero_points if w.zero_points is not None else _default_zero_points(w),)
+    if w.block_offsets is not None:
+        arrays += (w.block_offsets.T if offsets_by_block else w.block_offsets,)
+    _check_range(canonical, arrays[1:], scale_dtype)
     return arrays
 
 
+def _check_range(canonical: str, arrays, dtype: oir.DataType) -> None:
+    """A float16 graph holds a kept block encoding only if its scales, zero points and offsets fit."""
+    if dtype != oir.DataType.FLOAT16:
+        return
+    limit = float(np.finfo(np.float16).max)
+    for a in arrays:
+        if a.dtype.kind == "f" and np.abs(a).max(initial=0) > limit:
+            raise MtpcError.single(
+                f"{canonical}: its block scales reach {np.abs(a).max():.4g}, beyond float16's {limit:.0f}, so a "
+                "float16 graph cannot hold the source's encoding",
+                hint=f"use precision.io_dtype: float32, or an override {{match: {canonical}, bits: null}}",
+                path="precision.io_dtype",
+            )
+
+
 def _default_zero_points(w: QuantizedTensor) -> np.ndarray:
-    """The op's implicit zero point 2**(bits-1), written out packed."""
+    """The op's implicit zero point 2**(bits-1), written out packed (low bits first)."""
     n, k_blocks = w.scales.shape
-    if w.bits == 8:
-        return np.full((n, k_blocks), 128, np.uint8)
-    # two 4-bit zero points per byte, block 2b in the low nibble
-    return np.full((n, -(-k_blocks // 2)), 0x88, np.uint8)
+    per = 8 // w.bits
+    byte = sum((2 ** (w.bits - 1)) << (j * w.bits) for j in range(per))  # 0x80, 0x88, 0xAA
+    return np.full((n, -(-k_blocks // per)), byte, np.uint8)

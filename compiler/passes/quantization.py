@@ -55,6 +55,8 @@ def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str) -> Weigh
         tensor.name, tensor.shape, tensor.encoding, quantized=carried is not None,
         bits=carried.bits if carried else None, block_size=carried.block_size if carried else None,
         has_zero_points=carried.has_zero_points if carried else False,
+        float_zero_points=carried.float_zero_points if carried else False,
+        block_offsets=carried.block_offsets if carried else False,
     )
     if role is WeightRole.LINEAR:
         form = resolved_form(info, scheme)

@@ -5,9 +5,10 @@ reader takes seconds on a real vocabulary); tensor data is only touched when a
 weight is read, and dequantized with gguf-py's `gguf.quants`. Where each tensor lives and what the converter did to it
 is data in `gguf_names`; this module resolves that table against the metadata,
 checks every tensor's presence and shape up front, and undoes the transforms on
-read. Q4_0 / Q8_0 linear weights are carried over bit-exact as MatMulNBits
-`QuantizedTensor`s (`gguf_quant`); other quantized types are dequantized so the
-plan can re-quantize them.
+read. Block-quantized weights of every type with an exact MatMulNBits /
+GatherBlockQuantized form (`gguf_quant.carry_over`: Q4_0 ... Q8_0, the k-quants, ...)
+are handed out as `QuantizedTensor`s in that form; other types are dequantized so the
+plan can store them as float or re-quantize them.
 """
 
 from __future__ import annotations
@@ -23,17 +24,16 @@ from gguf.quants import dequantize
 
 from ..diagnostics import SourceError
 from ..ir import Architecture, LayerKind, QuantForm, SourceRef, SourceTensor
-from ..weights import QuantizedTensor, TensorInfo, Weight
+from ..weights import QuantizedTensor, TensorInfo, Weight, unpack_codes
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
 from .mtp_head import head_verdict
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from .gguf_quant import BLOCK, REPACKABLE, to_quantized_tensor
+from .gguf_quant import GATHER, MATMUL, CarryOver, carry_over, pack, to_quantized_tensor
 from .gguf_metadata import Metadata, architecture, tensor_shapes
 from .gguf_tokenizer import tokenizer_files
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
-_REPACKED_BITS = {QT.Q4_0: 4, QT.Q8_0: 8}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -190,23 +190,33 @@ def _entry(layout: _Layout, name: str, path: str) -> _Entry:
     return entry
 
 
+def _op_for(canonical: str) -> str:
+    """Which onnxruntime op reads the weight: the embedding is gathered, every other one multiplied."""
+    return GATHER if canonical.endswith("embed_tokens.weight") else MATMUL
+
+
 def _source_tensor(layout: _Layout, tensors: dict[str, GGUFTensorInfo], name: str) -> SourceTensor:
     entry = _entry(layout, name, "")
     qtype = tensors[entry.gguf].type
     encoding = _FLOAT_NAMES.get(qtype, qtype.name)
-    carried = QuantForm(_REPACKED_BITS[qtype], BLOCK, False) if _keeps_quantized(layout, entry, qtype) else None
+    form = _carried(layout, entry, qtype, _op_for(name))
+    carried = None
+    if form is not None:
+        carried = QuantForm(form.bits, form.block_size, form.has_zero_points, form.zero_points == "float", form.block_offsets)
     return SourceTensor(name, entry.canonical_shape, encoding, carried)
 
 
-def _keeps_quantized(layout: _Layout, entry: _Entry, qtype: QT) -> bool:
-    """Whether `read` hands the tensor out block-quantized (bit-exact) rather than dequantized."""
-    if qtype not in REPACKABLE or len(entry.gguf_shape) != 2:
-        return False
+def _carried(layout: _Layout, entry: _Entry, qtype: QT, op: str) -> CarryOver | None:
+    """The exact block form `read` hands the tensor out in, or None when it reads as float (dequantized)."""
+    form = carry_over(qtype, op)
+    if form is None or len(entry.gguf_shape) != 2:
+        return None
     if entry.transform is Transform.VALUE_COLUMNS:
-        # Regrouping columns moves whole 32-element blocks only if a value head spans whole blocks.
+        # Regrouping columns moves whole blocks only if a value head spans whole blocks.
         lin = layout.arch.linear_attention
-        return lin is not None and (lin.num_value_heads == lin.num_key_heads or lin.value_head_dim % 32 == 0)
-    return entry.transform in (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS)
+        whole = lin is not None and (lin.num_value_heads == lin.num_key_heads or lin.value_head_dim % form.block_size == 0)
+        return form if whole else None
+    return form if entry.transform in (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS) else None
 
 
 def _storage(header: GGUFHeader) -> tuple[tuple[str, str], ...]:
@@ -274,6 +284,34 @@ def _regroup_value_heads(a: np.ndarray, axis: int, start: int, n_k: int, n_v: in
     return np.moveaxis(np.concatenate([head, tail], axis=0), 0, axis)
 
 
+def _take_rows(q: QuantizedTensor, rows: np.ndarray) -> QuantizedTensor:
+    """`q` with its output rows in the order `rows` (every per-row array moves with them)."""
+    return replace(
+        q,
+        data=np.ascontiguousarray(q.data[rows]),
+        scales=np.ascontiguousarray(q.scales[rows]),
+        zero_points=None if q.zero_points is None else np.ascontiguousarray(q.zero_points[rows]),
+        block_offsets=None if q.block_offsets is None else np.ascontiguousarray(q.block_offsets[rows]),
+    )
+
+
+def _take_blocks(q: QuantizedTensor, blocks: np.ndarray) -> QuantizedTensor:
+    """`q` with its blocks along K in the order `blocks` (zero points unpacked to move, then repacked)."""
+    zero_points = q.zero_points
+    if zero_points is not None and zero_points.dtype.kind == "f":
+        zero_points = zero_points[:, blocks]
+    elif zero_points is not None:
+        codes = unpack_codes(zero_points, q.bits)[:, : q.scales.shape[1]]
+        zero_points = pack(np.ascontiguousarray(codes[:, blocks]), q.bits)
+    return replace(
+        q,
+        data=np.ascontiguousarray(q.data[:, blocks]),
+        scales=np.ascontiguousarray(q.scales[:, blocks]),
+        zero_points=None if zero_points is None else np.ascontiguousarray(zero_points),
+        block_offsets=None if q.block_offsets is None else np.ascontiguousarray(q.block_offsets[:, blocks]),
+    )
+
+
 class GGUFWeightStore:
     """Canonical weights of a GGUF file, read lazily from the memory map."""
 
@@ -291,32 +329,31 @@ class GGUFWeightStore:
 
     def info(self, name: str) -> TensorInfo:
         t = _source_tensor(self._layout, self._tensors, name)
-        if t.carried is None:
+        form = t.carried
+        if form is None:
             return TensorInfo(name, t.shape, t.encoding)
-        # What `read` repacks it into (gguf_quant): symmetric blocks, the op's default zero point.
-        return TensorInfo(name, t.shape, t.encoding, quantized=True, bits=t.carried.bits, block_size=t.carried.block_size)
+        return TensorInfo(
+            name, t.shape, t.encoding, quantized=True, bits=form.bits, block_size=form.block_size,
+            has_zero_points=form.has_zero_points, float_zero_points=form.float_zero_points,
+            block_offsets=form.block_offsets,
+        )
 
     def read(self, name: str) -> Weight:
         entry = self._entry(name)
         tensor = self._tensors[entry.gguf]
-        if not _keeps_quantized(self._layout, entry, tensor.type):
+        op = _op_for(name)
+        if _carried(self._layout, entry, tensor.type, op) is None:
             return self.read_float(name)
         n, k = entry.gguf_shape
-        quantized = to_quantized_tensor(self._data(tensor), tensor.type, n, k)
+        quantized = to_quantized_tensor(self._data(tensor), tensor.type, n, k, op)
         if entry.transform is Transform.NONE:
             return quantized
         if entry.transform is Transform.VALUE_COLUMNS:
             n_k, n_v, _ = self._layout.heads
             order = _regroup_value_heads(np.arange(k), 0, 0, n_k, n_v)
             blocks = order.reshape(-1, quantized.block_size)[:, 0] // quantized.block_size
-            data, scales = quantized.data[:, blocks], quantized.scales[:, blocks]
-        else:
-            rows = self._regroup(np.arange(n), entry.transform)
-            data, scales = quantized.data[rows], quantized.scales[rows]
-        return QuantizedTensor(
-            quantized.bits, quantized.block_size, quantized.shape, np.ascontiguousarray(data),
-            np.ascontiguousarray(scales), None, quantized.source_type,
-        )
+            return _take_blocks(quantized, blocks)
+        return _take_rows(quantized, self._regroup(np.arange(n), entry.transform))
 
     def read_float(self, name: str) -> np.ndarray:
         entry = self._entry(name)

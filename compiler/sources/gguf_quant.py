@@ -65,10 +65,6 @@ MATMUL = "MatMulNBits"
 GATHER = "GatherBlockQuantized"
 KERNEL_BITS = (2, 4, 8)  # what onnxruntime's CPU kernels take
 
-# The forms the graph builder handles today (symmetric, 32 blocks, default zero point);
-# kept for the GGUF source until it asks `carry_over`.
-BLOCK = 32
-REPACKABLE = frozenset({QT.Q4_0, QT.Q8_0})
 
 
 @dataclass(frozen=True)

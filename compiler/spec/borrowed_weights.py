@@ -77,6 +77,19 @@ def check(spec: LoadedSpec, ir: ModelIR) -> tuple[list[Diagnostic], tuple[str, .
                 "quantization.overrides",
             )
         )
+    elif form is not None and (form.block_offsets or form.float_zero_points):
+        # onnx-genai rebuilds the head's projection as one MatMulNBits with integer zero points;
+        # a per-block offset would be dropped (wrong drafts) and float zero points are unverified there.
+        where, what = _deciding_field(spec, ir.quantization, LM_HEAD)
+        kind = "a per-block offset" if form.block_offsets else "float zero points"
+        problems.append(
+            spec.diagnostic(
+                where,
+                f"{what} keeps {LM_HEAD} as the source's {lm_head.source}, whose exact form needs {kind}, "
+                "which the onnx_genai target's MTP sidecar cannot apply when it borrows the LM head",
+                hint=f"put {FLOAT_LM_HEAD_OVERRIDE} (or {{match: {LM_HEAD}, bits: 4}}) first in quantization.overrides",
+            )
+        )
     elif form is not None:
         _, scales, _ = quantized_names(LM_HEAD_INITIALIZER, form.bits)
         notes += (

@@ -19,13 +19,16 @@ from mtpc.ir import (
     ModelIR,
     MtpSettings,
     Precision,
+    QuantForm,
     QuantizationPlan,
     SeedHidden,
     SourceRef,
+    SourceTensor,
     Targets,
 )
 from mtpc.output import write_package
 from mtpc.passes.paged_io import packed_decoder
+from mtpc.passes.quantization import QuantizationPlanning
 from mtpc.sources import SourceInfo
 
 ORT_HEAD_FILE = "mtp/mtp.onnx"
@@ -87,7 +90,7 @@ def emit(
 ) -> tuple[list[Artifact], EmitContext]:
     """Emit the graphs; with `out_dir`, also write them there (streaming the data files)."""
     ctx = EmitContext(SourceInfo(ir.architecture), lambda: store, progress)
-    artifacts = emit_onnx_graphs(ir, ctx)
+    artifacts = emit_onnx_graphs(with_weight_table(ir, store), ctx)
     if out_dir is not None:
         write_package(artifacts, out_dir)
     return artifacts, ctx
@@ -139,3 +142,15 @@ def graph_io(values) -> list[tuple[str, str, tuple]]:
 
 def contract_io(specs) -> list[tuple[str, str, tuple]]:
     return [(t.name, t.dtype, tuple(t.shape)) for t in specs]
+
+
+def with_weight_table(ir: ModelIR, store) -> ModelIR:
+    """`ir` with the weight table the quantization pass makes from `store`'s tensors, as lowering would."""
+    tensors = []
+    for name in store.names():
+        info = store.info(name)
+        carried = None
+        if info.quantized:
+            carried = QuantForm(info.bits, info.block_size, info.has_zero_points, info.float_zero_points, info.block_offsets)
+        tensors.append(SourceTensor(name, tuple(info.shape), info.dtype, carried))
+    return QuantizationPlanning()(replace(ir, source_tensors=tuple(tensors))).ir

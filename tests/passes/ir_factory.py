@@ -15,9 +15,11 @@ from mtpc.ir import (
     Precision,
     QuantizationPlan,
     SourceRef,
+    SourceTensor,
     Targets,
 )
 from mtpc.passes import default_pipeline
+from mtpc.weights import canonical_shapes
 
 from tests.fixtures.arch import tiny_arch
 
@@ -50,6 +52,7 @@ def make_ir(
         quantization=QuantizationPlan(),
         targets=Targets(onnxruntime_genai=ort, onnx_genai=onnx_genai),
         main=main_decoder_config(arch, precision, execution_provider=provider),
+        source_tensors=tuple(SourceTensor(n, shape, "float32") for n, shape in sorted(canonical_shapes(arch).items())),
     )
 
 

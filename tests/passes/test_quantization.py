@@ -82,13 +82,23 @@ def test_q8_0_file_kept_as_source_is_carried_where_blocks_allow(tmp_path, q8_ggu
     assert note.startswith("quantized source tensors not carried as stored: 2 Q8_0 -> float32 (dequantized); ")
 
 
-def test_a_type_with_no_carry_over_is_dequantized_and_said(tmp_path):
+def test_q5_0_is_carried_in_8_bit_blocks(tmp_path):
     path = write_gguf(tmp_path / "k.gguf", ARCH, seed=3, types=(("*ffn_down*", QT.Q5_0),))
     ir, _ = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}}")
     down = _by_name(ir)["layers.0.mlp.down_proj.weight"]
-    assert down.source == "Q5_0" and down.form is None and down.lossless  # gguf-py's dequantization, in float32
+    assert down.source == "Q5_0" and down.form == QuantForm(8, 32, False) and down.lossless
+    assert not [n for n in ir.notes if "not carried as stored" in n]
+
+
+def test_a_type_with_no_carry_over_is_dequantized_and_said(tmp_path):
+    blocks = np.random.default_rng(7).integers(0, 256, (64, 66), dtype=np.uint8)  # [64, 256] as IQ2_XXS
+    blocks[:, 0:2] = np.full((64, 1), 0.01, np.float16).view(np.uint8)
+    path = write_gguf(tmp_path / "k.gguf", ARCH, seed=3, raw={"blk.1.attn_output.weight": (blocks, QT.IQ2_XXS)})
+    ir, _ = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}}")
+    o_proj = _by_name(ir)["layers.1.self_attn.o_proj.weight"]
+    assert o_proj.source == "IQ2_XXS" and o_proj.form is None and o_proj.lossless  # gguf-py's dequantization, float32
     (note,) = [n for n in ir.notes if "not carried as stored" in n]
-    assert "5 Q5_0 -> float32 (dequantized)" in note
+    assert "1 IQ2_XXS -> float32 (dequantized)" in note
 
 
 def test_compile_prints_the_note_and_the_card_lists_it(tmp_path, q8_gguf, capsys):

@@ -237,15 +237,28 @@ def _q4_k_blocks(rows: int, cols: int, seed: int) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
-def test_other_quant_types_read_as_dequantized_float(tmp_path):
+def test_k_quants_are_carried_block_quantized(tmp_path):
     name = "blk.3.attn_output.weight"  # [64, 256]: one Q4_K super-block per row
     blocks = _q4_k_blocks(64, 256, 7)
     store = _open(write_gguf(tmp_path / "k.gguf", ARCH, seed=3, raw={name: (blocks, QT.Q4_K)}))
     info = store.info("layers.3.self_attn.o_proj.weight")
-    assert (info.dtype, info.quantized) == ("Q4_K", False)
+    assert (info.dtype, info.quantized, info.bits, info.block_size, info.float_zero_points) == ("Q4_K", True, 4, 32, True)
+    value = store.read("layers.3.self_attn.o_proj.weight")
+    assert isinstance(value, QuantizedTensor) and value.source_type == "Q4_K"
+    # Float zero points: within float32 rounding of gguf-py's own dequantization (gguf_quant.error_bound).
+    np.testing.assert_allclose(value.dequantize(), dequantize(blocks, QT.Q4_K), rtol=0, atol=1e-6)
+
+
+def test_types_with_no_exact_form_read_as_dequantized_float(tmp_path):
+    name = "blk.3.attn_output.weight"  # [64, 256] as IQ2_XXS (256 elements / 66 bytes)
+    blocks = np.random.default_rng(7).integers(0, 256, (64, 66), dtype=np.uint8)
+    blocks[:, 0:2] = np.full((64, 1), 0.01, np.float16).view(np.uint8)
+    store = _open(write_gguf(tmp_path / "iq.gguf", ARCH, seed=3, raw={name: (blocks, QT.IQ2_XXS)}))
+    info = store.info("layers.3.self_attn.o_proj.weight")
+    assert (info.dtype, info.quantized) == ("IQ2_XXS", False)
     value = store.read("layers.3.self_attn.o_proj.weight")
     assert isinstance(value, np.ndarray)
-    np.testing.assert_array_equal(value, dequantize(blocks, QT.Q4_K))
+    np.testing.assert_array_equal(value, dequantize(blocks, QT.IQ2_XXS))
 
 
 def test_type_without_dequantizer_is_a_source_error(tmp_path):
