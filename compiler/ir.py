@@ -318,7 +318,8 @@ class QuantScheme:
     block_size: int = 32
     # Keep the source's own encoding (e.g. GGUF Q4_0/Q8_0 carried over losslessly, or float as-is).
     keep_source: bool = False
-    accuracy_level: int = 0
+    # MatMulNBits accuracy_level; None: the runtime profile's (passes/quantization.py settles it).
+    accuracy_level: int | None = None
 
 
 @dataclass(frozen=True)
@@ -368,13 +369,16 @@ class WeightDecision:
     # The stored values equal the source's (a kept block encoding, an exact float, gguf-py's dequantization in float32).
     lossless: bool
     io_dtype: str = "float32"
+    # MatMulNBits' accuracy_level (a MatMul operand stored quantized; 0 otherwise).
+    accuracy_level: int = 0
 
     @property
     def result(self) -> str:
         if self.form is None:
             return self.io_dtype
-        op = "GatherBlockQuantized" if self.role is WeightRole.EMBEDDING else "MatMulNBits"
-        return f"int{self.form.bits} {op} block {self.form.block_size}"
+        if self.role is WeightRole.EMBEDDING:
+            return f"int{self.form.bits} GatherBlockQuantized block {self.form.block_size}"
+        return f"int{self.form.bits} MatMulNBits block {self.form.block_size} accuracy {self.accuracy_level}"
 
 
 @dataclass(frozen=True)

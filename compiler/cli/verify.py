@@ -48,8 +48,8 @@ reference value): float32 graphs must match the reference closely and decode
 the same greedy tokens; float16 I/O gets a looser bound. For a quantized build
 the reference uses the weights as the package stores them (quantized, then
 dequantized), so the bound is that of its I/O dtype: it covers the runtime's
-arithmetic, not the rounding of the weights. Only a plan with accuracy_level > 0
-(MatMulNBits rounding activations to int8 or float16) gets a looser bound.
+arithmetic, not the rounding of the weights. Only MatMulNBits with accuracy_level > 0
+(rounding activations to int8 or float16; on CPU that is the default, 4) gets a looser bound.
 
 examples:
   mtpc verify out/qwen35-tiny-mtp --spec specs/qwen35-tiny-mtp.yaml
@@ -329,10 +329,15 @@ def stores_quantized(ir, weights) -> bool:
 
 def rounds_activations(ir, weights) -> bool:
     """Whether a weight stored quantized has accuracy_level > 0: its MatMulNBits rounds the activations too."""
+    from ..passes.quantization import profile_accuracy
     from ..quant import resolved_form
 
+    def accuracy_level(name: str) -> int:
+        level = ir.quantization.scheme_for(name).accuracy_level
+        return profile_accuracy(ir) if level is None else level
+
     return any(
-        ir.quantization.scheme_for(name).accuracy_level > 0
+        accuracy_level(name) > 0
         and resolved_form(info, ir.quantization.scheme_for(name)) is not None
         for name in weights.names()
         if len((info := weights.info(name)).shape) == 2

@@ -55,11 +55,11 @@ class ParameterSource:
         self.io_dtype = DTYPES[io_dtype]
         self._decisions = {w.name: w for w in weights}
 
-    def _form(self, canonical: str) -> QuantForm | None:
+    def _decision(self, canonical: str) -> WeightDecision:
         decision = self._decisions.get(canonical)
         if decision is None:
             raise AssertionError(f"{canonical}: not in the IR's weight table (passes/quantization.py decides every weight)")
-        return decision.form
+        return decision
 
     # ------------------------------------------------------------------ plain tensors
 
@@ -78,7 +78,8 @@ class ParameterSource:
     def linear(self, canonical: str, stem: str) -> LinearParams:
         scheme = self.plan.scheme_for(canonical)
         n, k = self.store.info(canonical).shape
-        form = self._form(canonical)
+        decision = self._decision(canonical)
+        form = decision.form
         if form is None:
             planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
 
@@ -95,7 +96,7 @@ class ParameterSource:
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
             return _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=True)
 
-        return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, scheme.accuracy_level)
+        return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, decision.accuracy_level)
 
     # ------------------------------------------------------------------ embedding
 
@@ -105,7 +106,7 @@ class ParameterSource:
         info = self.store.info(canonical)
         vocab, hidden = info.shape
         scheme = self.plan.scheme_for(canonical)
-        form = self._form(canonical)
+        form = self._decision(canonical).form
         if form is None:
             return EmbeddingParams(vocab, hidden, self.tensor(canonical, name), None)
         planned = _quantized_tensors(name, vocab, hidden, form, self.io_dtype, offsets_by_block=False)

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ..ir import ModelIR, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
+from ..profiles import matmulnbits_accuracy_level
 from ..quant import embedding_form, requantization_notes, resolved_form
 from ..weights import TensorInfo
 from . import PassResult
@@ -30,11 +31,17 @@ class QuantizationPlanning:
 
     def __call__(self, ir: ModelIR) -> PassResult:
         used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
-        weights = tuple(decide(t, ir.quantization, ir.precision.io_dtype) for t in used)
+        weights = tuple(decide(t, ir.quantization, ir.precision.io_dtype, profile_accuracy(ir)) for t in used)
         notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
         if weights == ir.weights and notes == ir.notes:
             return PassResult(ir, False)
         return PassResult(replace(ir, weights=weights, notes=notes), True, tuple(grouped_lines(weights)))
+
+
+def profile_accuracy(ir: ModelIR) -> int:
+    """The MatMulNBits accuracy_level a scheme that sets none gets: the target execution provider's."""
+    target = ir.targets.onnxruntime_genai
+    return matmulnbits_accuracy_level(target.execution_provider if target is not None else "cpu")
 
 
 def role_of(tensor: SourceTensor) -> WeightRole:
@@ -43,7 +50,8 @@ def role_of(tensor: SourceTensor) -> WeightRole:
     return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
 
 
-def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str) -> WeightDecision:
+def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str, profile_accuracy: int = 0) -> WeightDecision:
+    """How `tensor` is stored; `profile_accuracy` is the accuracy_level a scheme that sets none gets."""
     role = role_of(tensor)
     scheme = plan.scheme_for(tensor.name)
     index = plan.deciding_override(tensor.name)
@@ -71,7 +79,10 @@ def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str) -> Weigh
         lossless = io_dtype == "float32"
     else:
         lossless = (tensor.encoding, io_dtype) in _EXACT_FLOAT
-    return WeightDecision(tensor.name, role, tensor.encoding, form, rule, lossless, io_dtype)
+    accuracy = 0
+    if form is not None and role is WeightRole.LINEAR:
+        accuracy = profile_accuracy if scheme.accuracy_level is None else scheme.accuracy_level
+    return WeightDecision(tensor.name, role, tensor.encoding, form, rule, lossless, io_dtype, accuracy)
 
 
 def grouped_lines(weights: tuple[WeightDecision, ...]) -> list[str]:

@@ -242,6 +242,18 @@ def _major_minor(version: str) -> str:
     return ".".join(version.strip().split(".")[:2])
 
 
+# MatMulNBits' accuracy_level when the spec sets none, per execution provider. On CPU, level 4
+# (int8 activations, the kernel's fast path) decoded int4 twice as fast as level 0 in
+# onnxruntime-genai with the same tokens, and a kept Q8_0 348M model 66 tok/s against 2.8
+# (issue 8's measurements); the onnxruntime-genai builder uses 4 on CPU too. Other providers'
+# kernels are not known to gain from it: unset.
+_MATMULNBITS_ACCURACY_LEVEL = {"cpu": 4}
+
+
+def matmulnbits_accuracy_level(execution_provider: str) -> int:
+    return _MATMULNBITS_ACCURACY_LEVEL.get(execution_provider, 0)
+
+
 def ort_genai_profile(version: str) -> OrtGenaiProfile:
     """The profile for an onnxruntime-genai version ("0.18" or "0.18.0")."""
     from . import ort_genai_0_18

@@ -134,8 +134,10 @@ def _override_architecture(spec: LoadedSpec, architecture: Architecture) -> Arch
 
 
 def _scheme(written: dict, inherited: QuantScheme) -> QuantScheme:
-    if written.get("keep") == "source":
-        return QuantScheme(keep_source=True)
+    accuracy = written.get("accuracy_level", inherited.accuracy_level)
+    keeps = written.get("keep") == "source" or (inherited.keep_source and "bits" not in written)
+    if keeps:
+        return QuantScheme(keep_source=True, accuracy_level=accuracy)
     return QuantScheme(
         bits=written.get("bits", inherited.bits),
         block_size=written.get("block_size", inherited.block_size),

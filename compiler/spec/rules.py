@@ -24,7 +24,8 @@ from .yaml_positions import dotted
 if TYPE_CHECKING:
     from .loader import LoadedSpec
 
-_SCHEME_FIELDS = ("bits", "block_size", "accuracy_level")
+# What `keep: source` decides itself; accuracy_level (how the kernel computes) combines with it.
+_ENCODING_FIELDS = ("bits", "block_size")
 
 
 def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset()) -> list[Diagnostic]:
@@ -65,15 +66,15 @@ def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
                     at="key",
                     hint="keep: source stores the weights as the source has them; drop one of the two",
                 )
-                for name in _SCHEME_FIELDS
+                for name in _ENCODING_FIELDS
                 if name in written
             ]
-        elif default_keeps and scheme[1] == "overrides" and "bits" not in written:
+        elif default_keeps and scheme[1] == "overrides" and "bits" not in written and "block_size" in written:
             out.append(
                 spec.diagnostic(
                     scheme,
-                    "this override must set 'bits' (or 'keep'): the default keeps the source's encoding,"
-                    " so there are no bits to inherit",
+                    "this override sets block_size without 'bits' (or 'keep'): the default keeps the source's"
+                    " encoding, so there are no bits to inherit",
                     at="key",
                 )
             )

@@ -32,9 +32,13 @@ def build(io_dtype: str = "float32", quantization: QuantizationPlan = Quantizati
     return make_ir(tiny_arch(), io_dtype=io_dtype, quantization=quantization)
 
 
-INT4 = QuantizationPlan(default=QuantScheme(bits=4))
-INT8_OVERRIDE_ONLY = QuantizationPlan(overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8)),))
-KEEP_SOURCE = QuantizationPlan(default=QuantScheme(keep_source=True))
+# accuracy_level 0 where the tight branches are tested: unset, the CPU profile's 4 rounds the activations.
+INT4 = QuantizationPlan(default=QuantScheme(bits=4, accuracy_level=0))
+INT4_PROFILE_ACCURACY = QuantizationPlan(default=QuantScheme(bits=4))
+INT8_OVERRIDE_ONLY = QuantizationPlan(
+    default=QuantScheme(accuracy_level=0), overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8, accuracy_level=0)),)
+)
+KEEP_SOURCE = QuantizationPlan(default=QuantScheme(keep_source=True, accuracy_level=0))
 INT4_INT8_ACTIVATIONS = QuantizationPlan(default=QuantScheme(bits=4, accuracy_level=4))
 INT8_ACTIVATIONS_ON_AN_OVERRIDE = QuantizationPlan(
     overrides=(QuantOverride("layers.*.mlp.*", QuantScheme(bits=8, accuracy_level=4)),)
@@ -76,6 +80,7 @@ class Q4SourceStore:
         (build("float16", INT4_INT8_ACTIVATIONS), FLOAT16, 1e-1),
         (build(quantization=INT8_ACTIVATIONS_ON_AN_OVERRIDE), FLOAT32, 1e-1),
         (build(quantization=FLOAT_WITH_ACCURACY_LEVEL), FLOAT32, 1e-3),
+        (build(quantization=INT4_PROFILE_ACCURACY), FLOAT32, 1e-1),  # the CPU profile's accuracy_level 4
     ],
 )
 def test_tolerance_by_build(ir, output, bound):
@@ -101,7 +106,7 @@ def test_greedy_tokens_must_match_where_the_bound_is_tight(ir, strict):
 
 @pytest.mark.parametrize(
     "quantization, bound",
-    [(KEEP_SOURCE, 1e-3), (QuantizationPlan(default=QuantScheme(bits=4, block_size=32)), 1e-3),
+    [(KEEP_SOURCE, 1e-3), (QuantizationPlan(default=QuantScheme(bits=4, block_size=32, accuracy_level=0)), 1e-3),
      (QuantizationPlan(), 1e-3),  # kept, re-encoded alike, or dequantized to float: all as the reference has them
      (QuantizationPlan(default=QuantScheme(keep_source=True, accuracy_level=4)), 1e-1)],  # kept, int8 activations
 )
@@ -137,12 +142,14 @@ def test_the_quantized_reference_uses_the_weights_as_built():
 
 
 def int4_spec(folder: Path) -> Path:
-    """The tiny spec with int4 MatMulNBits weights (lm_head kept float), onnxruntime-genai on CPU only."""
+    """The tiny spec with int4 MatMulNBits weights (lm_head kept float), onnxruntime-genai on CPU only.
+
+    accuracy_level 0: float activations, so verify's bound is the tight one these tests are about."""
     text = TINY.read_text("utf-8")
     assert "  default: {bits: null}\n" in text and "  onnx_genai:\n    layout: workflow\n" in text
     text = text.replace(
         "  default: {bits: null}\n",
-        "  default: {bits: 4, block_size: 32}\n  overrides:\n    - {match: lm_head.weight, bits: null}\n",
+        "  default: {bits: 4, block_size: 32, accuracy_level: 0}\n  overrides:\n    - {match: lm_head.weight, bits: null}\n",
     )
     text = text.replace("  onnx_genai:\n    layout: workflow\n", "")
     spec = folder / "int4.yaml"
@@ -245,7 +252,7 @@ mtpc: 1
 name: tiny-q4-gguf
 source: {gguf: q4.gguf}
 quantization:
-  default: {keep: source}
+  default: {keep: source, accuracy_level: 0}
 targets:
   onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense, max_draft_tokens: 4}
 """

@@ -66,7 +66,7 @@ def store(arch):
 @pytest.mark.parametrize("bits, block_size, min_correlation", [(4, 32, 0.9), (8, 32, 0.999)])
 def test_quantized_main_and_head_are_exact_on_dequantized_weights(arch, store, tmp_path, bits, block_size,
                                                                    min_correlation):
-    plan = QuantizationPlan(default=QuantScheme(bits=bits, block_size=block_size))
+    plan = QuantizationPlan(default=QuantScheme(bits=bits, block_size=block_size, accuracy_level=0))
     emit(make_ir(arch, quantization=plan), store, tmp_path / "pkg")
     main = session(tmp_path / "pkg" / "model.onnx")
     out = run(main, feeds(main, PROMPT))
@@ -97,7 +97,7 @@ def test_source_quantized_tensors_are_kept_as_stored(arch, store, tmp_path):
     up = QuantizedTensor(4, 32, up.shape, up.data, up.scales, np.full((up.shape[0], 1), 0x88, np.uint8), "Q4_0")
     tensors = {n: store.read(n) for n in store.names()}
     source = QuantizedSourceStore(tensors, {"embed_tokens.weight": embed, "layers.0.mlp.up_proj.weight": up})
-    keep = QuantScheme(keep_source=True)
+    keep = QuantScheme(keep_source=True, accuracy_level=0)  # float activations: exact
     plan = QuantizationPlan(overrides=(QuantOverride("embed_tokens.weight", keep),
                                        QuantOverride("layers.0.mlp.up_proj.weight", keep)))
     emit(make_ir(arch, heads=(), quantization=plan), source, tmp_path / "pkg")

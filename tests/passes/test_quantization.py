@@ -65,7 +65,7 @@ def test_q8_0_file_with_an_int4_default_says_it_requantizes(tmp_path, q8_gguf):
     (note,) = [n for n in ir.notes if "not carried as stored" in n]
     assert note.startswith(
         "quantized source tensors not carried as stored: 1 Q8_0 -> int4 GatherBlockQuantized block 32 (re-quantized), "
-        "39 Q8_0 -> int4 MatMulNBits block 32 (re-quantized); "
+        "39 Q8_0 -> int4 MatMulNBits block 32 accuracy 4 (re-quantized); "
     )
 
 
@@ -106,7 +106,7 @@ def test_compile_prints_the_note_and_the_card_lists_it(tmp_path, q8_gguf, capsys
     assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "pkg")]) == 0
     assert "note: quantized source tensors not carried as stored: " in capsys.readouterr().out
     card = (tmp_path / "pkg" / "README.md").read_text()
-    assert "| default | 39 | linear | Q8_0 | int4 MatMulNBits block 32 | no |" in card
+    assert "| default | 39 | linear | Q8_0 | int4 MatMulNBits block 32 accuracy 4 | no |" in card
     assert "quantized source tensors not carried as stored" in card
 
 
@@ -116,7 +116,7 @@ def test_plan_groups_the_table(tmp_path, q8_gguf, capsys):
     text = capsys.readouterr().out
     assert "  quantization: modified\n" in text
     assert "    - override 1 (mtp.fc.weight): 1 linear Q8_0 -> float32 (lossless): mtp.fc.weight\n" in text
-    assert "    - default: 38 linear Q8_0 -> int4 MatMulNBits block 32 (lossy): *.weight (20 patterns)\n" in text
+    assert "    - default: 38 linear Q8_0 -> int4 MatMulNBits block 32 accuracy 4 (lossy): *.weight (20 patterns)\n" in text
 
 
 def test_name_glob_folds_layer_indices():
@@ -143,3 +143,48 @@ def test_diff_of_two_specs_shows_the_moved_tensor(tmp_path, q8_gguf, capsys):
     assert '~ <ir>:/weights[name=mtp.fc.weight]/rule: "default" -> "override 1 (mtp.fc.weight)"' in text
     assert "<ir>:/weights[name=mtp.fc.weight]/form:" in text
     assert "<ir>:/weights[name=layers.0.mlp.up_proj.weight]" not in text
+
+
+def _matmulnbits_levels(tmp_path, quantization: str, targets: str = CPU) -> dict[str, int]:
+    import onnx
+
+    from mtpc.driver import build
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"mtpc: 1\nname: q\nsource: {{synthetic: {{seed: 0}}}}\nquantization: {quantization}\n{targets}")
+    with build(spec) as built:
+        model = next(a for a in built.artifacts if a.relpath == "model.onnx")
+        graph = onnx.load_from_string(model.read()).graph
+        levels = {
+            n.input[1]: next(a.i for a in n.attribute if a.name == "accuracy_level")
+            for n in graph.node if n.op_type == "MatMulNBits"
+        }
+        table = {w.name: w.accuracy_level for w in built.ir.weights if w.form is not None}
+    assert set(levels.values()) == set(table.values())  # the graphs apply the table
+    return levels
+
+
+def test_accuracy_level_defaults_from_the_cpu_profile(tmp_path):
+    levels = _matmulnbits_levels(tmp_path, "{default: {bits: 4}}")
+    assert levels and set(levels.values()) == {4}
+
+
+def test_accuracy_level_written_in_the_spec_wins_per_rule(tmp_path):
+    levels = _matmulnbits_levels(
+        tmp_path, "{default: {bits: 4, accuracy_level: 0}, overrides: [{match: 'layers.*.mlp.*', accuracy_level: 1}]}"
+    )
+    assert {name: level for name, level in levels.items() if ".mlp." in name} and all(
+        level == (1 if ".mlp." in name else 0) for name, level in levels.items()
+    )
+
+
+def test_accuracy_level_is_unset_on_cuda(tmp_path):
+    cuda = 'targets:\n  onnxruntime_genai: {version: "0.18.0", execution_provider: cuda, attention: dense}\n'
+    levels = _matmulnbits_levels(tmp_path, "{default: {bits: 4}}", cuda)
+    assert levels and set(levels.values()) == {0}
+
+
+def test_kept_source_blocks_take_an_accuracy_level(tmp_path, q8_gguf):
+    ir, _ = _ir(tmp_path, f"{{gguf: {q8_gguf}}}", "{default: {keep: source, accuracy_level: 2}}")
+    kept = [w for w in ir.weights if w.role is WeightRole.LINEAR and w.form is not None]
+    assert kept and all(w.accuracy_level == 2 and w.lossless for w in kept)

@@ -5,7 +5,8 @@ are 5 bits: 8-bit MatMulNBits plus a per-block offset term the graph adds from t
 activations' block sums. A Q4_1 embedding becomes GatherBlockQuantized plus gathered
 offsets (that op takes no float zero points), and a Q5_1 LM head the offset term too
 (`sources/gguf_quant.py` derives each form). The package must decode exactly like the
-numpy reference run on gguf-py's dequantization of the same file.
+numpy reference run on gguf-py's dequantization of the same file (accuracy_level 0: float
+activations, so nothing but the weights could differ).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def gguf_path(arch, workdir):
 @pytest.fixture(scope="module")
 def package(gguf_path, workdir):
     spec = write_spec(
-        workdir / "block-forms.yaml", "block-forms", "{gguf: block-forms.gguf}", "quantization:\n  default: {keep: source}\n"
+        workdir / "block-forms.yaml", "block-forms", "{gguf: block-forms.gguf}", "quantization:\n  default: {keep: source, accuracy_level: 0}\n"
     )
     return compile_spec(spec, workdir / "block-forms")
 

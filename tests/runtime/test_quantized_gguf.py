@@ -36,7 +36,7 @@ def package(gguf_path, workdir):
         workdir / "quantized-gguf.yaml",
         "quantized-gguf",
         "{gguf: quantized.gguf}",
-        "quantization:\n  default: {keep: source}\n",
+        "quantization:\n  default: {keep: source, accuracy_level: 0}\n",
     )
     return compile_spec(spec, workdir / "quantized-gguf")
 

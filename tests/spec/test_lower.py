@@ -280,14 +280,25 @@ def test_quantization_overrides_inherit_and_first_match_wins(tmp_path):
     plan = lowered(tmp_path, body)[0].quantization
     assert plan.scheme_for("mtp.fc.weight") == QuantScheme(bits=None, block_size=64, accuracy_level=1)
     assert plan.scheme_for("layers.0.mlp.up_proj.weight") == QuantScheme(bits=8, block_size=64, accuracy_level=1)
-    assert plan.scheme_for("layers.0.self_attn.q_proj.weight") == QuantScheme(keep_source=True)
+    # keep: source leaves the encoding to the source; accuracy_level is inherited like any other field.
+    assert plan.scheme_for("layers.0.self_attn.q_proj.weight") == QuantScheme(keep_source=True, accuracy_level=1)
     assert plan.scheme_for("lm_head.weight") == QuantScheme(bits=4, block_size=64, accuracy_level=1)
 
 
-def test_keep_source_default_needs_bits_in_overrides(tmp_path):
+def test_keep_source_default_needs_bits_in_overrides_that_set_a_block_size(tmp_path):
     body = "quantization:\n  default: {keep: source}\n  overrides:\n    - {match: 'layers.*', block_size: 64}\n"
     err = failure(tmp_path, body)
-    assert "must set 'bits'" in err.diagnostics[0].message
+    assert "sets block_size without 'bits'" in err.diagnostics[0].message
+
+
+def test_keep_source_takes_an_accuracy_level_and_overrides_inherit_the_keep(tmp_path):
+    body = (
+        "quantization:\n  default: {keep: source, accuracy_level: 4}\n"
+        "  overrides:\n    - {match: 'layers.*', accuracy_level: 0}\n"
+    )
+    plan = lowered(tmp_path, body)[0].quantization
+    assert plan.default == QuantScheme(keep_source=True, accuracy_level=4)
+    assert plan.scheme_for("layers.0.mlp.up_proj.weight") == QuantScheme(keep_source=True, accuracy_level=0)
 
 
 def test_mtp_settings(tmp_path):
