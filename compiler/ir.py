@@ -320,6 +320,8 @@ class QuantScheme:
     keep_source: bool = False
     # MatMulNBits accuracy_level; None: the runtime profile's (passes/quantization.py settles it).
     accuracy_level: int | None = None
+    # False: asymmetric blocks with uint8 zero points (for weights whose blocks are not centred on zero).
+    symmetric: bool = True
 
 
 @dataclass(frozen=True)

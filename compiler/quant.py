@@ -1,10 +1,10 @@
 """Weight quantization for MatMulNBits, and the per-tensor decision of what to store.
 
-Float weights are quantized round-to-nearest, symmetric, per block along K, into
-onnxruntime's MatMulNBits layout with the op's default zero point
-(`2**(bits-1)`), so no zero-point tensor is needed. Weights the source already
-stores quantized (GGUF Q4_0 / Q8_0) arrive as `QuantizedTensor`s and are carried
-over untouched when the plan asks for the same encoding.
+Float weights are quantized round-to-nearest per block along K into onnxruntime's
+MatMulNBits layout: symmetric with the op's default zero point (`2**(bits-1)`), or
+asymmetric with uint8 zero points. Weights the source already stores block-quantized
+(GGUF) arrive as `QuantizedTensor`s and are carried over untouched when the plan keeps
+the source or asks for the same bits and block size.
 """
 
 from __future__ import annotations
@@ -14,31 +14,52 @@ from dataclasses import replace
 
 import numpy as np
 
-from .ir import QuantForm, QuantScheme, WeightDecision
-from .weights import QuantizedTensor, TensorInfo, Weight
+from .ir import QuantForm, QuantizationPlan, QuantScheme, WeightDecision
+from .weights import QuantizedTensor, TensorInfo, Weight, pack_codes
 
 
-def quantize_linear(w: np.ndarray, bits: int, block_size: int) -> QuantizedTensor:
-    """Quantize an `[N, K]` float weight (nn.Linear layout) for MatMulNBits."""
+# Rows quantized at a time: their float32 temporaries stay near 1 MB each whatever the tensor's size,
+# so quantizing a weight holds little more than the weight and its (smaller) packed result.
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def quantize_linear(w: np.ndarray, bits: int, block_size: int, *, symmetric: bool = True) -> QuantizedTensor:
+    """Quantize an `[N, K]` float weight (nn.Linear layout) for MatMulNBits, round to nearest per block.
+
+    Symmetric: scale `absmax / (2**(bits-1) - 1)` and the op's default zero point. Asymmetric:
+    the block's range `[min(lo, 0), max(hi, 0)]` over `2**bits - 1` steps with a uint8 zero point
+    (zero stays exactly representable), for weights whose blocks are not centred on zero.
+    """
     if bits not in (4, 8):
         raise ValueError(f"MatMulNBits weights must be 4 or 8 bits, not {bits}")
-    w = np.asarray(w, dtype=np.float32)
     n, k = w.shape
     k_blocks = -(-k // block_size)
-    padded = np.zeros((n, k_blocks * block_size), np.float32)
-    padded[:, :k] = w
-    blocks = padded.reshape(n, k_blocks, block_size)
-    qmax = 2 ** (bits - 1) - 1
-    absmax = np.abs(blocks).max(axis=-1)
-    scales = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
-    zero = 2 ** (bits - 1)
-    q = np.clip(np.rint(blocks / scales[..., None]) + zero, 0, 2**bits - 1).astype(np.uint8)
-    if bits == 4:
-        q = q.reshape(n, k_blocks, block_size // 2, 2)
-        data = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8)  # element 2i low nibble, 2i+1 high
-    else:
-        data = q
-    return QuantizedTensor(bits, block_size, (n, k), np.ascontiguousarray(data), scales, None, f"int{bits}")
+    data = np.empty((n, k_blocks, block_size * bits // 8), np.uint8)
+    scales = np.empty((n, k_blocks), np.float32)
+    zero_points = None if symmetric else np.empty((n, k_blocks), np.uint8)
+    rows = max(1, _CHUNK_ELEMENTS // (k_blocks * block_size))
+    for start in range(0, n, rows):
+        chunk = np.asarray(w[start : start + rows], dtype=np.float32)
+        blocks = np.zeros((chunk.shape[0], k_blocks * block_size), np.float32)
+        blocks[:, :k] = chunk
+        blocks = blocks.reshape(-1, k_blocks, block_size)
+        here = slice(start, start + chunk.shape[0])
+        if symmetric:
+            absmax = np.abs(blocks).max(axis=-1)
+            scale = np.where(absmax > 0, absmax / (2 ** (bits - 1) - 1), 1.0).astype(np.float32)
+            zero = np.float32(2 ** (bits - 1))
+        else:
+            lo = np.minimum(blocks.min(axis=-1), 0)
+            hi = np.maximum(blocks.max(axis=-1), 0)
+            scale = np.where(hi > lo, (hi - lo) / (2**bits - 1), 1.0).astype(np.float32)
+            zero = np.clip(np.rint(-lo / scale), 0, 2**bits - 1)
+            zero_points[here] = zero
+            zero = zero[..., None]
+        scales[here] = scale
+        codes = np.clip(np.rint(blocks / scale[..., None]) + zero, 0, 2**bits - 1).astype(np.uint8)
+        data[here] = pack_codes(codes, bits)  # element 2i in the low nibble at 4 bits
+    packed_zero_points = None if zero_points is None else pack_codes(zero_points, bits)
+    return QuantizedTensor(bits, block_size, (n, k), data, scales, packed_zero_points, f"int{bits}")
 
 
 def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
@@ -57,7 +78,7 @@ def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
         return np.asarray(weight, dtype=np.float32)
     if scheme.bits is None:
         return np.asarray(weight, dtype=np.float32)
-    return quantize_linear(weight, scheme.bits, scheme.block_size)
+    return quantize_linear(weight, scheme.bits, scheme.block_size, symmetric=scheme.symmetric)
 
 
 def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
@@ -73,22 +94,28 @@ def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
         return None
     if scheme.bits is None:
         return None
-    return QuantForm(scheme.bits, scheme.block_size, False)
+    return QuantForm(scheme.bits, scheme.block_size, not scheme.symmetric)
 
 
-def embedding_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
+def embedding_form(info: TensorInfo, scheme: QuantScheme, requested: bool = False) -> QuantForm | None:
     """The form a token embedding is stored in under `scheme` (None: float), without reading it.
 
-    An embedding the source stores in float stays float. One it stores quantized is kept or
+    An embedding the source stores in float stays float unless `requested` (`embedding_requested`):
+    a bits-per-weight default is meant for MatMul weights. One it stores quantized is kept or
     re-quantized as `resolved_form` says when that gives 2, 4 or 8 bits in whole blocks with
     integer zero points (GatherBlockQuantized takes no float ones), and is dequantized
     otherwise. Zero points are always written (GatherBlockQuantized's defaults differ between
     execution providers).
     """
-    form = resolved_form(info, scheme) if info.quantized else None
+    form = resolved_form(info, scheme) if info.quantized or requested else None
     if form is None or form.bits not in (2, 4, 8) or info.shape[-1] % form.block_size or form.float_zero_points:
         return None
     return replace(form, has_zero_points=True)
+
+
+def embedding_requested(plan: QuantizationPlan, name: str) -> bool:
+    """A float embedding is quantized only on request: when an override (not the default) decides it."""
+    return plan.deciding_override(name) is not None
 
 
 def _keeps_encoding(bits: int, block_size: int, scheme: QuantScheme) -> bool:

@@ -79,6 +79,21 @@ def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     return out.reshape(flat.shape[0], flat.shape[1] * per)
 
 
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 codes `[..., L]` -> `[..., ceil(L*bits/8)]`, element `per*i + j` in bits `j*bits` of byte i."""
+    if bits == 8:
+        return np.ascontiguousarray(codes, dtype=np.uint8)
+    per = 8 // bits
+    pad = (-codes.shape[-1]) % per
+    if pad:
+        codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], pad), np.uint8)], axis=-1)
+    grouped = codes.reshape(*codes.shape[:-1], -1, per).astype(np.uint8)
+    out = np.zeros(grouped.shape[:-1], np.uint8)
+    for j in range(per):
+        out |= grouped[..., j] << np.uint8(j * bits)
+    return out
+
+
 Weight = Union[np.ndarray, QuantizedTensor]
 
 

@@ -303,11 +303,16 @@ class AsBuiltWeights:
         return self.read_float(name)
 
     def read_float(self, name: str) -> np.ndarray:
-        from ..quant import resolve
+        from ..quant import embedding_form, embedding_requested, resolve
         from ..weights import QuantizedTensor
 
-        # Norms, conv kernels, gate vectors and the embedding are built as the source has them.
-        if len(self._store.info(name).shape) != 2 or name == "embed_tokens.weight":
+        # Norms, conv kernels, gate vectors, and an embedding the plan stores float, are built as the source has them.
+        info = self._store.info(name)
+        if name.endswith("embed_tokens.weight"):
+            requested = embedding_requested(self._plan, name)
+            if embedding_form(info, self._plan.scheme_for(name), requested) is None:
+                return self._store.read_float(name)
+        elif len(info.shape) != 2:
             return self._store.read_float(name)
         weight = resolve(self._store.read(name), self._plan.scheme_for(name))
         return weight.dequantize() if isinstance(weight, QuantizedTensor) else np.asarray(weight, np.float32)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..ir import ModelIR, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
 from ..profiles import matmulnbits_accuracy_level
-from ..quant import embedding_form, requantization_notes, resolved_form
+from ..quant import embedding_form, embedding_requested, requantization_notes, resolved_form
 from ..weights import TensorInfo
 from . import PassResult
 
@@ -69,7 +69,7 @@ def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str, profile_
     if role is WeightRole.LINEAR:
         form = resolved_form(info, scheme)
     elif role is WeightRole.EMBEDDING:
-        form = embedding_form(info, scheme)
+        form = embedding_form(info, scheme, embedding_requested(plan, tensor.name))
     else:
         form = None
     if form is not None:

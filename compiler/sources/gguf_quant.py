@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from ..weights import QuantizedTensor
+from ..weights import QuantizedTensor, pack_codes as pack
 from .gguf_blocks import FORMATS, BlockFormat, block_format, decode
 
 MATMUL = "MatMulNBits"
@@ -135,21 +135,6 @@ def to_quantized_tensor(raw: np.ndarray, qtype: QT, n: int, k: int, op: str = MA
     data = pack(codes.astype(np.uint8), form.bits)
     offsets = dec.offsets if form.block_offsets else None
     return QuantizedTensor(form.bits, form.block_size, (n, k), data, scales, zero_points, qtype.name, offsets)
-
-
-def pack(codes: np.ndarray, bits: int) -> np.ndarray:
-    """uint8 codes `[..., L]` -> `[..., ceil(L*bits/8)]`, element `per*i + j` in bits `j*bits` of byte i."""
-    if bits == 8:
-        return np.ascontiguousarray(codes, dtype=np.uint8)
-    per = 8 // bits
-    pad = (-codes.shape[-1]) % per
-    if pad:
-        codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], pad), np.uint8)], axis=-1)
-    grouped = codes.reshape(*codes.shape[:-1], -1, per).astype(np.uint8)
-    out = np.zeros(grouped.shape[:-1], np.uint8)
-    for j in range(per):
-        out |= grouped[..., j] << np.uint8(j * bits)
-    return out
 
 
 def _float_zero_points(codes: np.ndarray, scales: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -142,6 +142,7 @@ def _scheme(written: dict, inherited: QuantScheme) -> QuantScheme:
         bits=written.get("bits", inherited.bits),
         block_size=written.get("block_size", inherited.block_size),
         accuracy_level=written.get("accuracy_level", inherited.accuracy_level),
+        symmetric=written.get("symmetric", inherited.symmetric),
     )
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .loader import LoadedSpec
 
 # What `keep: source` decides itself; accuracy_level (how the kernel computes) combines with it.
-_ENCODING_FIELDS = ("bits", "block_size")
+_ENCODING_FIELDS = ("bits", "block_size", "symmetric")
 
 
 def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset()) -> list[Diagnostic]:

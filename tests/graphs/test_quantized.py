@@ -20,12 +20,13 @@ def is_linear(name: str, value: np.ndarray) -> bool:
     return value.ndim == 2 and name != "embed_tokens.weight"
 
 
-def dequantized(store: ArrayWeightStore, bits: int, block_size: int) -> ArrayWeightStore:
+def dequantized(store: ArrayWeightStore, bits: int, block_size: int, symmetric: bool = True) -> ArrayWeightStore:
     """What a quantized build computes with: every linear weight through quantize -> dequantize."""
     out = {}
     for name in store.names():
         w = store.read_float(name)
-        out[name] = quantize_linear(w, bits, block_size).dequantize() if is_linear(name, w) else w
+        quantized = is_linear(name, w)
+        out[name] = quantize_linear(w, bits, block_size, symmetric=symmetric).dequantize() if quantized else w
     return ArrayWeightStore(out)
 
 
@@ -63,14 +64,17 @@ def store(arch):
 
 # Random weights have no redundancy, so 4-bit rounding moves logits visibly; the float model must still be
 # clearly recognisable (correlation), and 8-bit nearly identical.
-@pytest.mark.parametrize("bits, block_size, min_correlation", [(4, 32, 0.9), (8, 32, 0.999)])
+@pytest.mark.parametrize(
+    "bits, block_size, symmetric, min_correlation",
+    [(4, 32, True, 0.9), (8, 32, True, 0.999), (4, 32, False, 0.9), (8, 64, False, 0.999)],
+)
 def test_quantized_main_and_head_are_exact_on_dequantized_weights(arch, store, tmp_path, bits, block_size,
-                                                                   min_correlation):
-    plan = QuantizationPlan(default=QuantScheme(bits=bits, block_size=block_size, accuracy_level=0))
-    emit(make_ir(arch, quantization=plan), store, tmp_path / "pkg")
+                                                                   symmetric, min_correlation):
+    scheme = QuantScheme(bits=bits, block_size=block_size, accuracy_level=0, symmetric=symmetric)
+    emit(make_ir(arch, quantization=QuantizationPlan(default=scheme)), store, tmp_path / "pkg")
     main = session(tmp_path / "pkg" / "model.onnx")
     out = run(main, feeds(main, PROMPT))
-    effective = dequantized(store, bits, block_size)
+    effective = dequantized(store, bits, block_size, symmetric)
     logits, post, _, _ = Qwen35Reference(arch, effective).forward(PROMPT)
     np.testing.assert_allclose(out["logits"], logits, atol=2e-4, rtol=0)
     float_logits, _, _, _ = Qwen35Reference(arch, store).forward(PROMPT)
@@ -122,3 +126,18 @@ def test_source_quantized_embedding_is_dequantized_unless_kept(arch, store, tmp_
     effective = ArrayWeightStore({n: source.read_float(n) for n in source.names()})
     logits, _, _, _ = Qwen35Reference(arch, effective).forward(PROMPT)
     np.testing.assert_allclose(out["logits"], logits, atol=1e-4, rtol=0)
+
+
+def test_a_float_embedding_is_quantized_on_request(arch, store, tmp_path):
+    # Only an override quantizes the embedding (a default's bits are meant for MatMul weights).
+    plan = QuantizationPlan(overrides=(QuantOverride("embed_tokens.weight", QuantScheme(bits=4, accuracy_level=0)),))
+    emit(make_ir(arch, quantization=plan), store, tmp_path / "pkg")
+    model = onnx.load(tmp_path / "pkg" / "model.onnx", load_external_data=False)
+    assert [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
+    main = session(tmp_path / "pkg" / "model.onnx")
+    out = run(main, feeds(main, PROMPT))
+    tensors = {name: store.read_float(name) for name in store.names()}
+    tensors["embed_tokens.weight"] = quantize_linear(tensors["embed_tokens.weight"], 4, 32).dequantize()
+    logits, _, _, _ = Qwen35Reference(arch, ArrayWeightStore(tensors)).forward(PROMPT)
+    np.testing.assert_allclose(out["logits"], logits, atol=2e-4, rtol=0)
+

@@ -456,3 +456,14 @@ def test_a_source_with_tokenizer_files_or_a_synthetic_one_gets_no_note(tmp_path)
     (note,) = lowered(tmp_path, "", "source:\n  hf: ckpt\n")[0].notes
     assert note.startswith("the source's tokenizer files (tokenizer_config.json) include no tokenizer.json")
     assert lowered(tmp_path, "")[0].notes == ()
+
+
+def test_symmetric_false_is_inherited_by_overrides(tmp_path):
+    body = "quantization:\n  default: {bits: 4, symmetric: false}\n  overrides:\n    - {match: 'mtp.*', bits: 8}\n"
+    plan = lowered(tmp_path, body)[0].quantization
+    assert plan.default.symmetric is False and plan.scheme_for("mtp.fc.weight").symmetric is False
+
+
+def test_symmetric_cannot_be_set_with_keep_source(tmp_path):
+    err = failure(tmp_path, "quantization:\n  default: {keep: source, symmetric: false}\n")
+    assert err.diagnostics[0].message == "'symmetric' cannot be set together with 'keep: source'"
