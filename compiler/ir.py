@@ -294,9 +294,9 @@ class DecoderConfig:
 # ----------------------------------------------------------------------------- build choices
 
 
-# The float dtypes mtpc builds graphs in (precision.io_dtype): the CPU kernels the dense
-# graphs and the reference checks run on have no bfloat16.
-IO_DTYPES = ("float32", "float16")
+# The float dtypes mtpc builds graphs in (precision.io_dtype). bfloat16 only for execution
+# providers with bfloat16 kernels (the runtime profile says which; CPU has none).
+IO_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

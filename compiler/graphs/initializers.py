@@ -123,7 +123,9 @@ def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> memoryview:
     if tuple(array.shape) != tensor.shape:
         raise AssertionError(f"initializer {tensor.name!r}: planned shape {tensor.shape}, produced {array.shape}")
     # A view of the array's own buffer rather than a bytes copy: the largest tensor is held once, not twice.
-    data = memoryview(np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False))).cast("B")
+    # Viewed as bytes first: ml_dtypes' bfloat16 arrays do not export a buffer of their own type.
+    stored = np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False))
+    data = memoryview(stored.reshape(-1).view(np.uint8))
     if len(data) != tensor.nbytes:
         raise AssertionError(f"initializer {tensor.name!r}: planned {tensor.nbytes} bytes, produced {len(data)}")
     return data

@@ -63,6 +63,8 @@ class OrtGenaiProfile:
     execution_providers: frozenset[str]
     paged_execution_providers: frozenset[str]
     paged_io_dtypes: frozenset[str]
+    # Execution providers whose kernels run every op of mtpc's graphs in bfloat16.
+    bfloat16_execution_providers: frozenset[str]
     mtp_logits_dtype_by_provider: Mapping[str, str]
     shared_initializer_failing_providers: frozenset[str]
     # (attention, kv_cache) -> search.past_present_share_buffer; a pair not listed is
@@ -89,6 +91,16 @@ class OrtGenaiProfile:
                     ("execution_provider",),
                     f"execution provider {provider!r} is not supported for onnxruntime-genai {self.version}",
                     f"use one of: {', '.join(sorted(self.execution_providers))}",
+                )
+            )
+        if io_dtype == "bfloat16" and provider not in self.bfloat16_execution_providers:
+            out.append(
+                TargetProblem(
+                    ("execution_provider",),
+                    f"precision.io_dtype 'bfloat16' needs execution provider "
+                    f"{' or '.join(sorted(self.bfloat16_execution_providers))}, not '{provider}': "
+                    f"onnxruntime has no bfloat16 kernels for these graphs on {provider}",
+                    "use io_dtype float16 (or float32) on cpu",
                 )
             )
         if target.attention is AttentionMode.PAGED:

@@ -207,8 +207,10 @@ PROFILE = OrtGenaiProfile(
     # PagedAttention (the op the paged export uses for full-attention layers) exists
     # only for the CUDA execution provider, and only for half-precision activations.
     paged_execution_providers=frozenset({"cuda"}),
-    # (mtpc builds float32/float16 graphs only, see ir.IO_DTYPES, so it offers float16.)
     paged_io_dtypes=frozenset({"float16", "bfloat16"}),
+    # CPU kernels of GroupQueryAttention, the linear-attention ops and MatMulNBits take float32 /
+    # float16 only; the CUDA ones take bfloat16 too (onnxruntime contrib-op docs).
+    bfloat16_execution_providers=frozenset({"cuda"}),
     # og.MtpGenerator casts the logits it reads to float32; on CPU with float32 logits
     # that Cast has equal input and output types and onnxruntime refuses it ("Cast -
     # input and output types are the same"). Graphs whose `logits` output is float16

@@ -36,6 +36,7 @@ def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset(
     """
     rules = (
         ({"quantization"}, lambda: _quantization(spec)),
+        ({"precision", "targets"}, lambda: _bfloat16_without_ort_cuda(spec, filled)),
         ({"targets", "precision"}, lambda: _onnxruntime_genai(spec, filled)),
         ({"source"}, lambda: _synthetic(spec, filled)),
     )
@@ -79,6 +80,22 @@ def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
                 )
             )
     return out
+
+
+def _bfloat16_without_ort_cuda(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
+    """bfloat16 graphs need an execution provider with bfloat16 kernels; only an onnxruntime_genai
+    target names one (its own profile checks which), and onnx-genai's runtime is not ours to choose."""
+    if filled["precision"]["io_dtype"] != "bfloat16":
+        return []
+    where = ("precision", "io_dtype")
+    if filled["targets"].get("onnxruntime_genai") is None:
+        return [spec.diagnostic(where, "precision.io_dtype 'bfloat16' needs an onnxruntime_genai target on cuda",
+                                hint="use io_dtype float16 or float32")]
+    if filled["targets"].get("onnx_genai") is not None:
+        return [spec.diagnostic(where, "precision.io_dtype 'bfloat16' cannot be built with an onnx_genai target: "
+                                "its execution provider is not chosen by the spec, and CPU has no bfloat16 kernels",
+                                hint="drop the onnx_genai target, or use io_dtype float16")]
+    return []
 
 
 def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:

@@ -75,7 +75,7 @@ def test_short_version_finds_the_profile():
     "target, io_dtype, message",
     [
         (replace(CPU_DENSE, attention=AttentionMode.PAGED), "float16", "paged attention needs execution_provider 'cuda', not 'cpu'"),
-        (CUDA_PAGED, "float32", "paged attention needs precision.io_dtype 'float16', not 'float32'"),
+        (CUDA_PAGED, "float32", "paged attention needs precision.io_dtype 'float16' or 'bfloat16', not 'float32'"),
         (replace(CUDA_PAGED, block_size=24), "float16", "block_size must be a power of two, at least 16"),
         (replace(CUDA_PAGED, block_size=8), "float16", "block_size must be a power of two, at least 16"),
         (replace(CUDA_PAGED, max_batch_size=257), "float16", "max_batch_size must be in 1..256"),

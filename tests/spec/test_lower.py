@@ -236,7 +236,7 @@ def test_the_runtime_profiles_limits_are_reported_at_the_value(tmp_path):
 
 def test_the_schema_offers_the_io_dtypes_mtpc_builds():
     enum = load_schema("spec")["properties"]["precision"]["properties"]["io_dtype"]["enum"]
-    assert enum == ["float32", "float16"] == list(IO_DTYPES)
+    assert enum == ["float32", "float16", "bfloat16"] == list(IO_DTYPES)
 
 
 def test_paged_settings_with_dense_attention_are_refused(tmp_path):
@@ -467,3 +467,26 @@ def test_symmetric_false_is_inherited_by_overrides(tmp_path):
 def test_symmetric_cannot_be_set_with_keep_source(tmp_path):
     err = failure(tmp_path, "quantization:\n  default: {keep: source, symmetric: false}\n")
     assert err.diagnostics[0].message == "'symmetric' cannot be set together with 'keep: source'"
+
+
+@pytest.mark.parametrize(
+    "targets, line, message",
+    [
+        ("  onnxruntime_genai: {execution_provider: cpu}\n", 7,
+         "precision.io_dtype 'bfloat16' needs execution provider cuda, not 'cpu': onnxruntime has no bfloat16 "
+         "kernels for these graphs on cpu"),
+        ("  onnx_genai: {}\n", 5, "precision.io_dtype 'bfloat16' needs an onnxruntime_genai target on cuda"),
+        ("  onnxruntime_genai: {execution_provider: cuda}\n  onnx_genai: {}\n", 5,
+         "precision.io_dtype 'bfloat16' cannot be built with an onnx_genai target: its execution provider is not "
+         "chosen by the spec, and CPU has no bfloat16 kernels"),
+    ],
+)
+def test_bfloat16_is_refused_where_no_kernel_takes_it(tmp_path, targets, line, message):
+    (diag,) = failure(tmp_path, f"precision: {{io_dtype: bfloat16}}\ntargets:\n{targets}").diagnostics
+    assert diag.message == message and diag.span.line == line  # spec lines: 5 precision, 7 the first target
+
+
+def test_bfloat16_on_cuda_is_accepted(tmp_path):
+    ir, _ = lowered(tmp_path, "precision: {io_dtype: bfloat16}\ntargets:\n  onnxruntime_genai: {execution_provider: cuda}\n")
+    assert ir.precision.io_dtype == "bfloat16"
+
