@@ -139,3 +139,19 @@ def requantization_notes(weights: tuple[WeightDecision, ...]) -> list[str]:
         "see `mtpc plan` for the rule that chose each, and `keep: source` (quantization.default or an override) "
         "to carry what onnxruntime's block-quantized ops can hold as it is"
     ]
+
+
+def measured_requantization_note(weights: tuple[WeightDecision, ...], errors: dict[str, float]) -> str | None:
+    """The re-quantization error measured while writing, per (source type -> result)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for w in weights:
+        if w.name in errors:
+            groups.setdefault((w.source, w.result), []).append(errors[w.name])
+    if not groups:
+        return None
+    parts = ", ".join(
+        f"{src} -> {result}: {max(found):.3g} over {len(found)} tensor{'s' if len(found) > 1 else ''}"
+        for (src, result), found in sorted(groups.items())
+    )
+    return f"re-quantized source tensors, max |stored - the source's dequantization| measured while writing: {parts}"
+

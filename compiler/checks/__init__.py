@@ -17,7 +17,8 @@ measured by its size, never read.
 - `package`: the files, the findings and the checker (external data included);
 - `graphs`: what a graph holds, read without its weights;
 - `genai_config`: onnxruntime-genai's configs against their graphs;
-- `onnx_genai`: onnx-genai's metadata and MTP sidecar block against theirs.
+- `onnx_genai`: onnx-genai's metadata and MTP sidecar block against theirs;
+- `quantization`: `quantization.json`'s summary against its own weight list.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from pathlib import Path, PurePosixPath
 
 from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
+from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
 from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
 from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
+from .quantization import check_quantization_report
 from .package import Checker, Files, Finding, PackageFile, artifact_files, folder, package_directory
 
 __all__ = [
@@ -44,6 +47,7 @@ SCHEMAS: dict[tuple[str, str | None], str] = {
     (INFERENCE_METADATA, "flat"): "inference_metadata.flat.schema.json",
     (INFERENCE_METADATA, "workflow"): "inference_metadata.workflow.schema.json",
     (HF_CONFIG, None): "speculator_config.schema.json",
+    (QUANTIZATION_REPORT, None): "quantization.schema.json",
 }
 
 
@@ -120,4 +124,11 @@ def check_files(files: Files) -> list[Finding]:
             if target is None and "model.onnx" in files:
                 target = c.graph(HF_CONFIG, "", "model.onnx")
             check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, _vocab_size(metadata_doc))
+    # Optional: no runtime reads it, and packages from before mtpc wrote it have none. Every package
+    # mtpc writes now has one (the golden tests hold that); when present it must be sound.
+    if QUANTIZATION_REPORT in files:
+        report = c.parse(QUANTIZATION_REPORT)
+        if report is not None:
+            c.validate(QUANTIZATION_REPORT, report, schema_for(QUANTIZATION_REPORT))
+            check_quantization_report(c, QUANTIZATION_REPORT, report)
     return c.result()

@@ -44,6 +44,7 @@ def default_output(name: str) -> Path:
 def run(args) -> int:
     from ..driver import build
     from ..output import check_destination, write_package
+    from ..quant import measured_requantization_note
 
     spec = existing_file(args.spec, "spec")
     protected = [("spec", spec)]
@@ -57,6 +58,8 @@ def run(args) -> int:
             protected.append(("source checkpoint", result.ir.source.path))
         progress(f"writing {len(result.artifacts)} files to {target}")
         write_package(result.artifacts, target, force=args.force, protected=protected)
+    measured = measured_requantization_note(result.ir.weights, result.context.requantization_error)
+    notes = list(result.ir.notes) + ([measured] if measured else [])
     files = []
     for art in result.artifacts:
         path = target / art.relpath
@@ -64,9 +67,9 @@ def run(args) -> int:
     if args.format == "json":
         for entry in files:
             entry["sha256"] = digest(file_chunks(target / entry["path"]))
-        print_json("compile", {"ok": True, "output": str(target), "files": files, "notes": list(result.ir.notes)})
+        print_json("compile", {"ok": True, "output": str(target), "files": files, "notes": notes})
         return 0
-    for note in result.ir.notes:
+    for note in notes:
         out(f"note: {note}")
     for entry in files:
         out(f"  {entry['path']}  ({entry['bytes']} bytes)")

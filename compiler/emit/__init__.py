@@ -68,6 +68,9 @@ class EmitContext:
     progress: Progress = _quiet
     # Data file (package path) -> its shareable tensors; written by onnx_graphs, read by genai_config.
     data_layouts: dict[str, DataLayout] = field(default_factory=dict)
+    # Weight -> max |stored - source's dequantization| of source-quantized weights re-quantized, filled
+    # as the data files stream (see graphs/parameters.py); `compile` reports it once they are written.
+    requantization_error: dict[str, float] = field(default_factory=dict)
     _weights: WeightStore | None = field(default=None, init=False, repr=False)
 
     @property
@@ -89,6 +92,7 @@ from .onnx_graphs import emit_onnx_graphs  # noqa: E402
 from .genai_config import emit_genai_config  # noqa: E402
 from .inference_metadata import emit_inference_metadata  # noqa: E402
 from .tokenizer import emit_tokenizer  # noqa: E402
+from .quantization_report import emit_quantization_report  # noqa: E402
 from .model_card import emit_model_card  # noqa: E402
 
 # In running order: onnx_graphs records the data layouts genai_config reads.
@@ -97,5 +101,6 @@ EMITTERS: tuple[tuple[str, Emitter], ...] = (
     ("genai_config", emit_genai_config),
     ("inference_metadata", emit_inference_metadata),
     ("tokenizer", emit_tokenizer),
+    ("quantization_report", emit_quantization_report),
     ("model_card", emit_model_card),
 )

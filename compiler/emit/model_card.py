@@ -66,6 +66,7 @@ def render(ir: ModelIR) -> str:
             else "the `speculative:` block of `inference_metadata.yaml`"
         )
         lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in {declared}")
+    lines.append("- `quantization.json`: how each weight is stored, and the spec rule that chose it")
     if ir.targets.onnxruntime_genai is not None:
         lines += [
             "",

@@ -30,7 +30,9 @@ def is_shareable(name: str) -> bool:
 
 
 def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
-    params = ParameterSource(ctx.weights, ir.quantization, ir.precision.io_dtype, ir.weights)
+    params = ParameterSource(
+        ctx.weights, ir.quantization, ir.precision.io_dtype, ir.weights, ctx.requantization_error
+    )
     artifacts: list[Artifact] = []
 
     def add(filename: str, build) -> None:

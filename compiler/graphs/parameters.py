@@ -49,11 +49,27 @@ class EmbeddingParams:
 class ParameterSource:
     """Initializers for the graph builders, stored as the IR's weight table says (`ModelIR.weights`)."""
 
-    def __init__(self, store: WeightStore, plan: QuantizationPlan, io_dtype: str, weights: tuple[WeightDecision, ...]):
+    def __init__(
+        self,
+        store: WeightStore,
+        plan: QuantizationPlan,
+        io_dtype: str,
+        weights: tuple[WeightDecision, ...],
+        requantization_error: dict[str, float] | None = None,
+    ):
         self.store = store
         self.plan = plan
         self.io_dtype = DTYPES[io_dtype]
         self._decisions = {w.name: w for w in weights}
+        # canonical name -> max |stored - source's dequantization|, for source-quantized weights re-quantized
+        # when the data file is written (measured then: the plan reads no weight).
+        self.requantization_error = requantization_error if requantization_error is not None else {}
+
+    def _measure(self, canonical: str, decision: WeightDecision, stored: QuantizedTensor) -> None:
+        if decision.lossless or decision.source.startswith(("float", "bfloat")):
+            return
+        error = np.abs(stored.dequantize() - self.store.read_float(canonical)).max(initial=0)
+        self.requantization_error[canonical] = float(error)
 
     def _decision(self, canonical: str) -> WeightDecision:
         decision = self._decisions.get(canonical)
@@ -94,6 +110,7 @@ class ParameterSource:
             w = resolve(self.store.read(canonical), scheme)
             if not isinstance(w, QuantizedTensor):
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
+            self._measure(canonical, decision, w)
             return _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=True)
 
         return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, decision.accuracy_level)
@@ -106,7 +123,8 @@ class ParameterSource:
         info = self.store.info(canonical)
         vocab, hidden = info.shape
         scheme = self.plan.scheme_for(canonical)
-        form = self._decision(canonical).form
+        decision = self._decision(canonical)
+        form = decision.form
         if form is None:
             return EmbeddingParams(vocab, hidden, self.tensor(canonical, name), None)
         planned = _quantized_tensors(name, vocab, hidden, form, self.io_dtype, offsets_by_block=False)
@@ -116,6 +134,7 @@ class ParameterSource:
         def produce() -> tuple[np.ndarray, ...]:
             w = resolve(self.store.read(canonical), scheme)
             assert isinstance(w, QuantizedTensor)
+            self._measure(canonical, decision, w)
             data, *rest = _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=False)
             return (data.reshape(flat), *rest)
 

@@ -46,3 +46,38 @@ def test_small_bench_reports_every_ratio(tmp_path):
     assert runs["copy"]["output_bytes"] == doc["weights"]["total_bytes"]
     assert runs["compile float32"]["output_bytes"] > runs["compile int4"]["output_bytes"] > 0
     assert all(r["peak_rss_bytes"] >= r["peak_anon_bytes"] > 0 for r in runs.values())
+
+
+QUANT_BENCH = BENCH.parent / "quant_bench.py"
+QUANT_CASES = ["quantize_linear int4", "quantize_linear int8", "gguf Q8_0", "gguf Q4_K", "gguf Q6_K"]
+
+
+def test_tiny_quant_bench_reports_every_case(tmp_path):
+    out = tmp_path / "quant.json"
+    done = subprocess.run(
+        [sys.executable, str(QUANT_BENCH), "--rows", "64", "--cols", "256", "--repeat", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = {line.rsplit(None, 1)[0].strip(): float(line.rsplit(None, 1)[1]) for line in done.stdout.splitlines()
+               if ": " in line and line.startswith("  ")}
+    doc = json.loads(out.read_text())
+    assert [c["name"] for c in doc["cases"]] == QUANT_CASES
+    for case in QUANT_CASES:
+        assert any(line.startswith(case) for line in done.stdout.splitlines()), f"no {case!r} row in:\n{done.stdout}"
+        for ratio in ("time / reference time", "peak extra memory / input"):
+            name = f"{case}: {ratio}"
+            assert name in printed, f"no {name!r} row in:\n{done.stdout}"
+            assert math.isfinite(doc["ratios"][name]) and doc["ratios"][name] > 0
+            assert round(doc["ratios"][name], 2) == printed[name]
+    # Each conversion's output is counted in its peak, so it is never zero; the inputs are the shape's bytes.
+    cases = {c["name"]: c for c in doc["cases"]}
+    assert cases["quantize_linear int4"]["input_bytes"] == 64 * 256 * 4
+    assert all(c["peak_extra_bytes"] > 0 and c["mtpc_mb_s"] > 0 and c["reference_mb_s"] > 0 for c in doc["cases"])
+
+
+def test_quant_bench_refuses_a_row_length_the_k_quants_cannot_hold():
+    done = subprocess.run([sys.executable, str(QUANT_BENCH), "--cols", "100"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "multiple of 256" in done.stderr

@@ -188,3 +188,22 @@ def test_kept_source_blocks_take_an_accuracy_level(tmp_path, q8_gguf):
     ir, _ = _ir(tmp_path, f"{{gguf: {q8_gguf}}}", "{default: {keep: source, accuracy_level: 2}}")
     kept = [w for w in ir.weights if w.role is WeightRole.LINEAR and w.form is not None]
     assert kept and all(w.accuracy_level == 2 and w.lossless for w in kept)
+
+
+def test_compile_reports_the_measured_requantization_error(tmp_path, capsys):
+    blocks = np.random.default_rng(7).integers(0, 256, (64, 66), dtype=np.uint8)  # [64, 256] as IQ2_XXS
+    blocks[:, 0:2] = np.full((64, 1), 0.01, np.float16).view(np.uint8)
+    path = write_gguf(tmp_path / "k.gguf", ARCH, seed=3, raw={"blk.1.attn_output.weight": (blocks, QT.IQ2_XXS)})
+    _, spec = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}, overrides: [{match: 'layers.1.self_attn.o_proj.weight', bits: 4}]}")
+    assert main(["compile", "--format", "json", str(spec), "-o", str(tmp_path / "pkg")]) == 0
+    import json
+
+    (note,) = [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith("re-quantized source tensors")]
+    # Measured independently: gguf-py's dequantization against the package's stored int4 blocks.
+    from gguf.quants import dequantize
+    from mtpc.quant import quantize_linear
+
+    source = dequantize(blocks, QT.IQ2_XXS)
+    expected = np.abs(quantize_linear(source, 4, 32).dequantize() - source).max()
+    assert note.endswith(f"IQ2_XXS -> int4 MatMulNBits block 32 accuracy 4: {expected:.3g} over 1 tensor")
+    assert expected > 0
