@@ -347,6 +347,9 @@ class SourceTensor:
     encoding: str  # "float32", "bfloat16", "Q8_0", "Q4_K", ...
     # The block form the source's reader hands out without dequantizing; None: it reads as float.
     carried: QuantForm | None = None
+    # False when the encoding has no exact form in onnxruntime's block-quantized ops at all (GGUF
+    # IQ2_XXS, ...), as opposed to one this tensor's layout cannot take (columns regrouped across blocks).
+    has_exact_form: bool = True
 
     @property
     def is_quantized(self) -> bool:

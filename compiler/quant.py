@@ -81,6 +81,21 @@ def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
     return quantize_linear(weight, scheme.bits, scheme.block_size, symmetric=scheme.symmetric)
 
 
+def materialize(weight: Weight, form: QuantForm | None, *, symmetric: bool) -> Weight:
+    """The value stored for a weight whose form the IR's table decided (`passes/quantization.py`).
+
+    None: float32 (dequantized if need be). A block form: the source's blocks when they are that
+    form, else the float value quantized to it (`symmetric` or with zero points).
+    """
+    if form is None:
+        return weight.dequantize() if isinstance(weight, QuantizedTensor) else np.asarray(weight, dtype=np.float32)
+    if isinstance(weight, QuantizedTensor):
+        if (weight.bits, weight.block_size) == (form.bits, form.block_size):
+            return weight
+        weight = weight.dequantize()
+    return quantize_linear(weight, form.bits, form.block_size, symmetric=symmetric)
+
+
 def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
     """The form `resolve` gives the tensor `info` describes under `scheme` (None: float), without reading it."""
     if info.quantized:

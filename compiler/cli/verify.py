@@ -290,8 +290,10 @@ class AsBuiltWeights:
     quantizes goes through the same quantize -> dequantize, so the reference sees the package's rounding
     and only a wrong graph or a damaged weight is left to tell them apart."""
 
-    def __init__(self, store, plan):
+    def __init__(self, store, plan, table=()):
+        # `table`: the IR's weight decisions (ModelIR.weights); when given, each weight is stored as it says.
         self._store, self._plan = store, plan
+        self._table = {w.name: w for w in table}
 
     def names(self):
         return self._store.names()
@@ -303,9 +305,17 @@ class AsBuiltWeights:
         return self.read_float(name)
 
     def read_float(self, name: str) -> np.ndarray:
-        from ..quant import embedding_form, embedding_requested, resolve
+        from ..ir import WeightRole
+        from ..quant import embedding_form, embedding_requested, materialize, resolve
         from ..weights import QuantizedTensor
 
+        if self._table:
+            decision = self._table.get(name)
+            if decision is None or decision.form is None:
+                return self._store.read_float(name)
+            embedding = decision.role is WeightRole.EMBEDDING
+            symmetric = self._plan.scheme_for(name).symmetric if embedding else not decision.form.has_zero_points
+            return materialize(self._store.read(name), decision.form, symmetric=symmetric).dequantize()
         # Norms, conv kernels, gate vectors, and an embedding the plan stores float, are built as the source has them.
         info = self._store.info(name)
         if name.endswith("embed_tokens.weight"):
@@ -325,6 +335,8 @@ def stores_quantized(ir, weights) -> bool:
     """Whether the package stores any weight quantized: one the plan quantizes, or a source-quantized one it keeps."""
     from ..quant import resolved_form
 
+    if ir.weights:
+        return any(w.form is not None for w in ir.weights)
     return any(
         resolved_form(info, ir.quantization.scheme_for(name)) is not None
         for name in weights.names()
@@ -460,7 +472,7 @@ def _compare(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, 
     tolerance = tolerance_for(ir, weights, args.atol)
     strict = strict_greedy(ir, weights)
     if stores_quantized(ir, weights):
-        weights = AsBuiltWeights(weights, ir.quantization)
+        weights = AsBuiltWeights(weights, ir.quantization, ir.weights)
     reference = Qwen35Reference(arch, weights)
     decoder = cfg["model"]["decoder"]
 

@@ -4,8 +4,8 @@ Each weight's stored *form* (float, or bits / block size / zero points / block o
 is read from the IR's weight table (`ModelIR.weights`, decided by
 `passes/quantization.py` from the tensors' metadata), so the data file is laid out
 before any value is read and `plan` shows exactly what is built. When the file is
-streamed, `mtpc.quant.resolve` produces the arrays under the plan's scheme and the
-stream checks them against the table.
+streamed, `mtpc.quant.materialize` produces the arrays in that form and the stream
+checks them against the table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import onnx_ir as oir
 from ..contracts import quantized_names
 from ..diagnostics import MtpcError
 from ..ir import QuantizationPlan, WeightDecision
-from ..quant import QuantForm, resolve
+from ..quant import QuantForm, materialize
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 
@@ -92,7 +92,6 @@ class ParameterSource:
     # ------------------------------------------------------------------ linear weights
 
     def linear(self, canonical: str, stem: str) -> LinearParams:
-        scheme = self.plan.scheme_for(canonical)
         n, k = self.store.info(canonical).shape
         decision = self._decision(canonical)
         form = decision.form
@@ -100,14 +99,14 @@ class ParameterSource:
             planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
 
             def produce_float() -> tuple[np.ndarray, ...]:
-                w = resolve(self.store.read(canonical), scheme)
+                w = materialize(self.store.read(canonical), None, symmetric=True)
                 return (np.asarray(w).T,)
 
             return LinearParams(n, k, InitializerGroup(planned, produce_float), None)
         planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
 
         def produce_quantized() -> tuple[np.ndarray, ...]:
-            w = resolve(self.store.read(canonical), scheme)
+            w = materialize(self.store.read(canonical), form, symmetric=not form.has_zero_points)
             if not isinstance(w, QuantizedTensor):
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
             self._measure(canonical, decision, w)
@@ -132,7 +131,7 @@ class ParameterSource:
         planned = (PlannedTensor(planned[0].name, planned[0].dtype, flat),) + planned[1:]
 
         def produce() -> tuple[np.ndarray, ...]:
-            w = resolve(self.store.read(canonical), scheme)
+            w = materialize(self.store.read(canonical), form, symmetric=scheme.symmetric)
             assert isinstance(w, QuantizedTensor)
             self._measure(canonical, decision, w)
             data, *rest = _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=False)

@@ -16,12 +16,14 @@ import os
 from collections import defaultdict
 from dataclasses import replace
 
-from ..ir import ModelIR, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
+from ..ir import ModelIR, QuantForm, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
 from ..profiles import matmulnbits_accuracy_level
 from ..quant import embedding_form, embedding_requested, requantization_notes, resolved_form
 from ..weights import TensorInfo
 from . import PassResult
 
+# What keep: source re-quantizes a MatMul weight to when its source type has no exact form.
+_NEAREST = QuantForm(4, 32, False)
 # Float widenings that keep every value (the source's float dtype -> the I/O dtype).
 _EXACT_FLOAT = {("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "float32")}
 
@@ -68,6 +70,10 @@ def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str, profile_
     )
     if role is WeightRole.LINEAR:
         form = resolved_form(info, scheme)
+        if form is None and scheme.keep_source and not tensor.has_exact_form and tensor.shape[-1] % _NEAREST.block_size == 0:
+            # No exact form (IQ1/2/3_*, ...): kept as a source of 1.5-3.5 bits per weight, the nearest form
+            # the kernels take rather than a float copy 8-16x the size; the note and compile say so.
+            form = _NEAREST
     elif role is WeightRole.EMBEDDING:
         form = embedding_form(info, scheme, embedding_requested(plan, tensor.name))
     else:

@@ -203,7 +203,8 @@ def _source_tensor(layout: _Layout, tensors: dict[str, GGUFTensorInfo], name: st
     carried = None
     if form is not None:
         carried = QuantForm(form.bits, form.block_size, form.has_zero_points, form.zero_points == "float", form.block_offsets)
-    return SourceTensor(name, entry.canonical_shape, encoding, carried)
+    exact = qtype in _FLOAT_NAMES or carry_over(qtype, _op_for(name)) is not None
+    return SourceTensor(name, entry.canonical_shape, encoding, carried, has_exact_form=exact)
 
 
 def _carried(layout: _Layout, entry: _Entry, qtype: QT, op: str) -> CarryOver | None:

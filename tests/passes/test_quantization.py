@@ -90,15 +90,16 @@ def test_q5_0_is_carried_in_8_bit_blocks(tmp_path):
     assert not [n for n in ir.notes if "not carried as stored" in n]
 
 
-def test_a_type_with_no_carry_over_is_dequantized_and_said(tmp_path):
+def test_a_type_with_no_exact_form_is_requantized_to_int4_and_said(tmp_path):
     blocks = np.random.default_rng(7).integers(0, 256, (64, 66), dtype=np.uint8)  # [64, 256] as IQ2_XXS
     blocks[:, 0:2] = np.full((64, 1), 0.01, np.float16).view(np.uint8)
     path = write_gguf(tmp_path / "k.gguf", ARCH, seed=3, raw={"blk.1.attn_output.weight": (blocks, QT.IQ2_XXS)})
     ir, _ = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}}")
     o_proj = _by_name(ir)["layers.1.self_attn.o_proj.weight"]
-    assert o_proj.source == "IQ2_XXS" and o_proj.form is None and o_proj.lossless  # gguf-py's dequantization, float32
+    # Not a float copy 16x the source's size: the nearest form the kernels take, lossy and said so.
+    assert o_proj.source == "IQ2_XXS" and o_proj.form == QuantForm(4, 32, False) and not o_proj.lossless
     (note,) = [n for n in ir.notes if "not carried as stored" in n]
-    assert "1 IQ2_XXS -> float32 (dequantized)" in note
+    assert "1 IQ2_XXS -> int4 MatMulNBits block 32 accuracy 4 (re-quantized)" in note
 
 
 def test_compile_prints_the_note_and_the_card_lists_it(tmp_path, q8_gguf, capsys):
@@ -194,7 +195,7 @@ def test_compile_reports_the_measured_requantization_error(tmp_path, capsys):
     blocks = np.random.default_rng(7).integers(0, 256, (64, 66), dtype=np.uint8)  # [64, 256] as IQ2_XXS
     blocks[:, 0:2] = np.full((64, 1), 0.01, np.float16).view(np.uint8)
     path = write_gguf(tmp_path / "k.gguf", ARCH, seed=3, raw={"blk.1.attn_output.weight": (blocks, QT.IQ2_XXS)})
-    _, spec = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}, overrides: [{match: 'layers.1.self_attn.o_proj.weight', bits: 4}]}")
+    _, spec = _ir(tmp_path, f"{{gguf: {path}}}", "{default: {keep: source}}")
     assert main(["compile", "--format", "json", str(spec), "-o", str(tmp_path / "pkg")]) == 0
     import json
 
