@@ -33,17 +33,23 @@ class QuantizationPlanning:
 
     def __call__(self, ir: ModelIR) -> PassResult:
         used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
-        weights = tuple(decide(t, ir.quantization, ir.precision.io_dtype, profile_accuracy(ir)) for t in used)
+        provider = execution_provider(ir)
+        weights = tuple(decide(t, ir.quantization, ir.precision.io_dtype, profile_accuracy(ir), provider) for t in used)
         notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
         if weights == ir.weights and notes == ir.notes:
             return PassResult(ir, False)
         return PassResult(replace(ir, weights=weights, notes=notes), True, tuple(grouped_lines(weights)))
 
 
+def execution_provider(ir: ModelIR) -> str:
+    """Where the package's MatMulNBits run: the onnxruntime_genai target's provider, else CPU."""
+    target = ir.targets.onnxruntime_genai
+    return target.execution_provider if target is not None else "cpu"
+
+
 def profile_accuracy(ir: ModelIR) -> int:
     """The MatMulNBits accuracy_level a scheme that sets none gets: the target execution provider's."""
-    target = ir.targets.onnxruntime_genai
-    return matmulnbits_accuracy_level(target.execution_provider if target is not None else "cpu")
+    return matmulnbits_accuracy_level(execution_provider(ir))
 
 
 def role_of(tensor: SourceTensor) -> WeightRole:
@@ -52,7 +58,9 @@ def role_of(tensor: SourceTensor) -> WeightRole:
     return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
 
 
-def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str, profile_accuracy: int = 0) -> WeightDecision:
+def decide(
+    tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str, profile_accuracy: int = 0, provider: str = "cpu"
+) -> WeightDecision:
     """How `tensor` is stored; `profile_accuracy` is the accuracy_level a scheme that sets none gets."""
     role = role_of(tensor)
     scheme = plan.scheme_for(tensor.name)
@@ -88,6 +96,8 @@ def decide(tensor: SourceTensor, plan: QuantizationPlan, io_dtype: str, profile_
     accuracy = 0
     if form is not None and role is WeightRole.LINEAR:
         accuracy = profile_accuracy if scheme.accuracy_level is None else scheme.accuracy_level
+        if scheme.accuracy_level is None and profile_accuracy:
+            rule += f", accuracy_level from the {provider} profile"
     return WeightDecision(tensor.name, role, tensor.encoding, form, rule, lossless, io_dtype, accuracy)
 
 

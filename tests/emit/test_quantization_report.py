@@ -56,7 +56,8 @@ def test_int4_default_with_a_float_lm_head_override():
     doc, _ = report(quantized_ir())
     weights = {w["name"]: w for w in doc["weights"]}
     assert weights["layers.0.mlp.up_proj.weight"] == {
-        "name": "layers.0.mlp.up_proj.weight", "role": "linear", "source": "float32", "rule": "default", "lossless": False,
+        "name": "layers.0.mlp.up_proj.weight", "role": "linear", "source": "float32",
+        "rule": "default, accuracy_level from the cpu profile", "lossless": False,
         "stored": {"kind": "MatMulNBits", "bits": 4, "block_size": 32, "has_zero_points": False,
                    "float_zero_points": False, "block_offsets": False, "accuracy_level": 4},  # cpu profile's level
     }
@@ -66,7 +67,7 @@ def test_int4_default_with_a_float_lm_head_override():
     assert weights["embed_tokens.weight"]["stored"]["kind"] == "float"
     groups = {(s["rule"], s["role"]): s for s in doc["summary"]}
     assert groups[("override 1 (lm_head.weight)", "linear")]["count"] == 1
-    assert groups[("default", "linear")]["result"] == "int4 MatMulNBits block 32 accuracy 4"
+    assert groups[("default, accuracy_level from the cpu profile", "linear")]["result"] == "int4 MatMulNBits block 32 accuracy 4"
     assert schema_errors("quantization", doc) == []
 
 
@@ -81,7 +82,7 @@ def test_a_kept_block_encoding_names_its_op_and_every_form_field():
     doc, _ = report(default_pipeline().run(replace(ir, source_tensors=tensors, quantization=plan)))
     weights = {w["name"]: w for w in doc["weights"]}
     up = weights["layers.0.mlp.up_proj.weight"]
-    assert up["source"] == "Q8_0" and up["lossless"] and up["rule"] == "default, keep: source"
+    assert up["source"] == "Q8_0" and up["lossless"] and up["rule"] == "default, keep: source, accuracy_level from the cpu profile"
     assert up["stored"]["kind"] == "MatMulNBits" and (up["stored"]["bits"], up["stored"]["block_size"]) == (8, 32)
     embedding = weights["embed_tokens.weight"]["stored"]
     assert embedding["kind"] == "GatherBlockQuantized" and "accuracy_level" not in embedding

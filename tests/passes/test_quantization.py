@@ -56,8 +56,8 @@ def test_overrides_are_named_as_the_rule_that_chose(tmp_path):
     )
     w = _by_name(ir)
     assert w["lm_head.weight"].rule == "override 1 (lm_head.weight)" and w["lm_head.weight"].form is None
-    assert w["mtp.fc.weight"].rule == "override 2 (mtp.*)" and w["mtp.fc.weight"].form == QuantForm(8, 32, False)
-    assert w["layers.0.mlp.up_proj.weight"].rule == "default" and not w["layers.0.mlp.up_proj.weight"].lossless
+    assert w["mtp.fc.weight"].rule == "override 2 (mtp.*), accuracy_level from the cpu profile" and w["mtp.fc.weight"].form == QuantForm(8, 32, False)
+    assert w["layers.0.mlp.up_proj.weight"].rule == "default, accuracy_level from the cpu profile" and not w["layers.0.mlp.up_proj.weight"].lossless
 
 
 def test_q8_0_file_with_an_int4_default_says_it_requantizes(tmp_path, q8_gguf):
@@ -107,7 +107,7 @@ def test_compile_prints_the_note_and_the_card_lists_it(tmp_path, q8_gguf, capsys
     assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "pkg")]) == 0
     assert "note: quantized source tensors not carried as stored: " in capsys.readouterr().out
     card = (tmp_path / "pkg" / "README.md").read_text()
-    assert "| default | 39 | linear | Q8_0 | int4 MatMulNBits block 32 accuracy 4 | no |" in card
+    assert "| default, accuracy_level from the cpu profile | 39 | linear | Q8_0 | int4 MatMulNBits block 32 accuracy 4 | no |" in card
     assert "quantized source tensors not carried as stored" in card
 
 
@@ -117,7 +117,10 @@ def test_plan_groups_the_table(tmp_path, q8_gguf, capsys):
     text = capsys.readouterr().out
     assert "  quantization: modified\n" in text
     assert "    - override 1 (mtp.fc.weight): 1 linear Q8_0 -> float32 (lossless): mtp.fc.weight\n" in text
-    assert "    - default: 38 linear Q8_0 -> int4 MatMulNBits block 32 accuracy 4 (lossy): *.weight (20 patterns)\n" in text
+    assert (
+        "    - default, accuracy_level from the cpu profile: 38 linear Q8_0 -> int4 MatMulNBits block 32 accuracy 4 "
+        "(lossy): *.weight (20 patterns)\n"
+    ) in text
 
 
 def test_name_glob_folds_layer_indices():
@@ -141,7 +144,8 @@ def test_diff_of_two_specs_shows_the_moved_tensor(tmp_path, q8_gguf, capsys):
     _, b = _ir(tmp_path / "b", f"{{gguf: {q8_gguf}}}", int4 + ", overrides: [{match: mtp.fc.weight, bits: null}]}")
     assert main(["diff", str(a), str(b)]) == 1
     text = capsys.readouterr().out
-    assert '~ <ir>:/weights[name=mtp.fc.weight]/rule: "default" -> "override 1 (mtp.fc.weight)"' in text
+    assert '~ <ir>:/weights[name=mtp.fc.weight]/rule: "default, accuracy_level from the cpu profile" -> ' \
+        '"override 1 (mtp.fc.weight)"' in text
     assert "<ir>:/weights[name=mtp.fc.weight]/form:" in text
     assert "<ir>:/weights[name=layers.0.mlp.up_proj.weight]" not in text
 
