@@ -3,7 +3,12 @@ as it was, the package folder's permissions, and how write errors read."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,7 +110,7 @@ def test_a_failed_final_rename_puts_the_old_package_back(in_tmp, monkeypatch):
     real_rename = os.rename
 
     def rename(src, dst):
-        if ".tmp-" in os.fspath(src):
+        if os.fspath(src).endswith(".tmp"):  # the new package, going into place
             raise OSError(28, "No space left on device")
         real_rename(src, dst)
 
@@ -202,3 +207,76 @@ def test_compile_never_replaces_the_source_checkpoint_folder(in_tmp, capsys):
         err = capsys.readouterr().err
         assert f"error: {destination} holds the {holds} " in err and "; refusing to replace it (choose another -o)" in err
     assert tree(in_tmp) == before
+
+
+# What an interrupted write leaves, and what a later run does about it (the real kills are in test_interrupted_runs.py).
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()  # reaped: its pid names no process now
+    return proc.pid
+
+
+def leave_write(root: Path, token: str, state: str, *, pid: int, host: str | None = None, tmp=True, old=False):
+    """The journal (and folders) a write to root/pkg leaves when its process `pid` stops at `state`."""
+    doc = {"mtpc_write": 1, "pid": pid, "host": host or socket.gethostname(), "start": None}
+    (root / f".pkg.mtpc-{token}.{state}").write_text(json.dumps(doc), encoding="utf-8")
+    if tmp:
+        make_tree(root / f".pkg.mtpc-{token}.tmp", {"README.md": CARD, "model.onnx": "new graph"})
+    if old:
+        make_tree(root / f".pkg.mtpc-{token}.old", {"README.md": CARD, "model.onnx": "old graph"})
+
+
+def test_a_dead_writers_incomplete_package_is_removed_and_the_output_kept(in_tmp):
+    make_tree(in_tmp / "pkg", {"README.md": CARD, "model.onnx": "old graph"})
+    leave_write(in_tmp, "0123abcd", "writing", pid=dead_pid())
+    notes = []
+    output.recover("pkg", note=notes.append)
+    assert notes == ["removed the incomplete package of an interrupted compile of pkg; pkg is as it was"]
+    assert sorted(p.name for p in in_tmp.iterdir()) == ["pkg"]
+    assert tree(in_tmp / "pkg")["model.onnx"] == b"old graph"
+
+
+def test_a_dead_writers_swap_is_completed(in_tmp):
+    leave_write(in_tmp, "0123abcd", "swapping", pid=dead_pid(), old=True)  # killed between the two renames
+    notes = []
+    output.recover("pkg", note=notes.append)
+    assert notes == ["completed the interrupted replacement of pkg: it now holds the new package"]
+    assert sorted(p.name for p in in_tmp.iterdir()) == ["pkg"]
+    assert tree(in_tmp / "pkg")["model.onnx"] == b"new graph"
+
+
+@pytest.mark.parametrize("whose", ["a live process", "another host", "no journal"])
+def test_what_a_live_or_unknown_writer_left_is_never_touched(in_tmp, whose):
+    if whose == "no journal":
+        make_tree(in_tmp / ".pkg.mtpc-0123abcd.tmp", {"mine.txt": "not mtpc's"})
+    else:
+        pid, host = (os.getpid(), None) if whose == "a live process" else (dead_pid(), "elsewhere.example")
+        leave_write(in_tmp, "0123abcd", "swapping", pid=pid, host=host, old=True)
+    before = tree(in_tmp)
+    notes = []
+    output.recover("pkg", note=notes.append)
+    write_package(NEW, "pkg")  # a write beside them does not touch them either
+    assert notes == []
+    after = tree(in_tmp)
+    assert {k: v for k, v in after.items() if not k.startswith("pkg/")} == before
+
+
+def test_what_an_older_mtpc_left_is_restored_or_pointed_at(in_tmp):
+    make_tree(in_tmp / ".pkg.old-89abcdef", {"README.md": CARD, "model.onnx": "old graph"})
+    make_tree(in_tmp / ".pkg.tmp-01234567", {"README.md": CARD})
+    notes = []
+    output.recover("pkg", note=notes.append)
+    assert notes == [
+        "restored the earlier package at pkg from .pkg.old-89abcdef, left by an interrupted compile",
+        f"{in_tmp.resolve() / '.pkg.tmp-01234567'} looks like the folder of a compile an older mtpc did not finish; "
+        "delete it if no mtpc is running",
+    ]
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".pkg.tmp-01234567", "pkg"]
+
+
+def test_main_in_process_puts_the_signal_handlers_back(in_tmp, capsys):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert main(["schema"]) == 0
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..checks import check_files, package_directory, is_runtime_package
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from ..output import recover
 from .report import verb_parser, err, out, print_json
 
 HELP = "validate packages (or specs, compiled in memory) against schemas and cross-artifact contracts"
@@ -90,6 +91,8 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 
 def check_target(path: Path) -> tuple[str, list[Reported]]:
     """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
+    if path.suffix.lower() not in SPEC_SUFFIXES:
+        recover(path)  # a compile into this folder that was killed: finish it first (a note says what was done)
     if not path.exists():
         raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
     if path.is_dir():

@@ -4,21 +4,78 @@ Each verb lives in its own module with `add_parser(subparsers)` and
 `run(args) -> int`. This file turns whatever a verb raises into an exit code:
 a `MtpcError` is the user's to fix (rendered without a traceback), an
 unreadable file is a usage problem, anything else is a bug in mtpc.
+
+Signals: the console script imports this module, so its top stays light and,
+when this process is the command, installs the SIGINT/SIGTERM handlers before
+anything else; `main` (which also installs them for in-process callers, and
+restores what was there) imports the verbs, which pull in onnx and numpy (most
+of a second), only after that. So an interrupt at any time ends the run the
+same way: one line on stderr, exit 130 or 143, and nothing left behind (an
+interrupted write removes its temporary folder, see `mtpc.output`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+import signal
 import sys
-import traceback
 
-from .. import __version__
-from ..diagnostics import Diagnostic, ExitCode, MtpcError
-from . import check, compile_cmd, diff, inspect_cmd, plan, schema_cmd, verify
-from .report import err, print_json, print_json_error
+SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
-VERBS = (compile_cmd, plan, check, diff, inspect_cmd, schema_cmd, verify)
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised where the program is so every `finally` and cleanup on the way out runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame) -> None:
+    # The first signal ends the run; later ones are ignored so the cleanup it triggers is not cut short.
+    for other in SIGNAL_NAMES:
+        signal.signal(other, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _install_signal_handlers() -> dict:
+    """Our handlers for SIGINT and SIGTERM; returns the previous ones (main() may be called in-process)."""
+    previous = {}
+    try:
+        for signum in SIGNAL_NAMES:
+            previous[signum] = signal.signal(signum, _on_signal)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        pass
+    return previous
+
+
+def _run_as_the_mtpc_command() -> bool:
+    """True when this process is `mtpc` (the console script) or `python -m mtpc`, not a program importing us."""
+    entry = sys.modules.get("__main__")
+    if getattr(getattr(entry, "__spec__", None), "name", None) == f"{__package__.rpartition('.')[0]}.__main__":
+        return True
+    return os.path.splitext(os.path.basename(getattr(entry, "__file__", None) or ""))[0] in ("mtpc", "mtpc-script")
+
+
+# First, before anything else is imported, when this process is the command; `main` installs them
+# again (and restores what was there) for a program that calls it in-process.
+if _run_as_the_mtpc_command():
+    _install_signal_handlers()
+
+try:  # after the handlers, on purpose
+    import argparse
+    import importlib
+    import traceback
+
+    from .. import __version__
+    from ..diagnostics import Diagnostic, ExitCode, MtpcError
+    from .report import err, print_json, print_json_error
+except Interrupted as interrupt:  # only where our handlers are installed: this process is the command
+    sys.stderr.write(f"mtpc: interrupted by {SIGNAL_NAMES[interrupt.signum]}\n")
+    raise SystemExit(128 + interrupt.signum) from None
+
+# Imported by `main` once the signal handlers are in place (see the module's docstring).
+VERB_MODULES = ("compile_cmd", "plan", "check", "diff", "inspect_cmd", "schema_cmd", "verify")
 # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`mtpc diff a b | head -2`).
 EXIT_BROKEN_PIPE = 141
 
@@ -43,7 +100,8 @@ exit codes (every verb):
   1  findings: invalid spec, failed check, non-empty diff, verify mismatch
   2  usage error or unreadable input
   3  internal error (a bug in mtpc; rerun with --traceback and report it)
-  141  stdout was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE
+  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM; an interrupted compile leaves nothing behind
+  141  stdout or stderr was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE
 
 examples:
   mtpc compile specs/qwen35-tiny-mtp.yaml -o out/tiny
@@ -67,13 +125,55 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"mtpc {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb in VERBS:
-        verb.add_parser(sub)
+    for name in VERB_MODULES:
+        importlib.import_module(f"{__package__}.{name}").add_parser(sub)
     parser.verb_parsers = dict(sub.choices)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    previous = {}
+    try:
+        previous = _install_signal_handlers()
+        return _main(argv)
+    except Interrupted as interrupt:
+        return _report_interrupt(interrupt.signum)
+    except BrokenPipeError:
+        return _broken_pipe()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _report_interrupt(signum: int) -> int:
+    try:
+        err(f"mtpc: interrupted by {SIGNAL_NAMES.get(signum, signum)}")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _silence(sys.stderr)
+    return 128 + signum
+
+
+def _silence(stream) -> None:
+    """Point a closed stream at devnull, so the interpreter's final flush does not complain either."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _broken_pipe() -> int:
+    # The reader went away (`mtpc diff a b | head`, or of stderr: `mtpc ... 2>&1 | head`): the shell's
+    # convention for that, and nothing more to say.
+    _silence(sys.stdout)
+    try:
+        sys.stderr.flush()
+    except OSError:  # it was stderr's reader
+        _silence(sys.stderr)
+    return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
@@ -81,27 +181,25 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # argparse: 0 after --help / --version
         return int(exit_.code or 0)
     except UsageError as error:
-        return _report_usage(error, argv)
+        return _flushed(_report_usage(error, argv))
     fmt = getattr(args, "format", "text")
     try:
         code = int(args.run(args))
-        sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's final flush
+        _flush()
         return code
     except MtpcError as error:
-        return _report_error(args.verb, fmt, error)
+        return _flushed(_report_error(args.verb, fmt, error))
     except BrokenPipeError:
-        # The reader went away (`mtpc diff a b | head`): the shell's convention for that, and nothing more to say.
-        # Point stdout at devnull so the interpreter's final flush does not complain either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        raise  # answered by `main`
     except OSError as error:
         # The verbs check the paths they are given; what is left is a file they cannot read or write.
         name = error.filename or ""
         what = f"{name}: {error.strerror or error}" if name else str(error)
-        return _report_error(args.verb, fmt, MtpcError([Diagnostic(what)], ExitCode.USAGE))
-    except KeyboardInterrupt:
-        err("mtpc: interrupted")
-        return 130
+        return _flushed(_report_error(args.verb, fmt, MtpcError([Diagnostic(what)], ExitCode.USAGE)))
+    except Interrupted:
+        raise  # answered by `main`
+    except KeyboardInterrupt:  # SIGINT raised by Python's own handler, when main() runs where ours are not installed
+        return _report_interrupt(signal.SIGINT)
     except Exception as error:  # anything else is ours to fix
         if args.traceback:
             traceback.print_exc()
@@ -111,7 +209,18 @@ def main(argv: list[str] | None = None) -> int:
             print_json(args.verb, {"ok": False, "exit_code": int(ExitCode.INTERNAL), "diagnostics": diagnostics, "bug": True})
         err(f"mtpc: {message}")
         err("this is a bug in mtpc" + ("" if args.traceback else "; rerun with --traceback to see where it happened"))
-        return int(ExitCode.INTERNAL)
+        return _flushed(int(ExitCode.INTERNAL))
+
+
+def _flush() -> None:
+    """A closed pipe shows up here, not in the interpreter's final flush."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _flushed(code: int) -> int:
+    _flush()
+    return code
 
 
 def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
