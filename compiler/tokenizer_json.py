@@ -60,3 +60,33 @@ def byte_level_bpe(
 def dump(obj: dict) -> bytes:
     # Insertion order is already deterministic (token id order); keep it for readable vocabularies.
     return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+
+
+def tokenizer_json_problem(data: bytes) -> str | None:
+    """Why `data` is not a usable `tokenizer.json`, or None.
+
+    It must be JSON with a `model` object; when the `tokenizers` library is installed
+    (it comes with transformers) it must also load there, as the runtimes' loaders would.
+    """
+    try:
+        text = data.decode("utf-8")
+        doc = json.loads(text)
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 text ({e.reason} at byte {e.start})"
+    except json.JSONDecodeError as e:
+        return f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+    except RecursionError:
+        return "not valid JSON (nested too deeply)"
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
+        return "not a tokenizer: it has no `model` object"
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    try:
+        Tokenizer.from_str(text)
+    except BaseException as e:  # the Rust side can panic (pyo3's PanicException is a BaseException)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return f"the tokenizers library cannot load it: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    return None

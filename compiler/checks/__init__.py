@@ -31,7 +31,7 @@ from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
 from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
 from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
 from .quantization import check_quantization_report
-from .package import Checker, Files, Finding, PackageFile, artifact_files, folder, package_directory
+from .package import Checker, Files, Finding, PackageFile, artifact_files, check_tokenizer, folder, package_directory
 
 __all__ = [
     "GENAI_CONFIG", "SCHEMAS", "Files", "Finding", "PackageFile",
@@ -131,4 +131,5 @@ def check_files(files: Files) -> list[Finding]:
         if report is not None:
             c.validate(QUANTIZATION_REPORT, report, schema_for(QUANTIZATION_REPORT))
             check_quantization_report(c, QUANTIZATION_REPORT, report)
+    check_tokenizer(c)
     return c.result()

@@ -183,3 +183,16 @@ def byte_count(raw: str | None, default: int | None) -> int | None:
         return default
     return int(raw) if raw.isascii() and raw.isdigit() else None
 
+
+
+TOKENIZER_JSON = "tokenizer.json"
+
+
+def check_tokenizer(c: Checker) -> None:
+    """A package's `tokenizer.json`, when it ships one, loads: JSON with a `model` object, and in `tokenizers`."""
+    from ..tokenizer_json import tokenizer_json_problem
+
+    if TOKENIZER_JSON in c.files:
+        problem = tokenizer_json_problem(c.files[TOKENIZER_JSON].read())
+        if problem is not None:
+            c.add(TOKENIZER_JSON, "", problem)

@@ -8,12 +8,14 @@ from ..checks import is_runtime_package
 from ..diagnostics import ExitCode, MtpcError
 from ..diffing import to_plain
 from ..ir import SourceRef
-from .report import verb_parser, out, print_json
+from .report import err, verb_parser, out, print_json
 
 HELP = "describe a GGUF file or Hugging Face checkpoint: architecture, dims, layer kinds, storage, MTP head"
 EPILOG = """\
 Reads metadata only (the GGUF header, or config.json and the safetensors
-headers), so it answers instantly whatever the checkpoint's size.
+headers), so it answers instantly whatever the checkpoint's size. Exits 1
+when a checkpoint's tensors contradict its config.json (what compile would
+refuse), 2 when the checkpoint cannot be read.
 
 examples:
   mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf
@@ -53,6 +55,7 @@ def run(args) -> int:
 
     ref = source_ref(Path(args.source))
     info = sources.describe(ref)
+    findings = _findings(ref, info)
     arch = info.architecture
     if args.format == "json":
         print_json(
@@ -64,10 +67,11 @@ def run(args) -> int:
                 "storage": dict(info.storage),
                 "tokenizer_files": sorted(info.tokenizer_names),
                 "facts": {k: list(v) if isinstance(v, tuple) else v for k, v in info.facts},
+                "findings": findings,
             },
-            ok=True,
+            ok=not findings,
         )
-        return 0
+        return ExitCode.FINDINGS if findings else 0
     # Every value in one column, facts included: the column clears the longest key.
     width = max(len("architecture"), *(len(key) for key, _ in info.facts)) + 3
 
@@ -98,4 +102,18 @@ def run(args) -> int:
         line("tokenizer", f"{', '.join(sorted(info.tokenizer_names))}")
     for key, value in info.facts:
         line(key, ", ".join(value) if isinstance(value, tuple) else value)
-    return 0
+    for finding in findings:
+        err(f"error: {finding}")
+    return ExitCode.FINDINGS if findings else 0
+
+
+def _findings(ref: SourceRef, info) -> list[str]:
+    """What `compile` would refuse in the tensors (shapes against the config), from headers only.
+
+    A GGUF's tensors are checked against its metadata by `describe` itself (a `SourceError`).
+    """
+    if ref.kind != "hf":
+        return []
+    from ..sources import hf
+
+    return hf.check(ref, info)

@@ -10,6 +10,7 @@ checked against the file size so a truncated file is reported as such.
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ _STRING, _ARRAY = 8, 9
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
           7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}  # fmt: skip
+
+
+_VERSIONS = (2, 3)
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_NESTING = 4  # arrays of arrays: llama.cpp writes none; a bound keeps a hostile header from recursing
+_INTEGER_TYPES = frozenset((0, 1, 2, 3, 4, 5, 10, 11))
 
 
 class _Truncated(Exception):
@@ -69,6 +76,14 @@ class TensorInfo:
 
 
 class GGUFHeader:
+    """The header of a GGUF file, validated before anything is allocated from it.
+
+    Every count (metadata pairs, array elements, tensors, dimensions) is checked against
+    the bytes left in the file before it sizes anything, every value type against the
+    GGUF type table, and every tensor's data extent against the file: a damaged or
+    hostile header is a `SourceError` naming the file and the field, never a MemoryError.
+    """
+
     def __init__(self, path: str):
         self.path = path
         try:
@@ -76,13 +91,24 @@ class GGUFHeader:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError:  # an empty file cannot be mapped
             raise SourceError(f"{path}: not a GGUF file (empty)") from None
+        except OSError as e:
+            raise SourceError(f"{path}: cannot read: {e.strerror}") from None
         self._buf = memoryview(self._map)
+        # key -> (GGUF value type, element type of an array or None), for typed reads (`gguf_metadata`)
+        self.types: dict[str, tuple[int, int | None]] = {}
+        self._field = "the header"
         try:
             self._parse()
         except _Truncated:
-            raise SourceError(f"{path}: truncated GGUF file (the header ends early)") from None
+            raise SourceError(f"{path}: truncated GGUF file (the header ends early, in {self._field})") from None
+
+    def _fail(self, problem: str) -> SourceError:
+        return SourceError(f"{self.path}: {problem}")
 
     # -- the walk ---------------------------------------------------------------------------
+    def _left(self) -> int:
+        return len(self._buf) - self._pos
+
     def _take(self, fmt: str):
         size = struct.calcsize(fmt)
         if self._pos + size > len(self._buf):
@@ -90,6 +116,14 @@ class GGUFHeader:
         values = struct.unpack_from(fmt, self._buf, self._pos)
         self._pos += size
         return values
+
+    def _count(self, count: int, min_size: int, what: str) -> None:
+        """Refuse a declared count whose items cannot fit in the rest of the file (before allocating)."""
+        if count * min_size > self._left():
+            raise self._fail(
+                f"truncated GGUF file (the header ends early): {what} declares {count} entries, more than the "
+                f"{self._left()} bytes left in the file can hold"
+            )
 
     def _string(self) -> str:
         (length,) = self._take("<Q")
@@ -100,19 +134,20 @@ class GGUFHeader:
         self._pos = end
         return text
 
-    def _value(self, kind: int):
+    def _value(self, kind: int, depth: int = 0):
         if kind == _STRING:
             return self._string()
         if kind == _ARRAY:
             element, count = self._take("<IQ")
-            return self._array(element, count)
+            return self._array(element, count, depth)
         fmt = _SCALARS.get(kind)
         if fmt is None:
-            raise SourceError(f"{self.path}: unknown GGUF metadata value type {kind}")
+            raise self._fail(f"{self._field} has unknown GGUF value type {kind}")
         return self._take("<" + fmt)[0]
 
-    def _array(self, element: int, count: int):
+    def _array(self, element: int, count: int, depth: int = 0):
         if element == _STRING:
+            self._count(count, 8, f"{self._field} (an array of strings)")
             offsets = np.empty(count, np.int64)
             lengths = np.empty(count, np.int64)
             buf, pos, end = self._buf, self._pos, len(self._buf)
@@ -120,52 +155,92 @@ class GGUFHeader:
                 if pos + 8 > end:
                     raise _Truncated
                 length = int.from_bytes(buf[pos : pos + 8], "little")
+                if length > end - pos - 8:
+                    raise _Truncated
                 offsets[i], lengths[i] = pos + 8, length
                 pos += 8 + length
-            if pos > end:
-                raise _Truncated
             self._pos = pos
             return LazyStrings(buf, offsets, lengths)
         if element in _NUMPY:
             dtype = np.dtype(_NUMPY[element]).newbyteorder("<")
+            self._count(count, dtype.itemsize, f"{self._field} (an array)")
             size = dtype.itemsize * count
-            if self._pos + size > len(self._buf):
-                raise _Truncated
             values = np.frombuffer(self._buf, dtype, count, self._pos).tolist()
             self._pos += size
             return values
-        return [self._value(element) for _ in range(count)]  # arrays of arrays
+        if element == _ARRAY:
+            if depth >= _MAX_NESTING:
+                raise self._fail(f"{self._field} nests arrays more than {_MAX_NESTING} deep")
+            self._count(count, 12, f"{self._field} (an array of arrays)")
+            return [self._value(element, depth + 1) for _ in range(count)]
+        raise self._fail(f"{self._field} is an array of unknown GGUF value type {element}")
 
     def _parse(self) -> None:
         self._pos = 0
         (magic,) = self._take("<4s")
         if magic != _MAGIC:
-            raise SourceError(f"{self.path}: not a GGUF file (magic {magic!r})")
-        version, n_tensors, n_kv = self._take("<IQQ")
-        if version < 2:
-            raise SourceError(f"{self.path}: GGUF version {version} is too old (mtpc reads versions 2 and 3)")
+            raise self._fail(f"not a GGUF file (magic {magic!r})")
+        self._field = "the version"
+        (version,) = self._take("<I")
+        if version not in _VERSIONS:
+            raise self._fail(f"GGUF version {version} is not supported (mtpc reads versions 2 and 3)")
+        self._field = "the tensor and metadata counts"
+        n_tensors, n_kv = self._take("<QQ")
+        # the smallest key/value pair: an empty key (8) + a type (4) + a one-byte value
+        self._count(n_kv, 13, "metadata_kv_count")
         self.metadata: dict[str, object] = {"GGUF.version": version, "GGUF.tensor_count": n_tensors}
-        for _ in range(n_kv):
+        self.types = {"GGUF.version": (4, None), "GGUF.tensor_count": (10, None)}
+        for index in range(n_kv):
+            self._field = f"metadata entry {index}"
             key = self._string()
+            self._field = f"metadata key {key!r}"
+            if key in self.metadata:
+                raise self._fail(f"GGUF metadata key {key!r} appears twice")
             (kind,) = self._take("<I")
-            self.metadata[key] = self._value(kind)
+            element = None
+            if kind == _ARRAY:
+                element, count = self._take("<IQ")
+                self.metadata[key] = self._array(element, count)
+            else:
+                self.metadata[key] = self._value(kind)
+            self.types[key] = (kind, element)
+        # the smallest tensor info: an empty name (8) + n_dims (4) + one dimension (8) + type (4) + offset (8)
+        self._field = "the tensor count"
+        self._count(n_tensors, 32, "tensor_count")
         infos = []
-        for _ in range(n_tensors):
+        for index in range(n_tensors):
+            self._field = f"tensor info {index}"
             name = self._string()
+            self._field = f"tensor {name!r}"
             (n_dims,) = self._take("<I")
+            if not 1 <= n_dims <= _MAX_DIMS:
+                raise self._fail(f"GGUF tensor {name!r} has {n_dims} dimensions (a GGUF tensor has 1 to {_MAX_DIMS})")
             ne = self._take(f"<{n_dims}Q")
             kind, offset = self._take("<IQ")
             infos.append((name, ne, kind, offset))
-        alignment = int(self.metadata.get("general.alignment", 32))
+        alignment = self.metadata.get("general.alignment", 32)
+        kind, _ = self.types.get("general.alignment", (4, None))
+        if kind not in _INTEGER_TYPES or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
+            raise self._fail(f"GGUF metadata key 'general.alignment' must be a positive power of two, not {alignment!r}")
         data_start = -(-self._pos // alignment) * alignment
         self.tensors: dict[str, TensorInfo] = {}
         for name, ne, kind, offset in infos:
+            if name in self.tensors:
+                raise self._fail(f"GGUF tensor {name!r} appears twice")
             try:
                 qtype = GGMLQuantizationType(kind)
             except ValueError:
-                raise SourceError(f"{self.path}: GGUF tensor {name} has unknown type {kind}") from None
+                raise self._fail(f"GGUF tensor {name!r} has unknown type {kind}") from None
             block, type_size = GGML_QUANT_SIZES[qtype]
-            elements = int(np.prod(ne, dtype=np.int64)) if ne else 1
+            if any(d == 0 for d in ne):
+                raise self._fail(f"GGUF tensor {name!r} has an empty dimension (ne {list(ne)})")
+            if ne[0] % block:
+                raise self._fail(
+                    f"GGUF tensor {name!r}: its row of {ne[0]} elements is not a whole number of {qtype.name} blocks ({block})"
+                )
+            if offset % alignment:
+                raise self._fail(f"GGUF tensor {name!r} has data offset {offset}, not a multiple of the alignment {alignment}")
+            elements = math.prod(ne)  # Python integers: no overflow, whatever the header says
             info = TensorInfo(name, tuple(int(d) for d in ne), qtype, data_start + offset, elements // block * type_size)
             if info.offset + info.nbytes > len(self._buf):
                 raise SourceError(

@@ -8,13 +8,87 @@ shape. Nothing here reads tensor data.
 from __future__ import annotations
 
 import numpy as np
-from gguf import Keys
+from gguf import GGMLQuantizationType, Keys
 
 from ..diagnostics import SourceError
 from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, TokenIds
 from .gguf_header import GGUFHeader
 from .gguf_names import GGUFNames
 from .layer_layout import CONVERTER_PLACEHOLDER_INTERVAL, Declared, layer_kinds
+
+
+_INTS = frozenset((0, 1, 2, 3, 4, 5, 10, 11))  # GGUF value types: u8 i8 u16 i16 u32 i32 u64 i64
+_FLOATS = frozenset((6, 12))  # f32 f64
+_BOOL, _STRING, _ARRAY = 7, 8, 9
+
+# What each key mtpc reads must hold. A key of another type is a SourceError naming the key and
+# this expectation, not a ValueError deep in lowering. ("count": a non-negative integer.)
+_EXPECTED = {
+    "general.architecture": "string",
+    "GGUF.version": "count",
+    Keys.LLM.BLOCK_COUNT: "count",
+    Keys.LLM.NEXTN_PREDICT_LAYERS: "count",
+    Keys.LLM.EMBEDDING_LENGTH: "count",
+    Keys.LLM.CONTEXT_LENGTH: "count",
+    Keys.LLM.FEED_FORWARD_LENGTH: "count or array of counts",
+    Keys.Attention.HEAD_COUNT: "count or array of counts",
+    Keys.Attention.HEAD_COUNT_KV: "count or array of counts",
+    Keys.Attention.KEY_LENGTH: "count",
+    Keys.Attention.LAYERNORM_RMS_EPS: "number",
+    Keys.Rope.DIMENSION_COUNT: "count",
+    Keys.Rope.DIMENSION_SECTIONS: "array of counts",
+    Keys.Rope.FREQ_BASE: "number",
+    Keys.SSM.GROUP_COUNT: "count",
+    Keys.SSM.TIME_STEP_RANK: "count",
+    Keys.SSM.INNER_SIZE: "count",
+    Keys.SSM.STATE_SIZE: "count",
+    Keys.SSM.CONV_KERNEL: "count",
+    Keys.Tokenizer.BOS_ID: "count",
+    Keys.Tokenizer.EOS_ID: "count",
+    Keys.Tokenizer.EOT_ID: "count",
+    Keys.Tokenizer.PAD_ID: "count",
+    Keys.Tokenizer.HF_JSON: "string",
+    Keys.Tokenizer.MODEL: "string",
+    Keys.Tokenizer.PRE: "string",
+    Keys.Tokenizer.CHAT_TEMPLATE: "string",
+    Keys.Tokenizer.LIST: "array of strings",
+    Keys.Tokenizer.MERGES: "array of strings",
+    Keys.Tokenizer.TOKEN_TYPE: "array of integers",
+    Keys.Tokenizer.ADD_BOS: "boolean",
+    Keys.Tokenizer.ADD_EOS: "boolean",
+}
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _holds(expected: str, kind: int, element: int | None, value: object) -> bool:
+    if expected == "string":
+        return kind == _STRING
+    if expected == "number":
+        return kind in _INTS or kind in _FLOATS
+    if expected == "boolean":
+        return kind == _BOOL or (kind in _INTS and value in (0, 1))
+    if expected == "count":
+        return kind in _INTS and _is_count(value)
+    if expected == "array of strings":
+        return kind == _ARRAY and element == _STRING
+    if expected == "array of integers":
+        return kind == _ARRAY and element in _INTS
+    if expected == "array of counts":
+        return kind == _ARRAY and element in _INTS and all(_is_count(v) for v in value)  # type: ignore[union-attr]
+    if expected == "count or array of counts":
+        return _holds("count", kind, element, value) or _holds("array of counts", kind, element, value)
+    raise AssertionError(expected)
+
+
+_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32", 6: "float32", 7: "bool",
+               8: "string", 9: "array", 10: "uint64", 11: "int64", 12: "float64"}  # fmt: skip
+
+
+def _article(text: str) -> str:
+    return ("an " if text[0] in "aeiou" else "a ") + text
 
 
 class Metadata:
@@ -24,11 +98,30 @@ class Metadata:
         self.arch = self.get("general.architecture")
 
     def get(self, key: str, default=None, *, required: bool = True):
-        value = self.header.metadata.get(key.format(arch=getattr(self, "arch", "")))
+        """The value of `key` (`{arch}` filled in), checked against the type mtpc expects of it."""
+        name = key.format(arch=getattr(self, "arch", ""))
+        value = self.header.metadata.get(name)
         if value is None:
             if required and default is None:
-                raise SourceError(f"{self.path}: GGUF metadata key {key.format(arch=self.arch)!r} is missing")
+                raise SourceError(f"{self.path}: GGUF metadata key {name!r} is missing")
             return default
+        expected = _EXPECTED.get(key)
+        kind, element = self.header.types.get(name, (None, None))
+        if expected is not None and kind is not None and not _holds(expected, kind, element, value):
+            found = f"a {_TYPE_NAMES.get(kind, str(kind))}"
+            if kind == _ARRAY:
+                found = f"an array of {_TYPE_NAMES.get(element, str(element))}"  # type: ignore[arg-type]
+            elif kind != _STRING:
+                found = f"{found} ({value!r})"
+            wanted = expected.replace("counts", "non-negative integers").replace("count", "non-negative integer")
+            raise SourceError(f"{self.path}: GGUF metadata key {name!r} must be {_article(wanted)}, not {found}")
+        return value
+
+    def positive(self, key: str) -> int:
+        """A size something is divided by: zero is refused here, naming the key."""
+        value = int(self.get(key))
+        if value <= 0:
+            raise SourceError(f"{self.path}: GGUF metadata key {key.format(arch=self.arch)!r} must be positive, not {value}")
         return value
 
     def uniform(self, key: str) -> int:
@@ -52,13 +145,19 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
     if not 0 <= nextn < block_count:
         raise SourceError(f"{meta.path}: nextn_predict_layers {nextn} does not fit block_count {block_count}")
     n_main = block_count - nextn
+    if block_count > len(header.tensors):
+        raise SourceError(
+            f"{meta.path}: {Keys.LLM.BLOCK_COUNT.format(arch=meta.arch)} is {block_count}, more blocks than the file "
+            f"has tensors ({len(header.tensors)})"
+        )
+    check_weight_types(header, meta.path)
     kinds = _layer_kinds(meta, block_count, n_main)
-    head_dim = int(meta.get(Keys.Attention.KEY_LENGTH))
+    head_dim = meta.positive(Keys.Attention.KEY_LENGTH)
     rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim, required=False))
     sections = [int(s) for s in meta.get(Keys.Rope.DIMENSION_SECTIONS, [], required=False)]
     while sections and sections[-1] == 0:  # the converter pads (T, H, W) to four entries
         sections.pop()
-    group_count = int(meta.get(Keys.SSM.GROUP_COUNT))
+    group_count = meta.positive(Keys.SSM.GROUP_COUNT)
     value_heads = int(meta.get(Keys.SSM.TIME_STEP_RANK))
     inner = int(meta.get(Keys.SSM.INNER_SIZE))
     if value_heads <= 0 or inner % value_heads or value_heads % group_count:
@@ -139,6 +238,21 @@ def _layer_kinds(meta: Metadata, block_count: int, n_main: int) -> tuple[LayerKi
 def _float32(value) -> float:
     """GGUF stores these as FLOAT32: take the shortest decimal that round-trips (1e-06, not 9.99999997e-07)."""
     return float(str(np.float32(value)))
+
+
+# Types no Qwen3.5 weight is stored in: integers are not weights, and gguf-py dequantizes none of them.
+_NOT_WEIGHTS = frozenset((GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
+                          GGMLQuantizationType.I64, GGMLQuantizationType.F64))  # fmt: skip
+
+
+def check_weight_types(header: GGUFHeader, path: str) -> None:
+    """Every tensor is a float or block-quantized weight: an integer tensor is refused, named."""
+    for name, info in header.tensors.items():
+        if info.type in _NOT_WEIGHTS:
+            raise SourceError(
+                f"{path}: GGUF tensor {name} has type {info.type.name}; a weight must be a float (F32, F16, BF16) "
+                f"or block-quantized type"
+            )
 
 
 def tensor_shapes(header: GGUFHeader) -> dict[str, tuple[int, ...]]:

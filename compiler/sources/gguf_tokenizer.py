@@ -18,7 +18,8 @@ from gguf import Keys, TokenType
 
 from ..ir import Architecture
 from . import DeferredFiles
-from ..tokenizer_json import GPT2_PRE_TOKENIZER, added_token, byte_level_bpe, dump
+from ..diagnostics import SourceError
+from ..tokenizer_json import GPT2_PRE_TOKENIZER, added_token, byte_level_bpe, dump, tokenizer_json_problem
 
 # The pre-tokenizer split of Qwen2-family byte-level BPE. llama.cpp names it "qwen2";
 # Qwen3.5 GGUFs say "qwen35", which we treat as the same split.
@@ -41,23 +42,31 @@ def tokenizer_files(get: Getter, arch: Architecture, path: str) -> DeferredFiles
     model = get(Keys.Tokenizer.MODEL, "", required=False)
     if not hf_json and model != "gpt2":
         return ()
-    return DeferredFiles(("tokenizer.json", "tokenizer_config.json"), lambda: _build(get, arch, hf_json))
+    return DeferredFiles(("tokenizer.json", "tokenizer_config.json"), lambda: _build(get, arch, hf_json, path))
 
 
-def _build(get: Getter, arch: Architecture, hf_json: str) -> tuple[tuple[str, bytes], ...]:
-    tokenizer = json.loads(hf_json) if hf_json else _byte_level_bpe(get)
+def _build(get: Getter, arch: Architecture, hf_json: str, path: str) -> tuple[tuple[str, bytes], ...]:
+    if hf_json:
+        # An embedded tokenizer.json is parsed (and loaded) before it is copied into the package.
+        problem = tokenizer_json_problem(hf_json.encode("utf-8"))
+        if problem is not None:
+            raise SourceError(f"{path}: GGUF metadata key {Keys.Tokenizer.HF_JSON!r}: {problem}")
+    tokenizer = json.loads(hf_json) if hf_json else _byte_level_bpe(get, path)
     tokens = list(get(Keys.Tokenizer.LIST, [], required=False))
     config = _tokenizer_config(get, arch, tokens)
     return (("tokenizer.json", dump(tokenizer)), ("tokenizer_config.json", dump(config)))
 
 
-def _byte_level_bpe(get: Getter) -> dict:
+def _byte_level_bpe(get: Getter, path: str) -> dict:
     tokens = list(get(Keys.Tokenizer.LIST))
     types = list(get(Keys.Tokenizer.TOKEN_TYPE, [], required=False)) or [TokenType.NORMAL] * len(tokens)
     merges = list(get(Keys.Tokenizer.MERGES, [], required=False))
     pre = str(get(Keys.Tokenizer.PRE, "default", required=False))
     added, vocab = [], {}
+    known = {int(t) for t in TokenType}
     for token_id, (token, kind) in enumerate(zip(tokens, types)):
+        if int(kind) not in known:
+            raise SourceError(f"{path}: GGUF metadata key {Keys.Tokenizer.TOKEN_TYPE!r}: token {token_id} has unknown type {kind}")
         if TokenType(int(kind)) in _ADDED:
             added.append(added_token(token_id, token, special=TokenType(int(kind)) is TokenType.CONTROL))
         else:

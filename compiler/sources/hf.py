@@ -21,6 +21,7 @@ from ..weights import TensorInfo, Weight, canonical_shapes
 from . import SourceInfo
 from .hf_config import Config, architecture, read_json
 from .mtp_head import head_verdict
+from ..tokenizer_json import tokenizer_json_problem
 from .safetensors_io import SafetensorsFile
 
 TEXT_PREFIXES = ("model.language_model.", "model.")
@@ -163,12 +164,11 @@ def describe(ref: SourceRef) -> SourceInfo:
     arch = _with_head_verdict(cfg, arch, entries)
     if arch.unusable_head is not None:
         facts.append(("mtp_note", arch.unusable_head.reason))
+    _check_dtypes(files, entries)
     storage: dict[str, set[str]] = {}
     for name, (filename, hf_name) in entries.items():
         storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
-    tokenizer = tuple(
-        (fname, (directory / fname).read_bytes()) for fname in TOKENIZER_FILES if (directory / fname).is_file()
-    )
+    tokenizer = _tokenizer_files(directory)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings)
     return SourceInfo(
         architecture=arch,
@@ -177,6 +177,68 @@ def describe(ref: SourceRef) -> SourceInfo:
         facts=tuple(facts),
         tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
     )
+
+
+# What a weight may be stored as: floats only (an integer tensor is not a weight mtpc can use as one).
+WEIGHT_DTYPES = ("F32", "F16", "BF16")
+
+
+def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, tuple[str, str]]) -> None:
+    """Every weight of the text model and head is stored as a float type; the first that is not is named."""
+    for name, (filename, hf_name) in sorted(entries.items()):
+        code = files[filename].dtype_code(hf_name)
+        if code not in WEIGHT_DTYPES:
+            raise SourceError(
+                f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
+                f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}"
+            )
+
+
+def _tokenizer_files(directory: Path) -> tuple[tuple[str, bytes], ...]:
+    """The tokenizer files, each JSON one parsed (and tokenizer.json loaded) before it may be copied."""
+    found = []
+    for fname in TOKENIZER_FILES:
+        path = directory / fname
+        if not path.is_file():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise SourceError(f"{path}: cannot read: {e.strerror}") from None
+        if fname == "tokenizer.json":
+            problem = tokenizer_json_problem(data)
+            if problem is not None:
+                raise SourceError(f"{path}: {problem}")
+        elif fname.endswith(".json"):
+            read_json(path)  # a SourceError naming the file when it is not a JSON object
+        found.append((fname, data))
+    return tuple(found)
+
+
+def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") -> list[str]:
+    """Where the tensors contradict config.json (missing, or another shape), from the headers alone."""
+    problems = []
+    for name, shape in canonical_shapes(arch).items():
+        if name not in store:
+            where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
+            problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
+        elif store.info(name).shape != shape:
+            found = list(store.info(name).shape)
+            problems.append(f"{directory}: tensor {name} has shape {found}, config.json implies {list(shape)}")
+    return problems
+
+
+def check(ref: SourceRef, info: SourceInfo) -> list[str]:
+    """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`); no data is read."""
+    directory = _directory(ref)
+    listed = _weight_files(directory)
+    files = _open_files(directory, listed)
+    arch = info.architecture
+    store = HFWeightStore(files, _canonical_entries(listed, arch.tie_word_embeddings), arch.tie_word_embeddings)
+    try:
+        return shape_problems(directory, arch, store)
+    finally:
+        store.close()
 
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, tuple[str, str]]) -> Architecture:
@@ -209,14 +271,11 @@ def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
     entries = _canonical_entries(listed, arch.tie_word_embeddings)
+    _check_dtypes(files, entries)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings)
-    for name, shape in canonical_shapes(arch).items():
-        if name not in store:
-            where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
-            raise SourceError(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
-        if store.info(name).shape != shape:
-            found = list(store.info(name).shape)
-            raise SourceError(f"{directory}: tensor {name} has shape {found}, config.json implies {list(shape)}")
+    problems = shape_problems(directory, arch, store)
+    if problems:
+        raise SourceError(problems[0])
     return store
 
 

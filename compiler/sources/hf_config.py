@@ -13,6 +13,8 @@ from ..diagnostics import SourceError
 from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, TokenIds
 from .layer_layout import Declared, layer_kinds
 
+# Far past any real model (Qwen3.5's largest has 64); the bound keeps a hostile config from sizing lists.
+MAX_LAYERS = 10_000
 SUPPORTED_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 
 
@@ -177,6 +179,9 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
         )
     head_dim = cfg.int("head_dim", hidden // heads)
     num_layers = cfg.int("num_hidden_layers")
+    if num_layers > MAX_LAYERS:
+        # Layer lists are built from it before any tensor is seen: a hostile value must not size them.
+        raise cfg.fail(cfg.text_prefix + "num_hidden_layers", f"({num_layers}) is more than {MAX_LAYERS} layers")
     kinds = _layer_kinds(cfg, num_layers)
     linear = None
     if LayerKind.LINEAR_ATTENTION in kinds:

@@ -8,6 +8,7 @@ float32 on read (exact: bf16 is the upper half of a float32).
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 import numpy as np
@@ -27,6 +28,7 @@ _NUMPY_DTYPES = {
     "BOOL": np.dtype("?"),
 }
 _MAX_HEADER = 100 * 1024 * 1024
+_MAX_RANK = 8
 
 
 class SafetensorsFile:
@@ -35,6 +37,7 @@ class SafetensorsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
+            file_size = self.path.stat().st_size
             with open(self.path, "rb") as f:
                 raw_len = f.read(8)
                 if len(raw_len) != 8:
@@ -42,15 +45,23 @@ class SafetensorsFile:
                 (header_len,) = struct.unpack("<Q", raw_len)
                 if header_len > _MAX_HEADER:
                     raise SourceError(f"{self.path}: not a safetensors file (header length {header_len})")
-                header = json.loads(f.read(header_len).decode("utf-8"))
-                file_size = self.path.stat().st_size
+                if header_len > file_size - 8:
+                    raise SourceError(
+                        f"{self.path}: truncated: the header length is {header_len} bytes, the file has {file_size - 8} after it"
+                    )
+                header = json.loads(f.read(header_len).decode("utf-8"), object_pairs_hook=_no_duplicates)
         except OSError as e:
             raise SourceError(f"{self.path}: cannot read: {e.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
+        except _Duplicate as e:
+            raise SourceError(f"{self.path}: not a safetensors file (header names {e.args[0]!r} twice)") from None
         if not isinstance(header, dict):
             raise SourceError(f"{self.path}: not a safetensors file (header is not a JSON object)")
-        self.metadata: dict[str, str] = header.pop("__metadata__", None) or {}
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise SourceError(f"{self.path}: header field __metadata__ must map names to strings")
+        self.metadata: dict[str, str] = metadata
         self._entries: dict[str, dict] = header
         self._data_start = 8 + header_len
         self._map: np.memmap | None = None
@@ -62,19 +73,26 @@ class SafetensorsFile:
         if past_the_end:
             end, name = min(past_the_end)
             raise SourceError(f"{self.path}: truncated: tensor {name!r} ends at byte {self._data_start + end}, the file has {file_size}")
+        extents = sorted((e["data_offsets"][0], e["data_offsets"][1], n) for n, e in header.items() if e["data_offsets"][0] != e["data_offsets"][1])
+        for (_, end, before), (begin, _, name) in zip(extents, extents[1:]):
+            if begin < end:
+                raise SourceError(f"{self.path}: tensor {name!r} overlaps tensor {before!r} (data_offsets)")
 
     def _check_entry(self, name: str, entry: object) -> None:
         """A header entry is usable: a known dtype and a byte range that matches its shape."""
-        if not isinstance(entry, dict) or entry.get("dtype") not in _NUMPY_DTYPES:
-            dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if not isinstance(dtype, str) or dtype not in _NUMPY_DTYPES:
             raise SourceError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
-        shape, offsets = entry.get("shape"), entry.get("data_offsets")
-        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")  # type: ignore[union-attr]
+        if not isinstance(shape, list) or len(shape) > _MAX_RANK or not all(_is_count(d) for d in shape):
             raise SourceError(f"{self.path}: tensor {name!r} has a malformed shape {shape!r}")
+        if math.prod(max(d, 1) for d in shape) >= 2**62:  # numpy cannot shape even an empty array past this
+            raise SourceError(f"{self.path}: tensor {name!r} has an impossible shape {shape!r}")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets)) and offsets[0] <= offsets[1]):
             raise SourceError(f"{self.path}: tensor {name!r} has malformed data_offsets {offsets!r}")
         begin, end = offsets
-        if end - begin != int(np.prod(shape, dtype=np.int64)) * _NUMPY_DTYPES[entry["dtype"]].itemsize:
+        # Python integers: a hostile shape cannot overflow into a matching size.
+        if end - begin != math.prod(shape) * _NUMPY_DTYPES[dtype].itemsize:
             raise SourceError(f"{self.path}: tensor {name!r} byte range does not match its shape and dtype")
 
     def names(self) -> list[str]:
@@ -115,6 +133,19 @@ class SafetensorsFile:
         if self._map is None:
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start)
         return self._map
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
 
 
 def _is_count(value: object) -> bool:

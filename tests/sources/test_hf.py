@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mtpc.diagnostics import ExitCode, SourceError
+from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.ir import LayerKind, SourceRef
 from mtpc.sources import describe, hf, open_weights
 from mtpc.sources.random_weights import raw_hf_tensors, seeded_store
@@ -256,11 +257,12 @@ def test_token_ids_prefer_generation_config(tmp_path):
 
 def test_tokenizer_files_are_carried(tmp_path):
     directory = write_hf_checkpoint(tmp_path, ARCH, seed=0)
-    (directory / "tokenizer.json").write_bytes(b'{"model": {}}')
+    tokenizer = dict(synthetic_tokenizer_files(ARCH))["tokenizer.json"]
+    (directory / "tokenizer.json").write_bytes(tokenizer)
     (directory / "tokenizer_config.json").write_bytes(b"{}")
     (directory / "notes.txt").write_bytes(b"not a tokenizer file")
     files = dict(describe(ref(directory)).tokenizer_files)
-    assert files == {"tokenizer.json": b'{"model": {}}', "tokenizer_config.json": b"{}"}
+    assert files == {"tokenizer.json": tokenizer, "tokenizer_config.json": b"{}"}
 
 
 def set_text(**fields):

@@ -1,0 +1,18 @@
+"""hf int32 weight: written from the test fixtures by `make(tmp)`."""
+
+import numpy as np
+
+from mtpc.sources.random_weights import raw_hf_tensors
+from tests.fixtures.arch import tiny_arch
+from tests.fixtures.checkpoints import write_hf_checkpoint
+from tests.fixtures.safetensors_writer import write_safetensors
+
+
+def make(tmp):
+    arch = tiny_arch()
+    directory = write_hf_checkpoint(tmp / "ckpt", arch)
+    tensors = raw_hf_tensors(arch, 0)
+    name = "model.language_model.layers.0.mlp.up_proj.weight"
+    tensors[name] = (tensors[name] * 100).astype(np.int32)
+    write_safetensors(directory / "model.safetensors", tensors)
+    return directory
