@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..diagnostics import ExitCode, MtpcError
 from ..diffing import digest, file_chunks
 from .report import verb_parser, existing_file, out, print_json, progress_printer
 
@@ -46,14 +47,21 @@ def run(args) -> int:
     from ..output import check_destination, write_package
     from ..quant import measured_requantization_note
 
+    if args.output is not None and not args.output.strip():
+        # An empty DIR is a mistake (an unset variable in `-o "$DIR"`), not a request for the default.
+        raise MtpcError.single(
+            f"-o/--output is empty ({args.output!r}): give the folder to write the package to",
+            exit_code=ExitCode.USAGE,
+            hint="leave -o out to write to ./out/<spec name>",
+        )
     spec = existing_file(args.spec, "spec")
     protected = [("spec", spec)]
-    if args.output:
+    if args.output is not None:
         # Refuse before the build, which can take minutes; the source checkpoint is known only after it.
         check_destination(args.output, force=args.force, protected=protected)
     progress = progress_printer(args.quiet or args.format == "json")
     with build(spec, progress=progress) as result:
-        target = Path(args.output) if args.output else default_output(result.ir.name)
+        target = Path(args.output) if args.output is not None else default_output(result.ir.name)
         if result.ir.source.path is not None:
             protected.append(("source checkpoint", result.ir.source.path))
         progress(f"writing {len(result.artifacts)} files to {target}")

@@ -5,6 +5,9 @@ the offending key or value: schema errors, and the cross-field rules of the
 sections that are schema-valid (a rule over a section with a schema error runs
 once that error is fixed). Exit codes: an unreadable file or text that is not
 YAML is a usage error (2); YAML that is not a valid spec is a finding (1).
+Text a spec never needs (more than `MAX_SPEC_BYTES`, nesting deeper than
+`yaml_positions.MAX_DEPTH`, aliases expanding past `yaml_positions.MAX_VALUES`)
+is refused as unreadable (2), at its place in the file.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from ..validation import load_schema
 from . import rules, yaml_positions
 from .defaults import apply_defaults
 from .schema_messages import invalid_sections, schema_diagnostics
-from .yaml_positions import JsonPath, NodeSpan, dotted
+from .yaml_positions import JsonPath, LimitExceeded, NodeSpan, dotted
+
+# The shipped specs are 1-3 KB; a megabyte is no spec but a mistake (or an attack), refused unread.
+MAX_SPEC_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -83,10 +89,14 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
         parsed = yaml_positions.parse(text, str(path))
     except yaml.MarkedYAMLError as err:
         raise MtpcError([_yaml_error(err, path, text)], ExitCode.USAGE) from err
+    except LimitExceeded as err:
+        raise MtpcError([_marked(err.message, err.mark, err.hint, path, text)], ExitCode.USAGE) from None
     except yaml.YAMLError as err:
         raise MtpcError.single(f"not valid YAML: {err}", exit_code=ExitCode.USAGE, path=str(path)) from err
     spec = LoadedSpec(parsed.data, parsed.spans, tuple(text.splitlines()), path)
-    problems = list(parsed.problems) + schema_diagnostics(spec)
+    # A value the parser refused (NaN, an unreadable number) is null to the schema: say it once.
+    refused = {d.span for d in parsed.problems}
+    problems = list(parsed.problems) + [d for d in schema_diagnostics(spec) if d.span not in refused]
     if problems:
         broken = invalid_sections(spec)
         if broken is not None:
@@ -97,7 +107,8 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 def _read_text(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise MtpcError.single(f"spec file not found: {path}", exit_code=ExitCode.USAGE, path=str(path)) from None
     except IsADirectoryError:
@@ -108,6 +119,13 @@ def _read_text(path: Path) -> str:
         raise MtpcError.single(
             f"cannot read spec file {path}: {err.strerror}", exit_code=ExitCode.USAGE, path=str(path)
         ) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise MtpcError.single(
+            f"spec file is larger than {MAX_SPEC_BYTES >> 20} MiB: {path}",
+            exit_code=ExitCode.USAGE,
+            path=str(path),
+            hint="a spec names its checkpoint; it does not hold it",
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -126,9 +144,13 @@ def _yaml_error(err: yaml.MarkedYAMLError, path: Path, text: str) -> Diagnostic:
         hint = f"{err.context} that starts on line {err.context_mark.line + 1}"
         if "block" in err.context:  # PyYAML's words for a mapping or list laid out by indentation
             hint += "; check the indentation"
+    return _marked(f"not valid YAML: {problem}", mark, hint, path, text)
+
+
+def _marked(message: str, mark: yaml.Mark | None, hint: str | None, path: Path, text: str) -> Diagnostic:
     if mark is None:
-        return Diagnostic(f"not valid YAML: {problem}", path=str(path), hint=hint)
+        return Diagnostic(message, path=str(path), hint=hint)
     lines = text.splitlines()
     line = lines[mark.line] if mark.line < len(lines) else ""
     span = Span(str(path), mark.line + 1, mark.column + 1, mark.column + 2)
-    return Diagnostic(f"not valid YAML: {problem}", span, hint=hint, source_line=line)
+    return Diagnostic(message, span, hint=hint, source_line=line)

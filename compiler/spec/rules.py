@@ -44,11 +44,11 @@ def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset(
 
 
 def _power_of_two_block(spec: LoadedSpec, path: tuple) -> list[Diagnostic]:
-    # MatMulNBits' block sizes (a kernel fact, not a runtime version's).
+    # MatMulNBits' block sizes (a kernel fact, not a runtime version's); the schema bounds them at 256.
     size = spec.get(path)
     if size is None or (size >= 16 and size & (size - 1) == 0):
         return []
-    return [spec.diagnostic(path, f"{dotted(path)} must be a power of two, at least 16 (16, 32, 64, ...), not {size}")]
+    return [spec.diagnostic(path, f"{dotted(path)} must be a power of two from 16 to 256 (16, 32, 64, 128, 256), not {size}")]
 
 
 def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
@@ -137,5 +137,38 @@ def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     if settings is None:
         return []
     at = ("source", "synthetic")
-    found = synthetic.problems(synthetic_spec(settings))
-    return [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in found]
+    built = synthetic_spec(settings)
+    found = synthetic.problems(built)
+    out = [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in found]
+    weights = synthetic_weight_count(built.architecture)
+    if weights > MAX_SYNTHETIC_WEIGHTS:
+        out.append(
+            spec.diagnostic(
+                at,
+                f"{dotted(at)} would make about {weights:,} weights ({weights * 4 / 2**30:,.1f} GiB of float32), "
+                f"more than the {MAX_SYNTHETIC_WEIGHTS:,} a synthetic model may hold",
+                at="key",
+                hint="synthetic weights are made in memory, for tests and demos; use smaller sizes, "
+                "or compile a real checkpoint (hf or gguf), whose weights are streamed",
+            )
+        )
+    return out
+
+
+# Synthetic weights are all made in memory at once (float32): 2^28 of them is 1 GiB.
+MAX_SYNTHETIC_WEIGHTS = 1 << 28
+
+
+def synthetic_weight_count(arch) -> int:
+    """About how many weights a synthetic checkpoint of `arch` holds (the matrices; norms are noise)."""
+    h, inter, heads, kv, hd = (
+        arch.hidden_size, arch.intermediate_size, arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim,
+    )
+    la = arch.linear_attention
+    attention = h * 2 * heads * hd + 2 * h * kv * hd + heads * hd * h
+    linear = h * (la.conv_dim + la.value_dim + 2 * la.num_value_heads) + la.conv_dim * la.conv_kernel + h * la.value_dim
+    mlp = 3 * h * inter
+    total = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
+    for kind in arch.layer_kinds:
+        total += (attention if kind.value == "full_attention" else linear) + mlp
+    return total + arch.mtp_num_layers * (attention + mlp + 2 * h * h)

@@ -10,11 +10,18 @@ departures from PyYAML's YAML 1.1 defaults, both to match what people mean:
   1e-6` would silently be the string "1e-6".
 
 Duplicate mapping keys, which PyYAML accepts silently (last one wins), are
-reported as diagnostics; the first occurrence is kept.
+reported as diagnostics; the first occurrence is kept. So are numbers JSON cannot
+hold (`.nan`, `.inf`) and numbers too long to read.
+
+Hostile text is refused, not followed: collections nested deeper than
+`MAX_DEPTH`, and documents whose aliases (`*name`) expand to more than
+`MAX_VALUES` values ("billion laughs"), raise `LimitExceeded` at the place in
+the text, before Python's recursion or the memory gives out.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,12 +32,48 @@ from ..diagnostics import Diagnostic, Span
 
 JsonPath = tuple  # of str (mapping keys) and int (list indices)
 
+# A spec is five levels deep (source.synthetic.rope.mrope_section[0]) and holds about a hundred values.
+MAX_DEPTH = 32
+MAX_VALUES = 10_000
+
 _BOOL = "tag:yaml.org,2002:bool"
 _FLOAT = "tag:yaml.org,2002:float"
 
 
+class LimitExceeded(Exception):
+    """The text asks for more than a spec can hold; `mark` is where (a PyYAML mark, 0-based)."""
+
+    def __init__(self, message: str, mark: yaml.Mark, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.mark, self.hint = message, mark, hint
+
+
+def _too_deep(mark: yaml.Mark) -> LimitExceeded:
+    return LimitExceeded(
+        f"collections nested more than {MAX_DEPTH} deep", mark, hint="a spec nests five levels at most; check the brackets"
+    )
+
+
 class _Yaml12Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 core-schema booleans and floats."""
+    """SafeLoader with YAML 1.2 core-schema booleans and floats, a bounded nesting depth and node count.
+
+    PyYAML's composer recurses once per level, so without the bound deep nesting is a RecursionError.
+    """
+
+    _depth = 0
+    _nodes = 0
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_DEPTH + 1:  # + 1: the scalars at the deepest allowed level
+            raise _too_deep(self.peek_event().start_mark)
+        self._nodes += 1  # PyYAML is slow: stop a long document early, not once it is all read
+        if self._nodes > MAX_VALUES:
+            raise LimitExceeded(f"the spec holds more than {MAX_VALUES} values", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {
@@ -80,6 +123,9 @@ class _Builder:
         self.problems: list[Diagnostic] = []
         self._constructor = _Yaml12Loader("")
         self._open: set[int] = set()  # collections being built, to stop recursive aliases
+        self._built: set[int] = set()  # collections built once: building one again expands an alias
+        self._repeat: yaml.Node | None = None  # the outermost alias being expanded
+        self._count = 0
 
     def span(self, start: yaml.Mark, end: yaml.Mark) -> tuple[Span, bool]:
         if end.line == start.line and end.column > start.column:
@@ -92,15 +138,29 @@ class _Builder:
         return self.lines[span.line - 1] if span.line - 1 < len(self.lines) else ""
 
     def build(self, node: yaml.Node, path: JsonPath, key: Span | None) -> Any:
+        if len(path) > MAX_DEPTH:  # aliases can nest deeper than the text does
+            raise _too_deep(node.start_mark)
+        self._count += 1
+        if self._count > MAX_VALUES:
+            where = self._repeat or node
+            raise LimitExceeded(
+                f"the spec expands to more than {MAX_VALUES} values",
+                where.start_mark,
+                hint="aliases (*name) repeat everything their anchor (&name) holds; write the values out instead",
+            )
         value_span, multiline = self.span(node.start_mark, node.end_mark)
         self.spans[path] = NodeSpan(key, value_span, multiline)
         if isinstance(node, yaml.ScalarNode):
-            return self._constructor.construct_object(node, deep=True)
+            return self._scalar(node, value_span)
         if id(node) in self._open:
             self.problems.append(
                 Diagnostic("an alias refers to the collection it is in", value_span, source_line=self.line_of(value_span))
             )
             return None
+        outermost = self._repeat is None and id(node) in self._built
+        if outermost:
+            self._repeat = node
+        self._built.add(id(node))
         self._open.add(id(node))
         try:
             if isinstance(node, yaml.MappingNode):
@@ -108,6 +168,26 @@ class _Builder:
             return [self.build(item, path + (i,), None) for i, item in enumerate(node.value)]
         finally:
             self._open.discard(id(node))
+            if outermost:
+                self._repeat = None
+
+    def _scalar(self, node: yaml.ScalarNode, span: Span) -> Any:
+        try:
+            value = self._constructor.construct_object(node, deep=True)
+        except ValueError:  # e.g. an integer of more than 4300 digits (Python's int parsing limit)
+            self.problems.append(Diagnostic("this number is too long to read", span, source_line=self.line_of(span)))
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            self.problems.append(
+                Diagnostic(
+                    f"'{node.value}' is not a number a spec can hold",
+                    span,
+                    hint="JSON, and so the spec format, has no NaN or infinity",
+                    source_line=self.line_of(span),
+                )
+            )
+            return None
+        return value
 
     def _mapping(self, node: yaml.MappingNode, path: JsonPath) -> dict:
         out: dict[str, Any] = {}
@@ -145,7 +225,10 @@ class ParsedYaml:
 
 
 def parse(text: str, file: str) -> ParsedYaml:
-    """Parse one YAML document. Raises `yaml.YAMLError` when the text is not YAML."""
+    """Parse one YAML document.
+
+    Raises `yaml.YAMLError` when the text is not YAML, `LimitExceeded` when it nests or expands too far.
+    """
     loader = _Yaml12Loader(text)
     try:
         node = loader.get_single_node()
