@@ -28,9 +28,9 @@ from gguf.quants import dequantize
 
 from mtpc import sources
 from mtpc.ir import Architecture, SourceRef
-from mtpc.reference import Qwen35Reference, rms_norm
+from mtpc.reference import Qwen35Reference
 from tests.fixtures.arch import kquant_arch
-from tests.fixtures.fitted_head import HORIZON, PROMPTS, is_memorised
+from tests.fixtures.fitted_head import PROMPTS, fitted_fc
 from tests.fixtures.gguf_writer import gguf_name, q4_k_m_types, write_gguf
 
 from .conftest import STEPS, compile_spec, write_spec
@@ -57,31 +57,11 @@ def _reference(path: Path, arch: Architecture) -> Qwen35Reference:
 
 def _fitted_head(main: Qwen35Reference, arch: Architecture) -> dict[str, np.ndarray]:
     """fitted_head.py's head (canonical names), fitted to `main`'s greedy continuations of PROMPTS."""
-    w, eps = main.w, arch.rms_norm_eps
-    embedded, seeds, targets = [], [], []
-    for prompt in PROMPTS:
-        generated = main.greedy(list(prompt), HORIZON)
-        _, post, pre, _ = main.forward(np.asarray([[*prompt, *generated]]))
-        for step in range(HORIZON - 1):
-            if is_memorised(step):
-                position = len(prompt) + step
-                embedded.append(w["embed_tokens.weight"][generated[step]])
-                seeds.append(post[0, position - 1])
-                targets.append(pre[0, position])
-    inputs = np.concatenate(
-        [
-            rms_norm(np.asarray(embedded, np.float64), w["mtp.pre_fc_norm_embedding.weight"], eps),
-            rms_norm(np.asarray(seeds, np.float64), w["mtp.pre_fc_norm_hidden.weight"], eps),
-        ],
-        axis=-1,
-    )
-    assert inputs.shape[0] < inputs.shape[1], "too many memorised steps for an exact fit"
-    targets = np.asarray(targets, np.float64)
-    targets /= np.sqrt(np.mean(targets * targets, axis=-1, keepdims=True))
-    fc_t, *_ = np.linalg.lstsq(inputs, targets, rcond=None)
+    w = main.w
+    fc = fitted_fc(main, w, arch.rms_norm_eps)
     layer, h = "mtp.layers.0.", arch.hidden_size
     return {
-        "mtp.fc.weight": np.ascontiguousarray(fc_t.T, np.float32),
+        "mtp.fc.weight": fc,
         "mtp.norm.weight": np.asarray(w["norm.weight"], np.float32),  # GGUF norms hold the effective scale
         layer + "self_attn.o_proj.weight": np.zeros((h, arch.num_attention_heads * arch.head_dim), np.float32),
         layer + "mlp.down_proj.weight": np.zeros((h, arch.intermediate_size), np.float32),
