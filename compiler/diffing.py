@@ -211,7 +211,7 @@ def diff_files(old: FileSet, new: FileSet) -> list[Change]:
             if a == b:
                 continue
             try:
-                changes.extend(diff_values(parse_structured(rel, a), parse_structured(rel, b), rel))
+                changes.extend(_structured_diff(rel)(parse_structured(rel, a), parse_structured(rel, b), rel))
             except (ValueError, yaml.YAMLError):  # unparseable: fall back to bytes
                 changes.append(Change(rel, (), CHANGED, digest([a]), digest([b])))
         else:
@@ -219,3 +219,10 @@ def diff_files(old: FileSet, new: FileSet) -> list[Change]:
             if da != db:
                 changes.append(Change(rel, (), CHANGED, da, db))
     return sorted_changes(changes)
+
+
+def _structured_diff(relpath: str) -> Callable[[object, object, str], list[Change]]:
+    """How a parsed file is diffed: by path, except the provenance record, whose spec text is diffed by line."""
+    from .provenance import PROVENANCE_NAME, diff_provenance  # provenance builds on this module
+
+    return diff_provenance if relpath == PROVENANCE_NAME else diff_values

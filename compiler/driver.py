@@ -101,7 +101,9 @@ def build(
     """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read."""
     pipeline = default_pipeline(observer)
     ir, info = build_ir(spec_path, pipeline)
-    ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress)
+    from .provenance import record
+
+    ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress, provenance=record(ir, spec_path))
     artifacts: list[Artifact] = []
     try:
         for name, emitter in EMITTERS:

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
 from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
+from ..provenance import PROVENANCE_NAME
 from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
 from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
 from .quantization import check_quantization_report
@@ -48,6 +49,7 @@ SCHEMAS: dict[tuple[str, str | None], str] = {
     (INFERENCE_METADATA, "workflow"): "inference_metadata.workflow.schema.json",
     (HF_CONFIG, None): "speculator_config.schema.json",
     (QUANTIZATION_REPORT, None): "quantization.schema.json",
+    (PROVENANCE_NAME, None): "provenance.schema.json",
 }
 
 
@@ -131,5 +133,9 @@ def check_files(files: Files) -> list[Finding]:
         if report is not None:
             c.validate(QUANTIZATION_REPORT, report, schema_for(QUANTIZATION_REPORT))
             check_quantization_report(c, QUANTIZATION_REPORT, report)
+    if PROVENANCE_NAME in files:  # optional like the report: packages from before mtpc wrote it have none
+        provenance = c.parse(PROVENANCE_NAME)
+        if provenance is not None:
+            c.validate(PROVENANCE_NAME, provenance, schema_for(PROVENANCE_NAME))
     check_tokenizer(c)
     return c.result()

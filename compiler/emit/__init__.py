@@ -71,6 +71,8 @@ class EmitContext:
     # Weight -> max |stored - source's dequantization| of source-quantized weights re-quantized, filled
     # as the data files stream (see graphs/parameters.py); `compile` reports it once they are written.
     requantization_error: dict[str, float] = field(default_factory=dict)
+    # What `provenance.json` records (see mtpc.provenance); None when the IR was built without a spec.
+    provenance: dict | None = None
     _weights: WeightStore | None = field(default=None, init=False, repr=False)
 
     @property
@@ -94,6 +96,7 @@ from .inference_metadata import emit_inference_metadata  # noqa: E402
 from .tokenizer import emit_tokenizer  # noqa: E402
 from .quantization_report import emit_quantization_report  # noqa: E402
 from .model_card import emit_model_card  # noqa: E402
+from .provenance import emit_provenance  # noqa: E402
 
 # In running order: onnx_graphs records the data layouts genai_config reads.
 EMITTERS: tuple[tuple[str, Emitter], ...] = (
@@ -103,4 +106,5 @@ EMITTERS: tuple[tuple[str, Emitter], ...] = (
     ("tokenizer", emit_tokenizer),
     ("quantization_report", emit_quantization_report),
     ("model_card", emit_model_card),
+    ("provenance", emit_provenance),
 )
