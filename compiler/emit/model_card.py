@@ -1,11 +1,16 @@
 """A short README.md for the package: what it is, what is in it, how to run and check it.
 
-Written from the IR alone, with nothing that varies between runs (no dates,
-no absolute paths), so a package stays byte-identical when recompiled.
+Written from the IR and what the source states about itself (its Hugging Face repo and
+license, see sources/card_facts.py), with nothing that varies between runs (no dates,
+no absolute paths), so a package stays byte-identical when recompiled. It opens with
+Hugging Face front matter, so the Hub files the package under its base model, library
+and task once it is uploaded.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 
 from ..ir import HeadContract, ModelIR
@@ -13,7 +18,7 @@ from ..quant import requantization_notes
 from . import Artifact, EmitContext
 
 CARD_NAME = "README.md"
-# The third line of every card starts with this; `mtpc.output` recognises an earlier package by it.
+# The third line after the front matter starts with this; `mtpc.output` recognises an earlier package by it.
 CARD_SIGNATURE = "A runtime package compiled by mtpc from a "
 
 
@@ -30,12 +35,48 @@ def _weights(ir: ModelIR) -> str:
     return text
 
 
-def render(ir: ModelIR) -> str:
+# Hugging Face's name for ONNX models (huggingface.co/models?library=onnx); the runtimes are tags.
+LIBRARY_NAME = "onnx"
+PIPELINE_TAG = "text-generation"
+
+
+def front_matter(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """The YAML block the Hub reads: base model and license where the source states them, library, task, tags."""
+    known = dict(facts)
+    tags = ["onnx", "mtpc", ir.architecture.family]
+    if ir.targets.onnxruntime_genai is not None:
+        tags.append("onnxruntime-genai")
+    if ir.targets.onnx_genai is not None:
+        tags.append("onnx-genai")
+    if ir.heads:
+        tags += ["mtp", "speculative-decoding"]
+    if any(w.form is not None for w in ir.weights):
+        tags.append("quantized")
+    lines = ["---"]
+    lines += [f"{key}: {_scalar(known[key])}" for key in ("base_model", "license") if key in known]
+    lines += [f"library_name: {LIBRARY_NAME}", f"pipeline_tag: {PIPELINE_TAG}", "tags:"]
+    lines += [f"- {_scalar(tag)}" for tag in dict.fromkeys(tags)]
+    return lines + ["---", ""]
+
+
+def _scalar(text: str) -> str:
+    """`text` as a YAML scalar that reads back as this string: bare when plainly a name, else quoted."""
+    if _PLAIN.fullmatch(text) and not _NOT_A_STRING.fullmatch(text):
+        return text
+    return json.dumps(text)  # a JSON string is a YAML double-quoted scalar
+
+
+_PLAIN = re.compile(r"[A-Za-z][\w./-]*")
+# Words YAML 1.1 (PyYAML, the Hub's parsers) would read as booleans or null.
+_NOT_A_STRING = re.compile(r"(?i)(y|n|yes|no|true|false|on|off|null|none)")
+
+
+def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> str:
     arch = ir.architecture
     ort_head = ir.head(HeadContract.ORT_GENAI)
     onnx_genai_head = ir.head(HeadContract.ONNX_GENAI)
     has_head = bool(ir.heads)
-    lines = [
+    lines = front_matter(ir, facts) + [
         f"# {ir.name}",
         "",
         f"{CARD_SIGNATURE}{arch.family} checkpoint ({ir.source.kind} source)"
@@ -123,4 +164,4 @@ def _weights_section(ir: ModelIR) -> list[str]:
 
 
 def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
-    return [Artifact(CARD_NAME, render(ir).encode("utf-8"))]
+    return [Artifact(CARD_NAME, render(ir, ctx.info.card).encode("utf-8"))]

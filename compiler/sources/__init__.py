@@ -43,6 +43,8 @@ class SourceInfo:
     notes: tuple[str, ...] = ()
     # Every weight the source serves under its canonical name, as stored (metadata only).
     tensors: tuple[SourceTensor, ...] = ()
+    # What the checkpoint states about itself for the model card (`base_model`, `license`); see card_facts.py.
+    card: tuple[tuple[str, str], ...] = ()
 
     @property
     def has_mtp_head(self) -> bool:

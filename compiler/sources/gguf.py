@@ -28,6 +28,7 @@ from ..weights import QuantizedTensor, TensorInfo, Weight, unpack_codes
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
 from .mtp_head import head_verdict
+from .card_facts import gguf_card_facts
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
 from .gguf_quant import GATHER, MATMUL, CarryOver, carry_over, pack, to_quantized_tensor
 from .gguf_metadata import Metadata, architecture, tensor_shapes
@@ -262,6 +263,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         facts=tuple(facts),
         notes=layout.notes,
         tensors=tuple(_source_tensor(layout, header.tensors, n) for n in _served_names(layout)),
+        card=gguf_card_facts(header.metadata),
     )
 
 

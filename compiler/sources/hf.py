@@ -22,6 +22,7 @@ from . import SourceInfo
 from .hf_config import Config, architecture, read_json
 from .mtp_head import head_verdict
 from ..tokenizer_json import tokenizer_json_problem
+from .card_facts import hf_card_facts
 from .safetensors_io import SafetensorsFile
 
 TEXT_PREFIXES = ("model.language_model.", "model.")
@@ -176,6 +177,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         tokenizer=tokenizer,
         facts=tuple(facts),
         tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
+        card=hf_card_facts(directory, cfg.doc),
     )
 
 

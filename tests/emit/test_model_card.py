@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -14,15 +15,15 @@ from tests.fixtures.arch import tiny_arch
 from tests.passes.ir_factory import compiled
 
 
-def card(ir) -> str:
-    (artifact,) = emit_model_card(ir, None)
+def card(ir, facts=()) -> str:
+    (artifact,) = emit_model_card(ir, SimpleNamespace(info=SimpleNamespace(card=facts)))
     assert artifact.relpath == "README.md" and artifact.schema is None
     return artifact.read().decode("utf-8")
 
 
 def test_card_with_head_shows_how_to_run_speculative_decoding():
     text = card(compiled())
-    assert text.startswith("# tiny\n")
+    assert text.split("\n---\n", 1)[1].startswith("\n# tiny\n")
     assert "4 layers: 2 full attention, 2 linear attention" in text
     assert "`mtp/mtp.onnx`" in text
     assert 'og.MtpGenerator(model, og.Model("mtp"), params)' in text
@@ -85,3 +86,61 @@ def test_card_snippet_runs_in_the_compiled_package(spec, tmp_path, monkeypatch, 
     printed = capsys.readouterr().out
     tokens = [int(t) for t in printed.replace(",", " ").strip(" []\n").split()]
     assert tokens[:4] == [5, 6, 7, 8] and len(tokens) == 64  # the card's max_length
+
+
+# ---- Hugging Face front matter ------------------------------------------------------------
+
+
+def front_matter(text: str) -> dict:
+    """The card's front matter as the Hub reads it: a YAML mapping between the first two `---` lines."""
+    assert text.startswith("---\n")
+    block, rest = text[4:].split("\n---\n", 1)
+    assert rest.lstrip("\n").startswith("# ")
+    doc = yaml.safe_load(block)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_front_matter_names_library_task_and_tags():
+    doc = front_matter(card(compiled()))
+    assert doc["library_name"] == "onnx"
+    assert doc["pipeline_tag"] == "text-generation"
+    assert {"onnx", "mtpc", "qwen35", "onnxruntime-genai", "mtp", "speculative-decoding"} <= set(doc["tags"])
+    assert "base_model" not in doc and "license" not in doc  # a synthetic source states neither
+
+
+def test_front_matter_of_a_text_only_package_has_no_mtp_tags():
+    doc = front_matter(card(compiled(arch=tiny_arch(mtp_num_layers=0))))
+    assert not [t for t in doc["tags"] if "mtp" in t.replace("mtpc", "") or "specul" in t]
+
+
+def test_front_matter_carries_base_model_and_license_as_strings_yaml_reads_back():
+    doc = front_matter(card(compiled(), facts=(("base_model", "Qwen/Qwen3.5-0.8B"), ("license", "apache-2.0"))))
+    assert doc["base_model"] == "Qwen/Qwen3.5-0.8B" and doc["license"] == "apache-2.0"
+    # A license that YAML 1.1 would read as a boolean stays a string.
+    assert front_matter(card(compiled(), facts=(("license", "on"),)))["license"] == "on"
+
+
+def test_gguf_facts_come_from_its_general_keys():
+    from mtpc.sources.card_facts import gguf_card_facts
+
+    facts = dict(gguf_card_facts({
+        "general.source.repo_url": "https://huggingface.co/Qwen/Qwen3.5-27B",
+        "general.base_model.0.repo_url": "https://huggingface.co/Qwen/Qwen3.5-27B-Base",  # the source's parent: not ours
+        "general.license": "Apache-2.0",
+    }))
+    assert facts == {"base_model": "Qwen/Qwen3.5-27B", "license": "apache-2.0"}
+    assert gguf_card_facts({"general.source.repo_url": "https://example.com/a/b"}) == ()
+
+
+def test_hf_checkpoint_in_the_hub_cache_names_its_repo_and_readme_license(tmp_path):
+    from mtpc.cli.main import main
+    from tests.fixtures.checkpoints import write_hf_checkpoint
+
+    ckpt = write_hf_checkpoint(tmp_path / "hub" / "models--Qwen--Qwen3.5-0.8B" / "snapshots" / "abc123", tiny_arch())
+    (ckpt / "README.md").write_text("---\nlicense: apache-2.0\nbase_model: Qwen/Qwen3.5-0.8B-Base\n---\n# Qwen3.5\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"mtpc: 1\nname: s\nsource:\n  hf: {ckpt.relative_to(tmp_path)}\ntargets:\n  onnxruntime_genai: {{}}\n")
+    assert main(["compile", str(spec), "-o", str(tmp_path / "pkg"), "-q"]) == 0
+    doc = front_matter((tmp_path / "pkg" / "README.md").read_text())
+    assert doc["base_model"] == "Qwen/Qwen3.5-0.8B" and doc["license"] == "apache-2.0"
