@@ -32,11 +32,14 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .diagnostics import ExitCode, MtpcError
 from .emit import Artifact
 from .emit.model_card import CARD_NAME, CARD_SIGNATURE
+
+if TYPE_CHECKING:
+    from .progress import ByteProgress as WriteProgress
 
 # The signature sits near the top of the card; reading more of an arbitrary README.md would only cost time.
 _CARD_HEAD_BYTES = 4096
@@ -305,7 +308,9 @@ def _finish(write: _Write, shown: str, note) -> None:
     write.close()
 
 
-def _write_file(target: Path, art: Artifact, shown: str) -> None:
+def _write_file(target: Path, art: Artifact, shown: str, progress: "WriteProgress | None" = None) -> None:
+    if progress is not None:
+        progress.file_started(art.relpath, art.nbytes)
     with _writing(shown):
         target.parent.mkdir(parents=True, exist_ok=True)
         f = open(target, "wb")
@@ -314,6 +319,8 @@ def _write_file(target: Path, art: Artifact, shown: str) -> None:
         for chunk in art.iter_bytes():
             with _writing(shown):
                 f.write(chunk)
+            if progress is not None:
+                progress.advance(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk))
     except BaseException:
         try:
             f.close()
@@ -357,8 +364,11 @@ def write_package(
     *,
     force: bool = False,
     protected: Iterable[tuple[str, str | os.PathLike]] = (),
+    progress: "WriteProgress | None" = None,
 ) -> None:
-    """Write `artifacts` as the folder `out_dir`; see `check_destination` for what it may replace."""
+    """Write `artifacts` as the folder `out_dir`; see `check_destination` for what it may replace.
+
+    `progress` (a `mtpc.progress.ByteProgress`) hears of each file and of every chunk written."""
     shown = os.fspath(out_dir)
     check_destination(out_dir, force=force, protected=protected)
     out = Path(out_dir).resolve()
@@ -369,7 +379,7 @@ def write_package(
         with _signals_deferred(), _writing(shown):
             write = _begin(out)
         for i, art in enumerate(artifacts):
-            _write_file(write.path("tmp") / art.relpath, art, shown)
+            _write_file(write.path("tmp") / art.relpath, art, shown, progress)
             if i == 0:
                 _test_point("mid-write")
         _test_point("before-swap")

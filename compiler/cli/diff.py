@@ -7,8 +7,9 @@ from pathlib import Path
 
 import jinja2
 
-from ..diagnostics import ExitCode, MtpcError
-from ..diffing import diff_files, diff_values, directory_files, sorted_changes, summary, to_plain
+from ..api import diff
+from ..diagnostics import ExitCode
+from ..diffing import summary
 from .report import verb_parser, out, print_json
 
 HELP = "semantic diff of two package directories or two specs"
@@ -34,33 +35,8 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _spec_side(path: Path):
-    from ..driver import build
-
-    result = build(path)
-    result.close()  # only the IR and the in-memory files are compared: no weights are read
-    ir = to_plain(result.ir)
-    # Where the spec file lives is not a difference in what it means.
-    ir.pop("spec_path", None)
-    files = {a.relpath: (lambda a=a: iter([a.content])) for a in result.artifacts if a.content is not None}
-    return ir, files
-
-
 def compute(old: Path, new: Path):
-    for p in (old, new):
-        if not p.exists():
-            raise MtpcError.single(f"{str(p)!r} does not exist", exit_code=ExitCode.USAGE)
-    if old.is_dir() and new.is_dir():
-        return diff_files(directory_files(old), directory_files(new))
-    if old.is_file() and new.is_file():
-        ir_old, files_old = _spec_side(old)
-        ir_new, files_new = _spec_side(new)
-        return sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)
-    raise MtpcError.single(
-        "compare two package directories or two spec files",
-        exit_code=ExitCode.USAGE,
-        hint="to compare a spec with a package, run: mtpc plan SPEC --against DIR",
-    )
+    return list(diff(old, new).changes)
 
 
 def render_markdown(old: str, new: str, changes) -> str:

@@ -9,8 +9,8 @@ import yaml
 from ..diagnostics import MtpcError
 from ..diffing import digest, file_chunks, to_plain
 from ..output import check_destination
-from .compile_cmd import default_output
-from .report import verb_parser, existing_file, out, print_json, progress_printer
+from ..api import default_output
+from .report import console, verb_parser, existing_file, out, print_json
 
 HELP = "show what compile would create, change or remove, and what each pass did"
 EPILOG = """\
@@ -35,7 +35,6 @@ def add_parser(sub) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
     p.add_argument("--against", metavar="DIR", help="existing package to compare with (default: ./out/<spec name>)")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
 
 
@@ -79,7 +78,7 @@ def run(args) -> int:
     spec = existing_file(args.spec, "spec")
     snapshots: list[tuple[str, object]] = []
     observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
-    result = build(spec, progress=progress_printer(args.quiet or args.format == "json"), observer=observer)
+    result = build(spec, progress=console(args), observer=observer)
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
         files = file_plan(result.artifacts, against)

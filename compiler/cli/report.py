@@ -39,10 +39,19 @@ def err(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
+def console(args):
+    """The verb's stderr voice (`mtpc.progress.Console`): silent with -q, and for JSON output
+    (a script reads stdout and wants nothing else); -v adds elapsed times and detail."""
+    from ..progress import Console
+
+    quiet = bool(getattr(args, "quiet", False)) or getattr(args, "format", "text") == "json"
+    return Console(quiet=quiet, verbose=int(getattr(args, "verbose", 0) or 0))
+
+
 def progress_printer(quiet: bool):
-    if quiet:
-        return lambda message: None
-    return lambda message: err(f"mtpc: {message}")
+    from ..progress import Console
+
+    return Console(quiet=quiet)
 
 
 def existing_file(path: str, what: str) -> Path:
@@ -73,4 +82,9 @@ def verb_parser(sub, name: str, help: str, epilog: str, formats: tuple[str, ...]
         "--format", choices=formats, default="text", help=f"output format: {', '.join(formats)} (json carries format_version)"
     )
     p.add_argument("--traceback", action="store_true", help="show the Python traceback of an internal error")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress or notes on stderr (errors still are)")
+    p.add_argument(
+        "-v", "--verbose", action="count", default=0,
+        help="more on stderr: elapsed time on each progress line and a line per file or step",
+    )
     return p

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..checks import GENAI_CONFIG, check_package, is_runtime_package
 from ..diagnostics import ExitCode, MtpcError
-from .report import verb_parser, existing_dir, existing_file, out, print_json, progress_printer
+from .report import console, verb_parser, existing_dir, existing_file, out, print_json
 
 HELP = "run a package on CPU and compare it with the numpy reference and greedy decoding"
 EPILOG = """\
@@ -87,7 +87,6 @@ def add_parser(sub) -> None:
         "--atol", type=tolerance_value, metavar="X",
         help="allowed deviation (>= 0), relative to the largest reference value",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
 
 
@@ -389,7 +388,7 @@ def _head_folder(root: Path, cfg: dict) -> Path | None:
 def run(args) -> int:
     root = package_root(args.package)
     spec = existing_file(args.spec, "spec")
-    progress = progress_printer(args.quiet or args.format == "json")
+    progress = console(args)
     prompt = args.prompt
     report = Report()
 

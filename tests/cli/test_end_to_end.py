@@ -56,7 +56,7 @@ def test_compiled_package_passes_check_and_has_its_card(package, capsys):
     assert main(["check", str(package), str(TINY)]) == 0
     assert "mtpc check: ok (2 targets)" in capsys.readouterr().err
     card = (package / "README.md").read_text(encoding="utf-8")
-    assert card.startswith("# qwen35-tiny-mtp\n") and "og.MtpGenerator" in card
+    assert card.startswith("---\n") and "\n---\n\n# qwen35-tiny-mtp\n" in card and "og.MtpGenerator" in card
 
 
 def test_compile_default_output_directory_and_json(tmp_path, capsys, monkeypatch):

@@ -1,0 +1,322 @@
+"""The Python API: `mtpc.compile`, `mtpc.check` and `mtpc.diff`, each returning a frozen result object.
+
+The `mtpc` verbs of the same names are these functions plus rendering, so a
+script gets exactly what the command line would report, without parsing it:
+
+    import mtpc
+
+    built = mtpc.compile("specs/qwen35-tiny-mtp.yaml", "out/tiny")
+    print(built.output, [f.path for f in built.files], built.notes)
+
+    checked = mtpc.check("out/tiny", "specs/qwen35-tiny-nohead.yaml")
+    assert checked.ok, [f.text() for f in checked.findings]
+
+    changed = mtpc.diff("out/tiny", "out/other")
+    print(changed.summary)
+    for change in changed.changes:
+        print(change.render())
+
+Findings are results, not errors: `check` and `diff` return them with the exit code
+the command would give (`exit_code`, `ok`). What stops a verb before it has a result
+(a spec with errors for `compile`, a path that does not exist) raises
+`mtpc.diagnostics.MtpcError`, which carries the diagnostics and the exit code.
+Nothing is printed unless asked: `compile(..., progress=mtpc.progress.Console())`
+reports on stderr as the command does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from .diagnostics import Diagnostic, ExitCode, MtpcError
+
+if TYPE_CHECKING:
+    from .diffing import Change
+    from .progress import Console
+
+PathLike = str | os.PathLike
+
+
+def _usage(message: str, hint: str | None = None) -> MtpcError:
+    return MtpcError.single(message, exit_code=ExitCode.USAGE, hint=hint)
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+@dataclass(frozen=True)
+class PackageFile:
+    path: str  # inside the package, "/"-separated
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """A package written to `output`: its files (sorted by path) and the notes compile has for the user."""
+
+    output: Path
+    files: tuple[PackageFile, ...]
+    notes: tuple[str, ...]
+    exit_code: int = int(ExitCode.OK)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+
+def default_output(name: str) -> Path:
+    return Path("out") / name
+
+
+def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
+    spec: PathLike,
+    output: PathLike | None = None,
+    *,
+    force: bool = False,
+    progress: "Console | Callable[[str], None] | None" = None,
+) -> CompileResult:
+    """Compile `spec` into the package folder `output` (default `./out/<spec name>`), atomically.
+
+    `force` replaces `output` even when it is not an mtpc package. `progress` hears the phases
+    (a `mtpc.progress.Console` also shows bytes written with rate and ETA). Raises `MtpcError`
+    when the spec is invalid (exit code 1) or a path is unusable (2); nothing is written then."""
+    from .driver import build
+    from .output import check_destination, write_package
+    from .quant import measured_requantization_note
+
+    if output is not None and not os.fspath(output).strip():
+        # An empty DIR is a mistake (an unset variable in `-o "$DIR"`), not a request for the default.
+        raise _usage(f"-o/--output is empty ({os.fspath(output)!r}): give the folder to write the package to",
+                     hint="leave -o out to write to ./out/<spec name>")
+    spec_path = Path(spec)
+    if not spec_path.exists():
+        raise _usage(f"spec {os.fspath(spec)!r} does not exist")
+    if not spec_path.is_file():
+        raise _usage(f"spec {os.fspath(spec)!r} is not a file")
+    say = progress or (lambda message: None)
+    protected = [("spec", spec_path)]
+    if output is not None:
+        # Refuse before the build, which can take minutes; the source checkpoint is known only after it.
+        check_destination(output, force=force, protected=protected)
+    with build(spec_path, progress=say) as result:
+        target = Path(output) if output is not None else default_output(result.ir.name)
+        if result.ir.source.path is not None:
+            protected.append(("source checkpoint", result.ir.source.path))
+        total = sum(a.nbytes or 0 for a in result.artifacts)
+        say(f"writing {len(result.artifacts)} files to {target}")
+        meter = progress.weights(total) if hasattr(progress, "weights") else None
+        try:
+            write_package(result.artifacts, target, force=force, protected=protected, progress=meter)
+        finally:
+            if meter is not None:
+                meter.close()
+    measured = measured_requantization_note(result.ir.weights, result.context.requantization_error)
+    notes = tuple(result.ir.notes) + ((measured,) if measured else ())
+    files = tuple(PackageFile(a.relpath, (target / a.relpath).stat().st_size) for a in result.artifacts)
+    return CompileResult(target, files, notes)
+
+
+# ----------------------------------------------------------------------------- check
+
+
+@dataclass(frozen=True)
+class Reported:
+    """One finding of `check`: where (file, JSON path, line) and what."""
+
+    file: str
+    where: str  # JSON path (or artifact:JSON path for a spec's artifacts); "" for a spec diagnostic
+    message: str
+    line: int | None = None
+    col: int | None = None
+    rendered: str | None = None  # a spec diagnostic with its source line and caret
+
+    def text(self) -> str:
+        if self.rendered is not None:
+            return self.rendered
+        return f"{self.file}:{self.where}: {self.message}"
+
+    def github(self) -> str:
+        props = f"file={_escape_property(self.file)}"
+        if self.line is not None:
+            props += f",line={self.line}"
+            if self.col is not None:
+                props += f",col={self.col}"
+        props += ",title=mtpc check"
+        message = f"{self.where}: {self.message}" if self.where else self.message
+        return f"::error {props}::{_escape_data(message)}"
+
+    def to_json(self) -> dict:
+        doc = {"file": self.file, "path": self.where, "message": self.message}
+        if self.line is not None:
+            doc.update(line=self.line, column=self.col)
+        return doc
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+@dataclass(frozen=True)
+class CheckedTarget:
+    path: Path
+    kind: str  # "package" | "spec"
+    findings: tuple[Reported, ...]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Every target checked, with its findings; `unusable` lists the targets that could not be checked at all."""
+
+    targets: tuple[CheckedTarget, ...]
+    unusable: tuple[Diagnostic, ...]
+    exit_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    @property
+    def findings(self) -> tuple[Reported, ...]:
+        return tuple(f for t in self.targets for f in t.findings)
+
+    @property
+    def summary(self) -> str:
+        total = len(self.findings)
+        text = f"{total} finding{'s' if total != 1 else ''} in {_count(len(self.targets), 'target')}"
+        if self.unusable:
+            text += f"; {_count(len(self.unusable), 'target')} could not be checked"
+        return text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def _from_diagnostic(spec: Path, d: Diagnostic) -> Reported:
+    if d.span is not None:
+        return Reported(d.span.file, d.path or "", d.message, d.span.line, d.span.col, d.render())
+    return Reported(str(spec), d.path or "", d.message, rendered=f"{spec}: {d.render()}")
+
+
+def check_target(path: Path) -> tuple[str, list[Reported]]:
+    """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
+    from .checks import check_files, is_runtime_package, package_directory
+    from .output import recover
+
+    if path.suffix.lower() not in SPEC_SUFFIXES:
+        recover(path)  # a compile into this folder that was killed: finish it first (a note says what was done)
+    if not path.exists():
+        raise _usage(f"{str(path)!r} does not exist")
+    if path.is_dir():
+        if not is_runtime_package(path):
+            raise _usage(f"{str(path)!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package")
+        return "package", [Reported(str(path / f.file), f.pointer or "/", f.message) for f in check_files(package_directory(path))]
+    if path.suffix.lower() not in SPEC_SUFFIXES:
+        raise _usage(
+            f"{str(path)!r} is neither a spec file ({', '.join(SPEC_SUFFIXES)}) nor a package folder",
+            hint="`mtpc check` takes spec files and compiled package folders; to look at a checkpoint, run: mtpc inspect",
+        )
+    from .driver import build
+
+    # build() runs the contract checks itself, in memory, as the gate compile passes before writing:
+    # what it finds in a package of ours is a bug (exit 3), raised from here like any other.
+    try:
+        build(path).close()
+    except MtpcError as error:
+        if error.exit_code is not ExitCode.FINDINGS:
+            raise
+        return "spec", [_from_diagnostic(path, d) for d in error.diagnostics]
+    return "spec", []
+
+
+def check(*targets: PathLike) -> CheckResult:
+    """Check spec files (compiled in memory) and package folders, as `mtpc check` does.
+
+    A target that cannot be checked (missing, neither a spec nor a package) is listed in
+    `unusable` and the others are still checked; the exit code is then 2."""
+    if not targets:
+        raise _usage("check needs at least one spec file or package folder")
+    checked: list[CheckedTarget] = []
+    unusable: list[Diagnostic] = []
+    for target in targets:
+        path = Path(target)
+        try:
+            kind, found = check_target(path)
+        except MtpcError as error:
+            if error.exit_code is not ExitCode.USAGE:
+                raise
+            unusable.extend(error.diagnostics)
+            continue
+        checked.append(CheckedTarget(path, kind, tuple(found)))
+    total = sum(len(t.findings) for t in checked)
+    code = ExitCode.USAGE if unusable else ExitCode.FINDINGS if total else ExitCode.OK
+    return CheckResult(tuple(checked), tuple(unusable), int(code))
+
+
+# ----------------------------------------------------------------------------- diff
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """The changes from `old` to `new`, sorted; exit code 1 when there is any."""
+
+    old: Path
+    new: Path
+    changes: tuple["Change", ...]
+
+    @property
+    def exit_code(self) -> int:
+        return int(ExitCode.FINDINGS if self.changes else ExitCode.OK)
+
+    @property
+    def ok(self) -> bool:
+        return not self.changes
+
+    @property
+    def summary(self) -> str:
+        from .diffing import summary
+
+        return summary(list(self.changes))
+
+
+def _spec_side(path: Path):
+    from .diffing import to_plain
+    from .driver import build
+
+    result = build(path)
+    result.close()  # only the IR and the in-memory files are compared: no weights are read
+    ir = to_plain(result.ir)
+    # Where the spec file lives is not a difference in what it means.
+    ir.pop("spec_path", None)
+    files = {a.relpath: (lambda a=a: iter([a.content])) for a in result.artifacts if a.content is not None}
+    return ir, files
+
+
+def diff(old: PathLike, new: PathLike) -> DiffResult:
+    """A semantic diff of two package folders or two specs (compiled in memory), as `mtpc diff` prints it."""
+    from .diffing import diff_files, diff_values, directory_files, sorted_changes
+
+    a, b = Path(old), Path(new)
+    for p in (a, b):
+        if not p.exists():
+            raise _usage(f"{str(p)!r} does not exist")
+    if a.is_dir() and b.is_dir():
+        changes = diff_files(directory_files(a), directory_files(b))
+    elif a.is_file() and b.is_file():
+        ir_old, files_old = _spec_side(a)
+        ir_new, files_new = _spec_side(b)
+        changes = sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)
+    else:
+        raise _usage("compare two package directories or two spec files",
+                     hint="to compare a spec with a package, run: mtpc plan SPEC --against DIR")
+    return DiffResult(a, b, tuple(changes))
