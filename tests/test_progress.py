@@ -103,3 +103,15 @@ def test_every_verb_takes_quiet_and_verbose(verb):
     sub = parser.verb_parsers[next(name for name in parser.verb_parsers if name.startswith(verb.split("_")[0]))]
     actions = {opt for a in sub._actions for opt in a.option_strings}
     assert {"-q", "--quiet", "-v", "--verbose"} <= actions
+
+
+def test_check_and_diff_say_more_with_verbose(tmp_path, capsys):
+    nohead = REPO / "specs" / "qwen35-tiny-nohead.yaml"
+    capsys.readouterr()
+    assert main(["check", str(nohead), "-v"]) == 0
+    assert re.search(rf"^mtpc: \[ *[\d.]+s\] checked {re.escape(str(nohead))} \(spec\): 0 findings$", capsys.readouterr().err, re.M)
+    assert main(["diff", str(TINY), str(nohead), "-v"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"^mtpc: \[ *[\d.]+s\] <ir>: \d+ change\(s\)$", err, re.M), err
+    assert main(["diff", str(TINY), str(nohead)]) == 1
+    assert capsys.readouterr().err == ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..api import check as check_targets
 from ..diagnostics import ExitCode
-from .report import verb_parser, err, out, print_json
+from .report import console, verb_parser, err, out, print_json
 
 HELP = "validate packages (or specs, compiled in memory) against schemas and cross-artifact contracts"
 EPILOG = """\
@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     result = check_targets(*args.targets)
+    say = console(args)
+    for t in result.targets:
+        say.detail(f"checked {t.path} ({t.kind}): {len(t.findings)} finding{'s' if len(t.findings) != 1 else ''}")
     code = ExitCode(result.exit_code)
     if args.format == "json":
         payload = {

@@ -10,7 +10,7 @@ import jinja2
 from ..api import diff
 from ..diagnostics import ExitCode
 from ..diffing import summary
-from .report import verb_parser, out, print_json
+from .report import console, verb_parser, out, print_json
 
 HELP = "semantic diff of two package directories or two specs"
 EPILOG = """\
@@ -67,6 +67,9 @@ def _cell(value) -> str:
 
 def run(args) -> int:
     changes = compute(Path(args.old), Path(args.new))
+    say = console(args)
+    for name in sorted({c.file for c in changes}):
+        say.detail(f"{name}: {sum(1 for c in changes if c.file == name)} change(s)")
     if args.format == "json":
         print_json(
             "diff",
