@@ -226,17 +226,21 @@ def compare(recorded: Mapping, ir: ModelIR, spec_path: str | Path | None) -> lis
     return found
 
 
-def _spec_text_difference(old: str, new: str, limit: int = 12) -> str:
-    """A short unified diff of the recorded spec against the given one, as indented lines."""
+def _spec_text_difference(old: str, new: str, limit: int = 8) -> str:
+    """The lines that differ between the recorded spec and the given one, comments and blank lines left out,
+    as indented `-`/`+` lines (a few; the rest counted)."""
     import difflib
 
+    def meaningful(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
     lines = [
-        line.rstrip("\n")
-        for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "recorded", "given", lineterm="", n=0)
+        line
+        for line in difflib.unified_diff(meaningful(old), meaningful(new), "recorded", "given", lineterm="", n=0)
         if not line.startswith(("---", "+++", "@@"))
     ]
     if not lines:
-        return ""
+        return " (only comments or blank lines differ)"
     shown = lines[:limit] + ([f"... {len(lines) - limit} more changed lines"] if len(lines) > limit else [])
     return "".join(f"\n    {line}" for line in shown)
 
@@ -286,3 +290,16 @@ def diff_provenance(old: object, new: object, file: str = PROVENANCE_NAME) -> li
         rest += [Change(file, where + (i,), REMOVED, old=a[i]) for i in range(i1 + paired, i2)]
         rest += [Change(file, where + (j,), ADDED, new=b[j]) for j in range(j1 + paired, j2)]
     return rest
+
+
+def package_mismatches(root: str | Path, ir: ModelIR, spec_path: str | Path) -> list[str]:
+    """What `verify` says before running a package with a spec: each way the package's record disagrees
+    with the spec and its source, or that the package records nothing to compare with."""
+    root = Path(root)
+    recorded = read_recorded(
+        [PROVENANCE_NAME] if (root / PROVENANCE_NAME).is_file() else [], lambda name: (root / name).read_bytes()
+    )
+    if recorded is None:
+        return [f"the package has no readable {PROVENANCE_NAME} (an older mtpc wrote it?): "
+                "cannot tell whether it was compiled from this spec"]
+    return [m.message for m in compare(recorded, ir, spec_path)]

@@ -41,8 +41,11 @@ from .report import console, verb_parser, existing_dir, existing_file, out, prin
 
 HELP = "run a package on CPU and compare it with the numpy reference and greedy decoding"
 EPILOG = """\
-The package does not record its source, so give the spec it was compiled from:
-the weights are re-derived from the spec's source for the reference.
+Give the spec the package was compiled from: the weights are re-derived from the
+spec's source for the reference. The package records no build-machine paths, but
+its provenance.json holds that spec's text and hash and the source's fingerprint;
+verify compares them first and warns when the spec or the checkpoint differs (and
+a MISMATCH then says it is the wrong spec, not a broken package).
 Tolerances follow the build (override with --atol, relative to the largest
 reference value): float32 graphs must match the reference closely and decode
 the same greedy tokens; float16 I/O gets a looser bound. For a quantized build
@@ -160,6 +163,8 @@ class Report:
     speculative: list[int] | None = None
     reference_greedy: list[int] | None = None
     stats: dict | None = None
+    # How the package's provenance.json disagrees with the spec given (see mtpc.provenance).
+    provenance: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -466,6 +471,11 @@ def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report
     from ..driver import build_ir
 
     ir, info = build_ir(spec)
+    from ..provenance import package_mismatches
+
+    report.provenance = package_mismatches(root, ir, spec)
+    for message in report.provenance:  # said now: a wrong spec makes everything after it fail
+        progress(f"warning: {message}")
     if max(prompt) >= ir.architecture.vocab_size:
         raise MtpcError.single(
             f"prompt token {max(prompt)} is outside the vocabulary ({ir.architecture.vocab_size})",
@@ -615,6 +625,18 @@ def acceptance_rate(stats: dict | None) -> float | None:
     return float(accepted) / float(tried)
 
 
+def _verdict(report: Report, refused: bool) -> str:
+    if report.ok:
+        return "verify: ok" + (" (but see the provenance warnings above)" if report.provenance else "")
+    if refused:
+        return "verify: FAILED (a runtime refused the package)"
+    if any("different spec" in m for m in report.provenance):
+        return "verify: MISMATCH: the package was compiled from another spec (see the warnings; its spec is in provenance.json)"
+    if any("source differs" in m for m in report.provenance):
+        return "verify: MISMATCH: the package was compiled from another source checkpoint (see the warnings)"
+    return "verify: MISMATCH"
+
+
 def _finish(args, report: Report) -> int:
     rate = acceptance_rate(report.stats)
     if args.format == "json":
@@ -631,6 +653,7 @@ def _finish(args, report: Report) -> int:
                 "reference_greedy": report.reference_greedy,
                 "stats": report.stats,
                 "acceptance_rate": rate,
+                "provenance": report.provenance,
             },
         )
     else:
@@ -642,6 +665,8 @@ def _finish(args, report: Report) -> int:
                 out(f"{mark} {c['check']}: {c['detail']}")
         for note in report.notes:
             out(f"note: {note}")
+        for message in report.provenance:
+            out(f"warning: {message}")
         if report.greedy is not None:
             out(f"greedy tokens:      {report.greedy}")
         if report.speculative is not None:
@@ -652,5 +677,5 @@ def _finish(args, report: Report) -> int:
         if report.ok and report.static_only:
             out(f"verify: static checks only ({report.static_only})")
             return int(ExitCode.OK)
-        out("verify: ok" if report.ok else "verify: FAILED (a runtime refused the package)" if refused else "verify: MISMATCH")
+        out(_verdict(report, refused))
     return int(ExitCode.OK) if report.ok else int(ExitCode.FINDINGS)
