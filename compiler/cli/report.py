@@ -48,12 +48,6 @@ def console(args):
     return Console(quiet=quiet, verbose=int(getattr(args, "verbose", 0) or 0))
 
 
-def progress_printer(quiet: bool):
-    from ..progress import Console
-
-    return Console(quiet=quiet)
-
-
 def existing_file(path: str, what: str) -> Path:
     return _existing(path, what, Path.is_file, "a file")
 
