@@ -87,6 +87,10 @@ def test_headless_gguf_with_head_auto_equals_head_off_byte_for_byte(workdir, arc
         packages.append(compile_spec(spec, workdir / f"pkg-no-nextn-{head}"))
     auto, off = (files_of(p) for p in packages)
     assert "model.onnx" in auto and not any(name.startswith("mtp/") for name in auto)
+    # provenance.json records each package's own spec, which differ by the `mtp.head` line: only that may differ.
+    recorded = [json.loads(files.pop("provenance.json")) for files in (auto, off)]
+    assert [r.pop("spec")["file"] for r in recorded] == ["no-nextn-auto.yaml", "no-nextn-off.yaml"]
+    assert recorded[0] == recorded[1]
     assert auto == off
 
 
