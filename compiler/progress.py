@@ -143,11 +143,11 @@ class ByteProgress:
 
     def _status(self, now: float) -> str:
         elapsed = now - self._start
-        pct = 100 * self.done // self.total
-        text = f"{self.label}: {human_size(self.done)} / {human_size(self.total)} ({pct} %)"
+        total = max(self.total, self.done)  # a file longer than it declared must not read as 110 %
+        text = f"{self.label}: {human_size(self.done)} / {human_size(total)} ({100 * self.done // total} %)"
         if elapsed > 0 and self.done:
             rate = self.done / elapsed
-            text += f", {human_size(rate)}/s, ETA {human_duration((self.total - self.done) / rate)}"
+            text += f", {human_size(rate)}/s, ETA {human_duration((total - self.done) / rate)}"
         return text
 
     def _end_file(self) -> None:

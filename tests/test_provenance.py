@@ -167,3 +167,27 @@ def test_check_validates_a_recorded_provenance(tmp_path, capsys):
     assert main(["check", str(out)]) == 1
     captured = capsys.readouterr()
     assert "provenance.json" in captured.out + captured.err
+
+
+def test_the_same_spec_compiled_from_two_folders_records_the_same_bytes(tmp_path):
+    ckpt_a = write_hf_checkpoint(tmp_path / "a" / "ckpt", tiny_arch(), seed=0)
+    write_hf_checkpoint(tmp_path / "b" / "deeper" / "ckpt", tiny_arch(), seed=0)
+    spec_a = _spec(ckpt_a.parent, "hf: ckpt")
+    spec_b = _spec(tmp_path / "b" / "deeper", "hf: ckpt")
+    records = []
+    for spec in (spec_a, spec_b):
+        with build(spec) as result:
+            records.append(next(a for a in result.artifacts if a.relpath == provenance.PROVENANCE_NAME).read())
+    assert records[0] == records[1]
+
+
+def test_a_gguf_source_is_its_file_by_base_name(tmp_path):
+    from mtpc.ir import SourceRef
+
+    (tmp_path / "deep").mkdir()
+    path = write_gguf(tmp_path / "deep" / "m.gguf", tiny_arch(), seed=0)
+    fingerprint = provenance.source_fingerprint(SourceRef("gguf", path=str(path)))
+    assert fingerprint == {"kind": "gguf", "files": [
+        {"name": "m.gguf", "bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}]}
+    assert schema_errors("provenance", {"format_version": 1, "mtpc_version": "x", "source": fingerprint,
+                                        "runtime_profiles": {}}) == []
