@@ -110,9 +110,12 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
         meter = progress.weights(total) if hasattr(progress, "weights") else None
         try:
             write_package(result.artifacts, target, force=force, protected=protected, progress=meter)
-        finally:
+        except BaseException:
             if meter is not None:
-                meter.close()
+                meter.close(finished=False)  # the error on its way says what happened, not a byte count
+            raise
+        if meter is not None:
+            meter.close()
     measured = measured_requantization_note(result.ir.weights, result.context.requantization_error)
     notes = tuple(result.ir.notes) + ((measured,) if measured else ())
     files = tuple(PackageFile(a.relpath, (target / a.relpath).stat().st_size) for a in result.artifacts)

@@ -130,11 +130,16 @@ class ByteProgress:
             self._last_line = now
             self.console(self._status(now))
 
-    def close(self) -> None:
-        self._end_file()
+    def close(self, finished: bool = True) -> None:
+        """End the bar; a finished write also gets its closing line (total, time, rate)."""
+        if finished:
+            self._end_file()
+        self._file = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if not finished:
+            return
         elapsed = time.monotonic() - self._start
         rate = f", {human_size(self.done / elapsed)}/s" if elapsed > 0 else ""
         self.console(f"{self.label}: {human_size(self.done)} in {human_duration(elapsed)}{rate}")
