@@ -91,7 +91,14 @@ def test_large_files_are_fingerprinted_by_header_and_samples_never_read_whole(tm
     g = provenance.file_fingerprint(gguf, gguf.name)
     assert g["header_sha256"] == hashlib.sha256(gguf.read_bytes()[:first]).hexdigest()
 
-    # Reading is bounded: the windows and the header, not the file.
+
+
+def test_a_large_checkpoint_file_is_fingerprinted_from_its_header_and_about_a_mebibyte(tmp_path, monkeypatch):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1 << 26], "data_offsets": [0, 1 << 28]}}).encode()
+    big = tmp_path / "model-00001-of-00002.safetensors"
+    with open(big, "wb") as f:  # 256 MiB of (sparse) weights behind a real header
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + (1 << 28))
     read = []
     real_open = open
 
@@ -114,8 +121,9 @@ def test_large_files_are_fingerprinted_by_header_and_samples_never_read_whole(tm
             return self.f.seek(*a)
 
     monkeypatch.setattr(provenance, "open", lambda p, mode="r": Counting(real_open(p, mode)), raising=False)
-    provenance.sample_sha256(st, st.stat().st_size)
-    assert read and sum(read) <= provenance.SAMPLE_WINDOWS * provenance.SAMPLE_BYTES < st.stat().st_size
+    entry = provenance.file_fingerprint(big, big.name)
+    assert entry["header_sha256"] == hashlib.sha256(struct.pack("<Q", len(header)) + header).hexdigest()
+    assert 0 < sum(read) <= 8 + 8 + len(header) + provenance.SAMPLE_WINDOWS * provenance.SAMPLE_BYTES  # ~1 MiB of 256
 
 
 def test_compare_names_a_different_spec_and_a_changed_source(tmp_path):
