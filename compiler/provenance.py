@@ -77,9 +77,10 @@ def _safetensors_header_length(path: Path, size: int) -> int | None:
 
 def _gguf_header_length(path: Path) -> int | None:
     """Bytes before the first tensor's data: the header, the metadata and the tensor table."""
-    from .sources.gguf_header import GGUFHeader
+    # The reader's own opener: where it keeps the header it already walked for lowering, this reuses it.
+    from .sources.gguf import _open
 
-    offsets = [t.offset for t in GGUFHeader(str(path)).tensors.values()]  # the map closes with the header
+    offsets = [t.offset for t in _open(str(path)).tensors.values()]
     return min(offsets) if offsets else None
 
 
