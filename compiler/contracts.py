@@ -67,6 +67,15 @@ ONNX_GENAI_HEAD_OUTPUT_NAMES = {
 # in the order the paged graphs declare them.
 PAGED_INPUT_NAMES = ("block_table", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
 
+# Compact state updates of a paged hybrid decoder (role -> graph name), the names onnxruntime-genai
+# 0.18.0's builder writes with state_update_capacity: per linear layer, the conv inputs and the
+# recurrent transitions of the first `capture_count` tokens of each sequence, so the engine can
+# commit an accepted prefix of a verify step without re-running it.
+STATE_UPDATE_INPUT_NAMES = {"state_update_capture_count": "state_update_capture_count",
+                            "state_update_active": "state_update_active"}
+STATE_UPDATE_OUTPUT_NAMES = {"state_update_conv_value_names": "state_update.%d.conv_value",
+                             "state_update_recurrent_capsule_names": "state_update.%d.recurrent_capsule"}
+
 
 def _kv_specs(arch: Architecture, layer: int, dtype: str, input_names: dict[str, str], output_names: dict[str, str]):
     """Past and present key/value tensors of one full-attention layer, named by a contract's role templates."""

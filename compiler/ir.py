@@ -245,6 +245,10 @@ def _find(tensors: tuple[TensorSpec, ...], name: str, what: str) -> TensorSpec:
 class StateGroup:
     kind: str  # "paged_kv" | "fixed_conv" | "fixed_recurrent"
     layer_ids: tuple[int, ...]
+    # Compact per-token transitions a fixed group exposes so the paged engine can keep only an
+    # accepted prefix of a verify step (0: none); the recurrent group also says its key-head count.
+    state_update_capacity: int = 0
+    key_head_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,9 @@ class DecoderConfig:
     # Linear-attention conv/recurrent state metadata; a single full-attention layer has none.
     conv_kernel: int = 0
     shared_initializers: tuple[SharedInitializer, ...] = ()
+    # Tokens of a verify step whose conv / recurrent transitions the graph captures (paged hybrids
+    # with a head; decoder.state_update_capacity). 0: none.
+    state_update_capacity: int = 0
 
     @property
     def num_hidden_layers(self) -> int:

@@ -121,7 +121,9 @@ def _decoder_section(cfg: DecoderConfig, shared: list[dict], *, config_dir: str)
         "outputs": dict(cfg.outputs),
     }
     if cfg.state_groups:
-        section["state_groups"] = [{"kind": g.kind, "layer_ids": list(g.layer_ids)} for g in cfg.state_groups]
+        section["state_groups"] = [_state_group(g) for g in cfg.state_groups]
+    if cfg.state_update_capacity:
+        section["state_update_capacity"] = cfg.state_update_capacity
     if cfg.sliding_window is not None:
         section["sliding_window"] = {
             "window_size": cfg.sliding_window.window_size,
@@ -130,6 +132,16 @@ def _decoder_section(cfg: DecoderConfig, shared: list[dict], *, config_dir: str)
     if shared:
         section["shared_initializers"] = _relative_to(shared, config_dir)
     return section
+
+
+def _state_group(group) -> dict:
+    entry: dict = {"kind": group.kind, "layer_ids": list(group.layer_ids)}
+    if group.state_update_capacity:
+        # The runtime wants it on every fixed group or none, with the key-head count on the recurrent one.
+        entry["state_update"] = {"capacity": group.state_update_capacity}
+        if group.key_head_count:
+            entry["state_update"]["key_head_count"] = group.key_head_count
+    return entry
 
 
 def _mtp_section(main: DecoderConfig, head: DecoderConfig, shared: list[dict], profile: OrtGenaiProfile) -> dict:

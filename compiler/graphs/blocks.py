@@ -63,6 +63,10 @@ class SequenceOps(Protocol):
         -> (output `[.., Hv, Dv]`, present state)."""
         ...
 
+    def take_state_updates(self) -> tuple[oir.Value | None, oir.Value | None]:
+        """(conv values, recurrent capsule) captured by the last causal_conv / recurrence, or Nones."""
+        ...
+
 
 @dataclass(frozen=True)
 class Rotary:

@@ -44,6 +44,10 @@ def build_main(ir: ModelIR, params: ParameterSource, data_location: str, progres
                                                        b.inputs[input_name(cfg, "past_recurrent_names", i)])
                 outputs[output_name(cfg, "present_conv_names", i)] = conv
                 outputs[output_name(cfg, "present_recurrent_names", i)] = recurrent
+                conv_values, capsule = ops.take_state_updates()
+                if cfg.state_update_capacity:
+                    outputs[output_name(cfg, "state_update_conv_value_names", i)] = conv_values
+                    outputs[output_name(cfg, "state_update_recurrent_capsule_names", i)] = capsule
                 return out
 
         elif kind is LayerKind.FULL_ATTENTION:

@@ -20,14 +20,22 @@ from .roles import input_name
 
 def sequence_ops(b: GraphBuilder, cfg: DecoderConfig) -> SequenceOps:
     if cfg.attention is AttentionMode.PAGED:
-        from .paged import PagedOps
+        from .paged import PagedOps, StateUpdates
 
-        return PagedOps(b, *(b.inputs[input_name(cfg, role)] for role in PAGED_INPUT_NAMES))
+        updates = None
+        if cfg.state_update_capacity:
+            updates = StateUpdates(cfg.state_update_capacity, b.inputs[input_name(cfg, "state_update_capture_count")],
+                                   b.inputs[input_name(cfg, "state_update_active")])
+        return PagedOps(b, *(b.inputs[input_name(cfg, role)] for role in PAGED_INPUT_NAMES), state_updates=updates)
     return DenseOps(b, b.inputs[input_name(cfg, "attention_mask")])
 
 
 class DenseOps:
     lead = 2
+
+    def take_state_updates(self):
+        """Dense graphs expose no compact state updates."""
+        return None, None
 
     def __init__(self, b: GraphBuilder, attention_mask: oir.Value):
         with b.scope("attention_mask"):

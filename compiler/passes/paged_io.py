@@ -12,7 +12,16 @@ and keep full-attention KV in a block pool:
 - linear-attention state stays per sequence slot: conv `[batch, conv_dim, K-1]`
   in the I/O dtype, recurrent float32 and V-major `[batch, Hv, Dv, Dk]`;
 - the main decoder declares its state groups (paged KV for attention layers,
-  fixed conv and recurrent state for linear layers).
+  fixed conv and recurrent state for linear layers);
+- with a head (speculative decoding) and linear layers, the main decoder also exposes compact
+  state updates for `max_draft_tokens` tokens: inputs `state_update_capture_count` `[batch]` and
+  `state_update_active` `[1]`, outputs per linear layer `state_update.%d.conv_value`
+  `[batch, capacity, conv_dim]` and `state_update.%d.recurrent_capsule` (float32
+  `[batch, capacity * (Hv + Hk*Dk + Hv*Dv)]`), and its fixed groups declare them. The paged engine
+  of onnxruntime-genai 0.18.0 drafts at most that many tokens per step on a model with fixed state
+  (`PagedCacheManager::MaxDraftTokensPerStep` caps drafts at `FixedStatePool::StateUpdateCapacity`,
+  0 without state updates) because a rejected draft's conv / recurrent transitions can only be
+  undone by replaying the accepted prefix from these captures (`FixedStateReservation::CommitPrefix`).
 
 The MTP projection writes every head dense; this pass re-packs onnxruntime-genai's
 head along with the main decoder. A dense target is left untouched, and so is
@@ -24,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..contracts import BATCH, NUM_TOKENS, PAGED_INPUT_NAMES
+from ..contracts import BATCH, NUM_TOKENS, PAGED_INPUT_NAMES, STATE_UPDATE_INPUT_NAMES, STATE_UPDATE_OUTPUT_NAMES
 from ..diagnostics import MtpcError
 from ..ir import (
     Architecture,
@@ -84,6 +93,11 @@ class PagedIoRewrite:
             main = replace(packed_decoder(main), state_groups=_state_groups(ir.architecture))
             groups = ", ".join(f"{g.kind} {list(g.layer_ids)}" for g in main.state_groups)
             changes.append(f"main decoder: packed paged I/O; state groups {groups}")
+            drafts = ir.head(HeadContract.ORT_GENAI) is not None
+            if drafts and ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION):
+                main = with_state_updates(main, ir.architecture, target.max_draft_tokens)
+                changes.append(f"main decoder: compact state updates for {target.max_draft_tokens} draft tokens "
+                               f"(rejected drafts roll back the linear layers)")
         heads = []
         for contract, cfg in ir.heads:
             if contract is HeadContract.ORT_GENAI and cfg.attention is AttentionMode.DENSE:
@@ -142,6 +156,36 @@ def _packed(tensor: TensorSpec, role: str) -> TensorSpec:
         batch, value_heads, key_dim, value_dim = shape
         return replace(tensor, dtype=RECURRENT_STATE_DTYPE, shape=(batch, value_heads, value_dim, key_dim))
     raise AssertionError(f"no packed layout for role {role} ({tensor.name})")
+
+
+def with_state_updates(cfg: DecoderConfig, arch: Architecture, capacity: int) -> DecoderConfig:
+    """`cfg` (paged) with compact state-update I/O for `capacity` tokens on every linear layer."""
+    la = arch.linear_attention
+    linear = arch.layers_of(LayerKind.LINEAR_ATTENTION)
+    if la is None or not linear or cfg.attention is not AttentionMode.PAGED:
+        raise AssertionError("compact state updates belong to a paged decoder with linear-attention layers")
+    conv_dtype = cfg.contract.input(cfg.input_name("past_conv_names") % linear[0]).dtype
+    capsule_width = capacity * (la.num_value_heads + la.num_key_heads * la.key_head_dim
+                                + la.num_value_heads * la.value_head_dim)
+    conv_names = STATE_UPDATE_OUTPUT_NAMES["state_update_conv_value_names"]
+    capsule_names = STATE_UPDATE_OUTPUT_NAMES["state_update_recurrent_capsule_names"]
+    inputs = (TensorSpec(STATE_UPDATE_INPUT_NAMES["state_update_capture_count"], "int32", (BATCH,)),
+              TensorSpec(STATE_UPDATE_INPUT_NAMES["state_update_active"], "int32", (1,)))
+    outputs = tuple(TensorSpec(conv_names % i, conv_dtype, (BATCH, capacity, la.conv_dim)) for i in linear) + tuple(
+        TensorSpec(capsule_names % i, RECURRENT_STATE_DTYPE, (BATCH, capsule_width)) for i in linear)
+    groups = tuple(
+        replace(g, state_update_capacity=capacity, key_head_count=la.num_key_heads if g.kind == "fixed_recurrent" else 0)
+        if g.kind.startswith("fixed_") else g
+        for g in cfg.state_groups
+    )
+    return replace(
+        cfg,
+        inputs=cfg.inputs + tuple(STATE_UPDATE_INPUT_NAMES.items()),
+        outputs=cfg.outputs + tuple(STATE_UPDATE_OUTPUT_NAMES.items()),
+        contract=GraphContract(cfg.contract.inputs + inputs, cfg.contract.outputs + outputs),
+        state_groups=groups,
+        state_update_capacity=capacity,
+    )
 
 
 def _state_groups(arch: Architecture) -> tuple[StateGroup, ...]:

@@ -75,6 +75,9 @@ class OrtGenaiProfile:
     max_batch_size_limit: int
     min_block_size: int
     max_draft_tokens_range: tuple[int, int]
+    # Tokens a paged hybrid's compact state updates can capture per step (decoder.state_update_capacity);
+    # the paged engine drafts no more than that many tokens on a model with conv / recurrent state.
+    max_state_update_capacity: int
     model_types: Mapping[str, str]
 
     def target_problems(self, target: OrtGenaiTarget, io_dtype: str) -> list[TargetProblem]:
@@ -120,6 +123,16 @@ class OrtGenaiProfile:
                     ("max_draft_tokens",),
                     f"max_draft_tokens must be in {low}..{high} for onnxruntime-genai {self.version}, "
                     f"not {target.max_draft_tokens}",
+                )
+            )
+        elif target.attention is AttentionMode.PAGED and target.max_draft_tokens > self.max_state_update_capacity:
+            out.append(
+                TargetProblem(
+                    ("max_draft_tokens",),
+                    f"with attention 'paged', max_draft_tokens must be at most {self.max_state_update_capacity} "
+                    f"for onnxruntime-genai {self.version}, not {target.max_draft_tokens}",
+                    f"the paged engine undoes rejected drafts in the linear-attention layers from compact state "
+                    f"updates, which hold at most {self.max_state_update_capacity} tokens per step",
                 )
             )
         return out

@@ -247,6 +247,10 @@ PROFILE = OrtGenaiProfile(
     max_batch_size_limit=256,
     min_block_size=16,
     max_draft_tokens_range=(1, 16),
+    # "Decoder state update capacity must be in [1, 8]" (parser); the builder's state_update_capacity
+    # takes 0..8 ("kMaxStateUpdateCapacity"). The Engine caps drafts per step at this capacity on a
+    # model with fixed (conv / recurrent) state: PagedCacheManager::MaxDraftTokensPerStep.
+    max_state_update_capacity=8,
     # `model.type` is not checked at parse; a wrong one fails late with a poor error.
     model_types=MappingProxyType({"qwen35": "qwen3_5_text"}),
 )

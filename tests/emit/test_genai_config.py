@@ -117,7 +117,9 @@ def test_model_scalars(emitted):
 
 def test_decoder_names_match_the_builder(emitted, target_name, with_head):
     decoder = _doc(emitted[1]["genai_config.json"])["model"]["decoder"]
-    reference = _builder("dense_paged" if target_name == "cuda-paged" else "dense_cpu")["model"]["decoder"]
+    # A paged target with a head captures compact state updates: the builder's dense_su export names them.
+    builder = "dense_cpu" if target_name != "cuda-paged" else "dense_su" if with_head else "dense_paged"
+    reference = _builder(builder)["model"]["decoder"]
     assert decoder["inputs"] == reference["inputs"]
     expected_outputs = dict(reference["outputs"])
     if not with_head:
@@ -193,11 +195,17 @@ def test_paged_state_groups_and_engine(emitted, target_name, with_head):
         assert "engine" not in doc and "state_groups" not in doc["model"]["decoder"]
         return
     # tiny_arch alternates linear (0, 2) and full attention (1, 3).
-    assert doc["model"]["decoder"]["state_groups"] == [
+    # With a head the fixed groups declare compact state updates for max_draft_tokens (4) tokens, as the
+    # builder's dense_su export does; the paged engine drafts no more than that on a hybrid model.
+    updates = {"capacity": 4} if with_head else None
+    groups = [
         {"kind": "paged_kv", "layer_ids": [1, 3]},
-        {"kind": "fixed_conv", "layer_ids": [0, 2]},
-        {"kind": "fixed_recurrent", "layer_ids": [0, 2]},
+        {"kind": "fixed_conv", "layer_ids": [0, 2]} | ({"state_update": updates} if with_head else {}),
+        {"kind": "fixed_recurrent", "layer_ids": [0, 2]}
+        | ({"state_update": updates | {"key_head_count": 2}} if with_head else {}),
     ]
+    assert doc["model"]["decoder"]["state_groups"] == groups
+    assert doc["model"]["decoder"].get("state_update_capacity") == (4 if with_head else None)
     expected = {"block_size": 16, "max_batch_size": 8, "gpu_utilization_factor": 0.6}
     if with_head:
         expected["prefix_caching"] = False

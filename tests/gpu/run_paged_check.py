@@ -72,6 +72,10 @@ class PagedRunner:
                 [new_lengths.max(), (new_lengths + past_lengths).max(), (new_lengths + past_lengths).min()], np.int32
             ),
         }
+        inputs = {i.name for i in self.sess.get_inputs()}
+        if "state_update_capture_count" in inputs:  # a main graph with compact state updates: no capture here
+            feeds["state_update_capture_count"] = np.zeros(len(new_lengths), np.int32)
+            feeds["state_update_active"] = np.zeros(1, np.int32)
         names = [o.name for o in self.sess.get_outputs()]
         return dict(zip(names, self.sess.run(None, feeds)))
 

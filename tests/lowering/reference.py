@@ -94,3 +94,36 @@ def gated_delta_net(q, k, v, cu_seqlens, decay, beta, initial_state, *, scale: f
                 out[t, h] = scale * s.T @ qt
                 state[b, h] = s.T
     return out, state
+
+
+# ----------------------------------------------------------------------------- compact state updates
+# What onnxruntime-genai's paged engine does with the state_update outputs when it keeps only the
+# first `kept` tokens of a verify step (FixedStateReservation::CommitPrefix): rebuild each sequence's
+# state from the state before the step and the captured transitions.
+
+
+def replay_conv(initial_state, conv_values, kept: int):
+    """initial_state `[C, K-1]`, conv_values `[capacity, C]` (raw inputs of the first tokens) -> `[C, K-1]`:
+    the carry state is the last K-1 inputs, so keeping `kept` tokens appends their inputs."""
+    window = np.concatenate([np.asarray(initial_state, np.float64), np.asarray(conv_values, np.float64)[:kept].T],
+                            axis=1)
+    return window[:, window.shape[1] - initial_state.shape[1] :]
+
+
+def replay_recurrent(initial_state, capsule, kept: int, *, capacity: int, key_heads: int):
+    """initial_state V-major `[Hv, Dv, Dk]`, capsule `[capacity * (Hv + Hk*Dk + Hv*Dv)]` -> the state after
+    the first `kept` tokens. The capsule is struct-of-arrays over the captured tokens: every token's decay
+    factors (exp of the log-space decay), then every token's keys (shared key heads), then every token's
+    deltas; one transition is S <- decay * S + delta (outer) key, value head h reading key head h // (Hv/Hk)."""
+    state = np.array(initial_state, np.float64)
+    value_heads, dv, dk = state.shape
+    capsule = np.asarray(capsule, np.float64)
+    decays = capsule[: capacity * value_heads].reshape(capacity, value_heads)
+    offset = capacity * value_heads
+    keys = capsule[offset : offset + capacity * key_heads * dk].reshape(capacity, key_heads, dk)
+    deltas = capsule[offset + capacity * key_heads * dk :].reshape(capacity, value_heads, dv)
+    ratio = value_heads // key_heads
+    for t in range(kept):
+        for h in range(value_heads):
+            state[h] = decays[t, h] * state[h] + np.outer(deltas[t, h], keys[t, h // ratio])
+    return state

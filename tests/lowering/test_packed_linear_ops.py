@@ -95,3 +95,88 @@ def test_paged_attention_has_no_cpu_kernel():
     model = one_node_model(4, 2, 16, TensorProto.FLOAT16)
     with pytest.raises(Exception, match="PagedAttention"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+# ---- compact state updates: replaying the captured prefix rebuilds the state of fewer tokens
+
+CAPACITY = 3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_conv_state_update_replays_to_the_state_of_the_kept_prefix(dtype):
+    rng = np.random.default_rng(21)
+    lengths, capture = [4, 2, 5], [3, 1, 3]  # capture_count = drafts; the second is clamped by nothing
+    channels, kernel, batch, n = 24, 4, 3, 11
+    feeds = {"x": rng.standard_normal((n, channels)).astype(dtype),
+             "w": rng.standard_normal((channels, 1, kernel)).astype(dtype), "cu": cumulative(lengths),
+             "state": rng.standard_normal((batch, channels, kernel - 1)).astype(dtype),
+             "capture": np.array(capture, np.int32)}
+    t = ELEM[dtype]
+    node = helper.make_node("VarlenCausalConvWithState", ["x", "w", "cu", "", "state", "capture"],
+                            ["y", "final", "update"], domain="com.microsoft", activation="silu",
+                            state_update_capacity=CAPACITY)
+    _, _, update = run_node(node, [helper.make_tensor_value_info("x", t, ["n", channels]),
+                                   helper.make_tensor_value_info("w", t, [channels, 1, kernel]),
+                                   helper.make_tensor_value_info("cu", TensorProto.INT32, ["b1"]),
+                                   helper.make_tensor_value_info("state", t, ["b", channels, kernel - 1]),
+                                   helper.make_tensor_value_info("capture", TensorProto.INT32, ["b"])],
+                            [helper.make_tensor_value_info("y", t, ["n", channels]),
+                             helper.make_tensor_value_info("final", t, ["b", channels, kernel - 1]),
+                             helper.make_tensor_value_info("update", t, ["b", CAPACITY, channels])], feeds)
+    assert update.shape == (batch, CAPACITY, channels)
+    starts = feeds["cu"]
+    for b in range(batch):
+        assert not update[b, capture[b]:].any()  # slots past the capture count are zero
+        for kept in range(capture[b] + 1):
+            first = slice(starts[b], starts[b] + kept)
+            _, want = reference.varlen_causal_conv(feeds["x"][first], feeds["w"], np.array([0, kept]),
+                                                   feeds["state"][b : b + 1])
+            np.testing.assert_array_equal(reference.replay_conv(feeds["state"][b], update[b], kept), want[0])
+
+
+@pytest.mark.parametrize("key_heads, value_heads", [(2, 4), (1, 3)])
+def test_recurrent_state_update_replays_to_the_state_of_the_kept_prefix(key_heads, value_heads):
+    rng = np.random.default_rng(22 + value_heads)
+    lengths, capture = [4, 2, 5], [3, 1, 2]
+    dk, dv, batch, n = 8, 12, 3, 11
+
+    def unit(shape):
+        x = rng.standard_normal(shape)
+        return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+    feeds = {"q": unit((n, key_heads, dk)), "k": unit((n, key_heads, dk)),
+             "v": rng.standard_normal((n, value_heads, dv)).astype(np.float32), "cu": cumulative(lengths),
+             "decay": (-rng.random((n, value_heads))).astype(np.float32),
+             "beta": rng.random((n, value_heads)).astype(np.float32),
+             "state": rng.standard_normal((batch, value_heads, dv, dk)).astype(np.float32),
+             "capture": np.array(capture, np.int32), "active": np.array([1], np.int32)}
+    f32 = TensorProto.FLOAT
+    node = helper.make_node("GatedDeltaNet", ["q", "k", "v", "cu", "decay", "beta", "state", "", "", "capture",
+                                              "active"], ["o", "final", "update"], domain="com.microsoft",
+                            scale=dk**-0.5, update_rule="gated_delta", state_update_capacity=CAPACITY)
+    width = CAPACITY * (value_heads + key_heads * dk + value_heads * dv)
+    inputs = [helper.make_tensor_value_info(name, f32, None) for name in ("q", "k", "v")]
+    inputs += [helper.make_tensor_value_info("cu", TensorProto.INT32, ["b1"])]
+    inputs += [helper.make_tensor_value_info(name, f32, None) for name in ("decay", "beta", "state")]
+    inputs += [helper.make_tensor_value_info("capture", TensorProto.INT32, ["b"]),
+               helper.make_tensor_value_info("active", TensorProto.INT32, [1])]
+    outputs = [helper.make_tensor_value_info("o", f32, None), helper.make_tensor_value_info("final", f32, None),
+               helper.make_tensor_value_info("update", f32, ["b", width])]
+    _, final, update = run_node(node, inputs, outputs, feeds)
+    starts = feeds["cu"]
+    for b in range(batch):
+        for kept in range(capture[b] + 1):
+            first = slice(starts[b], starts[b] + kept)
+            _, want = reference.gated_delta_net(feeds["q"][first], feeds["k"][first], feeds["v"][first],
+                                                np.array([0, kept]), feeds["decay"][first], feeds["beta"][first],
+                                                feeds["state"][b : b + 1], scale=dk**-0.5)
+            got = reference.replay_recurrent(feeds["state"][b], update[b], kept, capacity=CAPACITY, key_heads=key_heads)
+            np.testing.assert_allclose(got, want[0], atol=1e-5, rtol=0)
+        # Keeping every token is the op's own final state.
+        np.testing.assert_allclose(final[b], reference.gated_delta_net(
+            feeds["q"][starts[b]:starts[b + 1]], feeds["k"][starts[b]:starts[b + 1]], feeds["v"][starts[b]:starts[b + 1]],
+            np.array([0, lengths[b]]), feeds["decay"][starts[b]:starts[b + 1]], feeds["beta"][starts[b]:starts[b + 1]],
+            feeds["state"][b : b + 1], scale=dk**-0.5)[1][0], atol=1e-5, rtol=0)
+    # Capture switched off: the capsule is zero-filled.
+    _, _, idle = run_node(node, inputs, outputs, dict(feeds, active=np.array([0], np.int32)))
+    assert not idle.any()

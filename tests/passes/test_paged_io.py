@@ -1,4 +1,5 @@
 import ast
+import json
 import re
 from dataclasses import replace
 
@@ -105,12 +106,30 @@ def test_recurrent_state_is_float32_value_major_and_conv_state_stays():
 
 
 def test_main_declares_state_groups(paged):
+    # With a head, the fixed groups carry compact state updates for max_draft_tokens (4) tokens.
     assert paged[1].main.state_groups == (
         StateGroup("paged_kv", (1, 3)),
-        StateGroup("fixed_conv", (0, 2)),
-        StateGroup("fixed_recurrent", (0, 2)),
+        StateGroup("fixed_conv", (0, 2), state_update_capacity=4),
+        StateGroup("fixed_recurrent", (0, 2), state_update_capacity=4, key_head_count=2),
     )
-    assert paged[1].head(ORT).state_groups == ()
+    assert paged[1].main.state_update_capacity == 4
+    assert paged[1].head(ORT).state_groups == () and paged[1].head(ORT).state_update_capacity == 0
+
+
+def test_state_updates_follow_max_draft_tokens_and_need_a_head():
+    _, drafting = _before_and_after(ort=replace(CUDA_PAGED, max_draft_tokens=2))
+    main = drafting.ir.main
+    io = _io(main.contract)
+    assert io["state_update_capture_count"] == ("int32", ("batch_size",))
+    assert io["state_update_active"] == ("int32", (1,))
+    assert io["state_update.0.conv_value"] == ("float16", ("batch_size", 2, 128))
+    assert io["state_update.2.recurrent_capsule"] == ("float32", ("batch_size", 2 * (4 + 2 * 16 + 4 * 16)))
+    assert main.input_name("state_update_capture_count") == "state_update_capture_count"
+    assert main.output_name("state_update_recurrent_capsule_names") == "state_update.%d.recurrent_capsule"
+    # A text-only package never drafts: nothing to roll back.
+    _, text_only = _before_and_after(ort=CUDA_PAGED, arch=tiny_arch(mtp_num_layers=0))
+    assert text_only.ir.main.state_update_capacity == 0
+    assert not any(t.name.startswith("state_update") for t in text_only.ir.main.contract.all())
 
 
 def test_onnx_genai_head_is_untouched(paged):
@@ -124,8 +143,10 @@ def test_second_run_changes_nothing(paged):
 
 
 # shared/reference/builder-io/dense_paged.io.txt: graph I/O of onnxruntime-genai 0.18.0's builder's paged export
-# of a tiny Qwen3.5 (4 layers: 3 linear then 1 full attention; hidden 64, 2 KV heads of 16, vocab 256).
+# of a tiny Qwen3.5 (4 layers: 3 linear then 1 full attention; hidden 64, 2 KV heads of 16, vocab 256);
+# dense_su.io.txt: the same export with state_update_capacity=4 (builder-configs/dense_su.genai_config.json).
 REFERENCE_IO = "reference/builder-io/dense_paged.io.txt"
+REFERENCE_STATE_UPDATE_IO = "reference/builder-io/dense_su.io.txt"
 REFERENCE_DTYPES = {"INT64": "int64", "INT32": "int32", "FLOAT16": "float16", "FLOAT": "float32"}
 # Per state kind, the state group holding the layers that carry it (past_key_values.N.*, past.N.conv, past.N.recurrent).
 STATE_KINDS = (("paged_kv", re.compile(r"past_key_values\.(\d+)\.key")),
@@ -133,11 +154,11 @@ STATE_KINDS = (("paged_kv", re.compile(r"past_key_values\.(\d+)\.key")),
                ("fixed_recurrent", re.compile(r"past\.(\d+)\.recurrent")))
 
 
-def reference_io() -> dict[str, dict[str, list[tuple[str, str, tuple]]]]:
+def reference_io(path: str = REFERENCE_IO) -> dict[str, dict[str, list[tuple[str, str, tuple]]]]:
     """{graph file: {"inputs"/"outputs": [(name, dtype, shape), ...] in the file's order}}."""
     graphs: dict[str, dict[str, list]] = {}
     section = None
-    for line in shared_file(REFERENCE_IO).read_text(encoding="utf-8").splitlines():
+    for line in shared_file(path).read_text(encoding="utf-8").splitlines():
         if line.startswith("### "):
             current = graphs.setdefault(line.split()[1].rsplit("/", 1)[-1], {"inputs": [], "outputs": []})
         elif line.strip() in ("inputs:", "outputs:"):
@@ -151,18 +172,19 @@ def reference_io() -> dict[str, dict[str, list[tuple[str, str, tuple]]]]:
     return graphs
 
 
-def test_matches_the_reference_builders_paged_graphs():
-    # The reference model: 4 layers (3 linear, then full attention), head size 16.
-    base = tiny_arch()
-    arch = replace(
+def _reference_arch(mtp_num_layers: int = 1):
+    """The reference model: 4 layers (3 linear, then full attention), head size 16."""
+    base = tiny_arch(mtp_num_layers=mtp_num_layers)
+    return replace(
         base,
         head_dim=16,
         rope=replace(base.rope, head_dim=16, partial_rotary_factor=1.0),
         layer_kinds=(LayerKind.LINEAR_ATTENTION,) * 3 + (LayerKind.FULL_ATTENTION,),
     )
-    _, result = _before_and_after(ort=CUDA_PAGED, arch=arch)
-    reference = reference_io()
-    for contract, graph in ((result.ir.main.contract, "model.onnx"), (result.ir.head(ORT).contract, "mtp.onnx")):
+
+
+def _assert_same_io(pairs, reference):
+    for contract, graph in pairs:
         for kind, ours in (("inputs", contract.inputs), ("outputs", contract.outputs)):
             # Compared in order: each tensor's dims (a shape is positional). Compared as a mapping: the list of
             # graph inputs / outputs, whose order carries no meaning (onnxruntime and onnxruntime-genai bind
@@ -171,10 +193,37 @@ def test_matches_the_reference_builders_paged_graphs():
             expected = {name: (dtype, shape) for name, dtype, shape in reference[graph][kind]}
             assert len(expected) == len(reference[graph][kind])  # no name listed twice
             assert {t.name: (t.dtype, tuple(t.shape)) for t in ours} == expected, (graph, kind)
+
+
+def test_text_only_main_matches_the_reference_builders_paged_graph():
+    # The builder's export has a head but no state updates (dense_paged); a text-only main graph never drafts, so it
+    # has none either, and no hidden-state output (no head reads it).
+    _, result = _before_and_after(ort=CUDA_PAGED, arch=_reference_arch(mtp_num_layers=0))
+    reference = reference_io()
+    reference["model.onnx"]["outputs"] = [o for o in reference["model.onnx"]["outputs"] if o[0] != "hidden_states"]
+    _assert_same_io([(result.ir.main.contract, "model.onnx")], reference)
+
+
+def test_matches_the_reference_builders_paged_graphs_with_state_updates():
+    # dense_su was built with state_update_capacity=4: ours follows max_draft_tokens, 4 here.
+    _, result = _before_and_after(ort=replace(CUDA_PAGED, max_draft_tokens=4), arch=_reference_arch())
+    reference = reference_io(REFERENCE_STATE_UPDATE_IO)
+    _assert_same_io([(result.ir.main.contract, "model.onnx"), (result.ir.head(ORT).contract, "mtp.onnx")], reference)
     # The layers each state group holds, as the ascending layer indices the reference names its state after.
     main_inputs = [name for name, _, _ in reference["model.onnx"]["inputs"]]
     expected_groups = tuple(
         StateGroup(group, tuple(sorted(int(m.group(1)) for name in main_inputs if (m := pattern.fullmatch(name)))))
         for group, pattern in STATE_KINDS
     )
-    assert result.ir.main.state_groups == expected_groups
+    assert tuple(replace(g, state_update_capacity=0, key_head_count=0) for g in result.ir.main.state_groups) == (
+        expected_groups)
+    # The builder's genai_config for that export: every fixed group declares the same capacity, the
+    # recurrent one its key-head count (linear_num_key_heads).
+    config = json.loads(shared_file("reference/builder-configs/dense_su.genai_config.json").read_text(encoding="utf-8"))
+    decoder = config["model"]["decoder"]
+    assert result.ir.main.state_update_capacity == decoder["state_update_capacity"]
+    assert [(g["kind"], g.get("state_update")) for g in decoder["state_groups"]] == [
+        (g.kind, ({"capacity": g.state_update_capacity} | ({"key_head_count": g.key_head_count} if g.key_head_count else {}))
+         if g.state_update_capacity else None) for g in result.ir.main.state_groups]
+    names = {role: name for role, name in (*result.ir.main.inputs, *result.ir.main.outputs) if "state_update" in role}
+    assert names == {k: v for k, v in (*decoder["inputs"].items(), *decoder["outputs"].items()) if "state_update" in k}
