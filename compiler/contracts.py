@@ -15,6 +15,7 @@ SEQUENCE = "sequence_length"
 TOTAL_SEQUENCE = "total_sequence_length"
 PAST_SEQUENCE = "past_sequence_length"
 NUM_TOKENS = "num_tokens"
+NUM_LOGITS = "num_logits"
 
 # role -> graph name template; "%d" is the absolute layer index of the graph.
 MAIN_INPUT_NAMES = {
@@ -66,6 +67,9 @@ ONNX_GENAI_HEAD_OUTPUT_NAMES = {
 # Inputs onnxruntime-genai's paged attention adds in place of `attention_mask` (role key = graph name),
 # in the order the paged graphs declare them.
 PAGED_INPUT_NAMES = ("block_table", "cumulative_sequence_lengths", "past_sequence_lengths", "attention_metadata")
+
+# The paged decoder input selecting the packed rows its LM head runs on (prune_lm_head).
+LOGITS_INDICES = "logits_indices"
 
 # Compact state updates of a paged hybrid decoder (role -> graph name), the names onnxruntime-genai
 # 0.18.0's builder writes with state_update_capacity: per linear layer, the conv inputs and the

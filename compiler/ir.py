@@ -338,6 +338,9 @@ class OrtGenaiTarget:
     num_blocks: int | None = None
     gpu_utilization_factor: float | None = None
     max_draft_tokens: int = 4
+    # Paged only: the LM head runs on the rows the engine selects through `logits_indices` (each
+    # sequence's last token, and every verified draft), not on every packed token.
+    prune_lm_head: bool = False
     # "dynamic": past and present are separate tensors, present = past ++ new.
     # "static": one KV buffer per layer, allocated at max_length by the runtime and
     # written in place (onnxruntime-genai's search.past_present_share_buffer); dense only.

@@ -68,7 +68,12 @@ def build_main(ir: ModelIR, params: ParameterSource, data_location: str, progres
 
     normed = rms_norm(b, x, "norm.weight", arch.rms_norm_eps, "norm")
     logits_name = output_name(cfg, "logits")
-    outputs[logits_name] = cast(b, lm_head(b, normed), ONNX_DTYPES[contract.output(logits_name).dtype],
+    head_rows = normed
+    if cfg.input_name("logits_indices") is not None:
+        # Pruned LM head: only the rows the engine samples or verifies; the hidden output keeps them all.
+        head_rows = b.op("Gather", [normed, b.inputs[input_name(cfg, "logits_indices")]], {"axis": 0},
+                         name="lm_head/selected_rows/Gather")
+    outputs[logits_name] = cast(b, lm_head(b, head_rows), ONNX_DTYPES[contract.output(logits_name).dtype],
                                 "logits/Cast", b.io_dtype)
     hidden_name = cfg.output_name("hidden_states")  # dropped when no head reads it
     if hidden_name is not None:

@@ -11,6 +11,8 @@ and keep full-attention KV in a block pool:
   `cumulative_sequence_lengths`, `past_sequence_lengths`, `attention_metadata`);
 - linear-attention state stays per sequence slot: conv `[batch, conv_dim, K-1]`
   in the I/O dtype, recurrent float32 and V-major `[batch, Hv, Dv, Dk]`;
+- with `prune_lm_head`, the main decoder takes `logits_indices` `[num_logits]` and its logits are
+  `[num_logits, vocab]`, while `hidden_states` stays `[num_tokens, hidden]`;
 - the main decoder declares its state groups (paged KV for attention layers,
   fixed conv and recurrent state for linear layers);
 - with a head (speculative decoding) and linear layers, the main decoder also exposes compact
@@ -33,7 +35,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..contracts import BATCH, NUM_TOKENS, PAGED_INPUT_NAMES, STATE_UPDATE_INPUT_NAMES, STATE_UPDATE_OUTPUT_NAMES
+from ..contracts import (
+    BATCH,
+    LOGITS_INDICES,
+    NUM_LOGITS,
+    NUM_TOKENS,
+    PAGED_INPUT_NAMES,
+    STATE_UPDATE_INPUT_NAMES,
+    STATE_UPDATE_OUTPUT_NAMES,
+)
 from ..diagnostics import MtpcError
 from ..ir import (
     Architecture,
@@ -93,6 +103,10 @@ class PagedIoRewrite:
             main = replace(packed_decoder(main), state_groups=_state_groups(ir.architecture))
             groups = ", ".join(f"{g.kind} {list(g.layer_ids)}" for g in main.state_groups)
             changes.append(f"main decoder: packed paged I/O; state groups {groups}")
+            if target.prune_lm_head:
+                main = with_selected_logits(main)
+                changes.append(f"main decoder: LM head on the {LOGITS_INDICES} rows only ([{NUM_LOGITS}, vocab] logits; "
+                               f"hidden states keep one row per token)")
             drafts = ir.head(HeadContract.ORT_GENAI) is not None
             if drafts and ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION):
                 main = with_state_updates(main, ir.architecture, target.max_draft_tokens)
@@ -156,6 +170,23 @@ def _packed(tensor: TensorSpec, role: str) -> TensorSpec:
         batch, value_heads, key_dim, value_dim = shape
         return replace(tensor, dtype=RECURRENT_STATE_DTYPE, shape=(batch, value_heads, value_dim, key_dim))
     raise AssertionError(f"no packed layout for role {role} ({tensor.name})")
+
+
+def with_selected_logits(cfg: DecoderConfig) -> DecoderConfig:
+    """`cfg` (paged) with its LM head pruned to the rows of a `logits_indices` input.
+
+    onnxruntime-genai 0.18.0's engine feeds `logits_indices` (int32 `[num_logits]`) when the graph has
+    it: per sequence, the rows of the drafts it verifies, then its last row (GetSelectedLogitsIndices),
+    and reads `[num_logits, vocab]` logits; a `batch_size` first dim would be refused ("A decoder with a
+    logits_indices input must emit the selected rows"). The hidden-state output is bound by token count
+    (VarlenDecoderIO::PrepareHiddenStates; the MTP head reads any accepted row), so it keeps every row.
+    """
+    if cfg.attention is not AttentionMode.PAGED:
+        raise AssertionError("logits_indices belongs to a paged decoder")
+    logits = cfg.output_name("logits")
+    outputs = tuple(replace(t, shape=(NUM_LOGITS, t.shape[-1])) if t.name == logits else t for t in cfg.contract.outputs)
+    inputs = cfg.contract.inputs + (TensorSpec(LOGITS_INDICES, "int32", (NUM_LOGITS,)),)
+    return replace(cfg, inputs=cfg.inputs + ((LOGITS_INDICES, LOGITS_INDICES),), contract=GraphContract(inputs, outputs))
 
 
 def with_state_updates(cfg: DecoderConfig, arch: Architecture, capacity: int) -> DecoderConfig:

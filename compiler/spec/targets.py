@@ -31,5 +31,6 @@ def ort_target(ort: dict) -> OrtGenaiTarget:
         num_blocks=num_blocks,
         gpu_utilization_factor=float(utilization) if utilization is not None else None,
         max_draft_tokens=ort["max_draft_tokens"],
+        prune_lm_head=paged["prune_lm_head"],
         kv_cache=ort["kv_cache"],
     )

@@ -227,3 +227,18 @@ def test_matches_the_reference_builders_paged_graphs_with_state_updates():
          if g.state_update_capacity else None) for g in result.ir.main.state_groups]
     names = {role: name for role, name in (*result.ir.main.inputs, *result.ir.main.outputs) if "state_update" in role}
     assert names == {k: v for k, v in (*decoder["inputs"].items(), *decoder["outputs"].items()) if "state_update" in k}
+
+
+def test_pruned_lm_head_selects_logits_rows_and_keeps_every_hidden_row():
+    _, result = _before_and_after(ort=replace(CUDA_PAGED, prune_lm_head=True))
+    main, head = result.ir.main, result.ir.head(ORT)
+    io = _io(main.contract)
+    assert io["logits_indices"] == ("int32", ("num_logits",))
+    assert io["logits"] == ("float16", ("num_logits", 256))
+    assert io["hidden_states"] == ("float16", ("num_tokens", 64))
+    assert main.input_name("logits_indices") == "logits_indices"
+    # The head is untouched: the engine feeds it every accepted row.
+    assert _io(head.contract)["logits"] == ("float16", ("num_tokens", 256))
+    assert head.input_name("logits_indices") is None
+    _, unpruned = _before_and_after(ort=CUDA_PAGED)
+    assert not unpruned.ir.main.contract.has_input("logits_indices")
