@@ -1,5 +1,7 @@
-"""Paged (packed-token) graphs: PagedAttention has only CUDA kernels, so on CPU they are checked
-structurally (onnx.checker full check with shape inference) and run on a GPU by tests/gpu/run_paged_check.py."""
+"""Paged (packed-token) graphs, structurally: onnx.checker full check with shape inference, the packed
+contract, and each paged node configured like its dense counterpart. PagedAttention has only CUDA kernels;
+tests/lowering computes these graphs on CPU through a test-only lowering, and tests/gpu/run_paged_check.py
+runs them on a GPU."""
 
 import onnx
 import pytest
