@@ -202,3 +202,27 @@ def test_varlen_causal_conv_is_configured_like_the_dense_causal_conv(dense_and_p
         assert varlen_in["cumulative_sequence_length"] == "cumulative_sequence_lengths"
         assert varlen_in["bias"] == conv_in["bias"] == ""
         assert bound_outputs(varlen)["final_state"] == bound_outputs(conv)["present_state"]
+
+
+def test_state_update_captures_are_bound_where_the_op_schemas_read_them(arch, tmp_path):
+    from dataclasses import replace
+
+    from mtpc.passes.paged_io import with_state_updates
+
+    ir = make_ir(arch, io_dtype="float16", paged=True)
+    ir = replace(ir, main=with_state_updates(ir.main, arch, 3))
+    emit(ir, seeded_store(arch, 0), tmp_path / "pkg")
+    graph = Graph(tmp_path / "pkg" / "model.onnx")
+    for layer, node in graph.nodes("GatedDeltaNet").items():
+        i = int(layer.split(".")[1].split("/")[0])
+        inputs, outputs = bound_inputs(node), bound_outputs(node)
+        assert (inputs["capture_count"], inputs["state_update_active"]) == ("state_update_capture_count",
+                                                                           "state_update_active")
+        assert inputs["a_log"] == inputs["dt_bias"] == ""
+        assert outputs["state_update"] == f"state_update.{i}.recurrent_capsule"
+        assert effective_attributes(node)["state_update_capacity"] == 3
+    for layer, node in graph.nodes("VarlenCausalConvWithState").items():
+        i = int(layer.split(".")[1].split("/")[0])
+        assert bound_inputs(node)["capture_count"] == "state_update_capture_count"
+        assert bound_outputs(node)["state_update"] == f"state_update.{i}.conv_value"
+        assert effective_attributes(node)["state_update_capacity"] == 3
