@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mtpc.reference import MtpHeadReference, Qwen35Reference  # noqa: E402
 from mtpc.sources.random_weights import seeded_store  # noqa: E402
 from tests.fixtures.arch import tiny_arch  # noqa: E402
-from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir  # noqa: E402
+from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir, presents_as_past  # noqa: E402
 
 TOL = 5e-2  # float16 activations
 BLOCK_SIZE = 16
@@ -85,15 +85,6 @@ def positions(lengths, past_lengths):
     return np.broadcast_to(rows, (3, rows.size)).copy()
 
 
-def next_state(out: dict) -> dict:
-    state = {}
-    for name, value in out.items():
-        if name.startswith("present."):
-            _, layer, kind = name.split(".")
-            state[f"past_key_values.{layer}.{kind}" if kind in ("key", "value") else f"past.{layer}.{kind}"] = value
-    return state
-
-
 def compare(label: str, got: np.ndarray, want: np.ndarray) -> bool:
     err = float(np.abs(got.astype(np.float64) - want).max())
     ok = err <= TOL
@@ -121,7 +112,7 @@ def main() -> int:
     )
     step = main_graph.run(
         {"input_ids": np.array(NEXT_TOKENS, np.int64), "position_ids": positions([1, 1], lengths),
-         **next_state(prefill)},
+         **presents_as_past(prefill)},
         [1, 1], lengths,
     )
     rows = np.cumsum([0] + lengths)

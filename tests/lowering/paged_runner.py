@@ -82,16 +82,6 @@ class PagedRunner:
         return dict(zip(self.output_names, self.sess.run(None, {k: v for k, v in feeds.items() if k in wanted})))
 
 
-def next_state(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """present.* outputs as the next step's past.* inputs (the block pool and the per-slot states)."""
-    state = {}
-    for name, value in outputs.items():
-        if name.startswith("present."):
-            _, layer, kind = name.split(".")
-            state[f"past_key_values.{layer}.{kind}" if kind in ("key", "value") else f"past.{layer}.{kind}"] = value
-    return state
-
-
 def rows_of(packed: np.ndarray, lengths, b: int) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(lengths)])
     return packed[starts[b] : starts[b + 1]]

@@ -21,9 +21,9 @@ from mtpc.ir import HeadContract
 from mtpc.reference import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
-from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir
+from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir, presents_as_past
 
-from .paged_runner import BlockPool, PagedRunner, lowered_session, next_state, rows_of
+from .paged_runner import BlockPool, PagedRunner, lowered_session, rows_of
 
 PROMPTS = [[3, 17, 42, 9, 250], [7, 128, 64], [11, 5, 200, 31, 8, 99, 2]]
 # Decode steps: new tokens per sequence. The second is ragged, like a verify step beside plain decodes.
@@ -76,7 +76,7 @@ def decoded(package, arch, store):
     for tokens in [PROMPTS, *STEPS]:
         result = main.run(tokens, past, state)
         steps.append((tokens, list(past), result))
-        state = next_state(result)
+        state = presents_as_past(result)
         past = [p + len(t) for p, t in zip(past, tokens)]
     expected = []
     for b in range(batch):
@@ -162,7 +162,7 @@ def test_head_on_the_packed_seeds_matches_the_reference_per_sequence(package, de
         chained_seeds.append(rows_of(result["hidden_states_out"], lengths, b)[-1:])
         ref_states.append(kv)
     # The chained step: one draft per sequence after its cached rows, positions one ahead of the cache.
-    step = head.run(chained_ids, lengths, next_state(result), hidden_states=np.concatenate(chained_seeds),
+    step = head.run(chained_ids, lengths, presents_as_past(result), hidden_states=np.concatenate(chained_seeds),
                     position_ids=np.broadcast_to(np.array(lengths) + 1, (3, len(prompts))).astype(np.int64).copy())
     for b in range(len(prompts)):
         logits, hidden, _ = reference.forward(np.array([chained_ids[b]]), chained_seeds[b][None].astype(np.float64),

@@ -25,9 +25,9 @@ from mtpc.passes.paged_io import with_selected_logits
 from mtpc.reference import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
-from tests.graphs.tiny import emit, make_ir
+from tests.graphs.tiny import emit, make_ir, presents_as_past
 
-from .paged_runner import BlockPool, PagedRunner, lowered_session, next_state, rows_of
+from .paged_runner import BlockPool, PagedRunner, lowered_session, rows_of
 
 SPEC = Path(__file__).resolve().parents[1] / "cases" / "valid" / "paged_pruned_logits.yaml"
 PROMPTS = [[3, 17, 42, 9, 250], [7, 128, 64], [11, 5, 200, 31, 8, 99, 2]]
@@ -63,7 +63,7 @@ def test_logits_rows_follow_logits_indices_and_hidden_rows_the_token_count(runne
     assert prefill["hidden_states"].shape == (sum(prompt_lengths), 64)  # one row per packed token
     verify_lengths = [len(v) for v in VERIFY]
     drafts = [n - 1 for n in verify_lengths]
-    step = main.run(VERIFY, prompt_lengths, next_state(prefill), logits_indices=selected_rows(verify_lengths, drafts))
+    step = main.run(VERIFY, prompt_lengths, presents_as_past(prefill), logits_indices=selected_rows(verify_lengths, drafts))
     # A verify step has drafts + 1 tokens per sequence, all selected: here the counts agree.
     assert step["logits"].shape == (sum(d + 1 for d in drafts), 256) == (8, 256)
     assert step["hidden_states"].shape == (sum(verify_lengths), 64) == (8, 64)

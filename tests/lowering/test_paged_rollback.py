@@ -24,10 +24,10 @@ from mtpc.passes.paged_io import with_state_updates
 from mtpc.reference import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
-from tests.graphs.tiny import emit, make_ir
+from tests.graphs.tiny import emit, make_ir, presents_as_past
 
 from . import reference as replay
-from .paged_runner import BlockPool, PagedRunner, lowered_session, next_state, rows_of
+from .paged_runner import BlockPool, PagedRunner, lowered_session, rows_of
 
 CAPACITY = 3
 PROMPTS = [[3, 17, 42, 9, 250], [7, 128, 64], [11, 5, 200, 31, 8, 99, 2]]
@@ -62,7 +62,7 @@ def verified(runner):
     io_dtype, arch, reference, main = runner
     batch = len(PROMPTS)
     prefill = main.run(PROMPTS, [0] * batch, main.initial_state(), **capture([0] * batch, 0))
-    before = next_state(prefill)
+    before = presents_as_past(prefill)
     drafts = [len(v) - 1 for v in VERIFY]
     step = main.run(VERIFY, [len(p) for p in PROMPTS], before, **capture(drafts, 1))
     return before, step
@@ -114,7 +114,7 @@ def test_decoding_on_from_a_rolled_back_state_matches_the_reference(runner, veri
     before, step = verified
     tol = TOLERANCE[io_dtype]
     kept = [2, 1, 3]
-    state = {name: value for name, value in next_state(step).items() if name.startswith("past_key_values.")}
+    state = {name: value for name, value in presents_as_past(step).items() if name.startswith("past_key_values.")}
     per_sequence = [rolled_back(arch, before, step, b, k) for b, k in enumerate(kept)]
     for name in per_sequence[0]:
         dtype = step[name.replace("past.", "present.")].dtype
