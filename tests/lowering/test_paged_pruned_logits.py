@@ -22,10 +22,10 @@ from mtpc.driver import build
 from mtpc.ir import HeadContract
 from mtpc.output import write_package
 from mtpc.passes.paged_io import with_selected_logits
-from mtpc.reference import Qwen35Reference
+from mtpc.reference import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
-from tests.graphs.tiny import emit, make_ir, presents_as_past
+from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir, presents_as_past
 
 from .paged_runner import BlockPool, PagedRunner, lowered_session, rows_of
 
@@ -42,15 +42,29 @@ def selected_rows(lengths, drafts) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory):
+def emitted(tmp_path_factory):
     arch = tiny_arch()
     store = seeded_store(arch, 0)
     ir = make_ir(arch, io_dtype="float16", paged=True, heads=(HeadContract.ORT_GENAI,))
     ir = replace(ir, main=with_selected_logits(ir.main))
     out = tmp_path_factory.mktemp("pruned") / "pkg"
     emit(ir, store, out)
+    return arch, store, out
+
+
+@pytest.fixture(scope="module")
+def runner(emitted):
+    arch, store, out = emitted
     pool = BlockPool(len(PROMPTS), 4, 16, seed=4)
     return Qwen35Reference(arch, store), PagedRunner(lowered_session(out / "model.onnx"), pool, len(PROMPTS))
+
+
+@pytest.fixture(scope="module")
+def head_of_runner(emitted):
+    """The head graph emitted beside the pruned main graph."""
+    arch, store, out = emitted
+    pool = BlockPool(len(PROMPTS), 4, 16, seed=8)
+    return MtpHeadReference(arch, store), PagedRunner(lowered_session(out / ORT_HEAD_FILE), pool, len(PROMPTS))
 
 
 def test_logits_rows_follow_logits_indices_and_hidden_rows_the_token_count(runner):
@@ -77,6 +91,24 @@ def test_logits_rows_follow_logits_indices_and_hidden_rows_the_token_count(runne
         rows += drafts[b] + 1
         assert np.abs(selected - logits[0, -drafts[b] - 1 :]).max() <= TOL
         assert np.abs(rows_of(step["hidden_states"], verify_lengths, b) - hidden[0]).max() <= TOL
+
+
+def test_the_head_reads_every_hidden_row_of_a_pruned_main_graph(runner, head_of_runner):
+    """3 logits rows, 15 hidden rows: the head drafts from the hidden rows, one per token."""
+    _, main = runner
+    head_reference, head = head_of_runner
+    lengths = [len(p) for p in PROMPTS]
+    prefill = main.run(PROMPTS, [0, 0, 0], main.initial_state(), logits_indices=selected_rows(lengths, [0, 0, 0]))
+    assert prefill["logits"].shape[0] == 3 and prefill["hidden_states"].shape[0] == 15
+    ids = [p[1:] + [int(np.argmax(prefill["logits"][b]))] for b, p in enumerate(PROMPTS)]
+    positions = np.concatenate([np.arange(1, 1 + n) for n in lengths])
+    out = head.run(ids, [0, 0, 0], head.initial_state(), hidden_states=prefill["hidden_states"],
+                   position_ids=np.broadcast_to(positions, (3, positions.size)).copy())
+    for b in range(len(PROMPTS)):
+        seed = rows_of(prefill["hidden_states"], lengths, b).astype(np.float64)
+        logits, hidden, _ = head_reference.forward(np.array([ids[b]]), seed[None], np.arange(1, 1 + lengths[b])[None])
+        assert np.abs(rows_of(out["logits"], lengths, b) - logits[0]).max() <= TOL
+        assert np.abs(rows_of(out["hidden_states_out"], lengths, b) - hidden[0]).max() <= TOL
 
 
 def test_a_prefill_beside_a_verify_step_selects_fewer_logits_than_tokens(runner):
