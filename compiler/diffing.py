@@ -4,7 +4,9 @@ Structured files (JSON, YAML) and IRs are compared as trees: a change is
 addressed by its path (`/model/decoder/hidden_size`), list items that carry a
 `name` are matched by name rather than position (`/graph/inputs[name=ids]`),
 and changes come out sorted, so the same two inputs always give the same diff.
-Other files are compared by SHA-256, read in chunks.
+ONNX graphs are compared by meaning (`model_diff`: interface, operators,
+nodes, initializers), never loading their external weight data; other files,
+weight data among them, by SHA-256 read in chunks, as a last resort.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,8 @@ from .validation import json_pointer
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 STRUCTURED_SUFFIXES = (".json", ".yaml", ".yml")
+GRAPH_SUFFIX = ".onnx"
+TEXT_SUFFIXES = (".md", ".txt")
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,10 @@ class Change:
     def render(self) -> str:
         where = f"{self.file}:{self.pointer}"
         if self.kind == ADDED:
-            return f"+ {where}" + ("" if not self.path else f" = {_short(self.new)}")
+            return f"+ {where}" + ("" if not self.path else f" = {short_value(self.new)}")
         if self.kind == REMOVED:
-            return f"- {where}" + ("" if not self.path else f" (was {_short(self.old)})")
-        return f"~ {where}: {_short(self.old)} -> {_short(self.new)}"
+            return f"- {where}" + ("" if not self.path else f" (was {short_value(self.old)})")
+        return f"~ {where}: {short_value(self.old)} -> {short_value(self.new)}"
 
     def to_json(self) -> dict:
         out = {"file": self.file, "path": self.pointer, "kind": self.kind}
@@ -75,8 +80,17 @@ class Change:
         return out
 
 
-def _short(value: object, limit: int = 80) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+_HASH = re.compile(r"(sha256:[0-9a-f]{12})[0-9a-f]{52}")
+
+
+def short_hashes(text: str) -> str:
+    """`sha256:` and 12 hex digits: enough to tell two files apart, short enough to leave room for the rest."""
+    return _HASH.sub(r"\1…", text)
+
+
+def short_value(value: object, limit: int = 80) -> str:
+    """A value for people: JSON, hashes shortened, long values cut (the JSON output keeps them whole)."""
+    text = short_hashes(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -146,7 +160,13 @@ def to_plain(value: object) -> object:
     becomes a dict so that it diffs by key.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _field_to_plain(f, getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
+        # A value may name fields that mean nothing in its state (QuantScheme: a float weight's block_size).
+        irrelevant = value.irrelevant_fields() if hasattr(value, "irrelevant_fields") else frozenset()
+        return {
+            f.name: _field_to_plain(f, getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.repr and f.name not in irrelevant
+        }
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (tuple, list)):
@@ -206,6 +226,10 @@ def diff_files(old: FileSet, new: FileSet) -> list[Change]:
             changes.append(Change(rel, (), REMOVED))
         elif rel not in old:
             changes.append(Change(rel, (), ADDED))
+        elif rel.endswith(GRAPH_SUFFIX):
+            changes.extend(_graph_changes(rel, b"".join(old[rel]()), b"".join(new[rel]())))
+        elif rel.endswith(TEXT_SUFFIXES):
+            changes.extend(_line_changes(rel, b"".join(old[rel]()), b"".join(new[rel]())))
         elif rel.endswith(STRUCTURED_SUFFIXES):
             a, b = b"".join(old[rel]()), b"".join(new[rel]())
             if a == b:
@@ -226,3 +250,39 @@ def _structured_diff(relpath: str) -> Callable[[object, object, str], list[Chang
     from .provenance import PROVENANCE_NAME, diff_provenance  # provenance builds on this module
 
     return diff_provenance if relpath == PROVENANCE_NAME else diff_values
+
+
+def _graph_changes(rel: str, a: bytes, b: bytes) -> list[Change]:
+    """Two graphs' summaries diffed by path; their hashes only when nothing in the summaries differs."""
+    if a == b:
+        return []
+    from google.protobuf.message import DecodeError
+
+    from .model_diff import summary_of
+
+    try:
+        changes = diff_values(summary_of(a), summary_of(b), rel)
+    except DecodeError:  # not a graph onnx can parse (truncated, foreign): compare bytes
+        changes = []
+    return changes or [Change(rel, (), CHANGED, digest([a]), digest([b]))]
+
+
+def _line_changes(rel: str, a: bytes, b: bytes) -> list[Change]:
+    """A text file (the model card) line by line: `/line/12`, numbered as in the old file (added lines: the new)."""
+    import difflib
+
+    if a == b:
+        return []
+    try:
+        old, new = a.decode("utf-8").splitlines(), b.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return [Change(rel, (), CHANGED, digest([a]), digest([b]))]
+    out: list[Change] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        pairs = min(i2 - i1, j2 - j1)
+        out += [Change(rel, ("line", i1 + k + 1), CHANGED, old[i1 + k], new[j1 + k]) for k in range(pairs)]
+        out += [Change(rel, ("line", i + 1), REMOVED, old=old[i]) for i in range(i1 + pairs, i2)]
+        out += [Change(rel, ("line", j + 1), ADDED, new=new[j]) for j in range(j1 + pairs, j2)]
+    return out or [Change(rel, (), CHANGED, digest([a]), digest([b]))]

@@ -25,6 +25,13 @@ class QuantScheme:
     # False: asymmetric blocks with uint8 zero points (for weights whose blocks are not centred on zero).
     symmetric: bool = True
 
+    def irrelevant_fields(self) -> frozenset[str]:
+        """Fields that do not change how a weight is stored: a float weight has no blocks. `diff` leaves
+        them out, so raising the default block_size does not show on an override that keeps a weight float."""
+        if self.bits is None and not self.keep_source:
+            return frozenset({"block_size", "symmetric", "accuracy_level"})
+        return frozenset()
+
 
 @dataclass(frozen=True)
 class QuantForm:

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
-
-import jinja2
 
 from ..api import diff
 from ..diagnostics import ExitCode
-from ..diffing import summary
+from ..diff_render import markdown, text
+from ..diff_report import DiffReport
 from .report import console, verb_parser, out, print_json
 
 HELP = "semantic diff of two package directories or two specs"
 EPILOG = """\
 Two DIRs: JSON and YAML files are parsed and compared by path, list items with a
-`name` matched by name; other files (ONNX graphs, weights) by SHA-256.
+`name` matched by name. ONNX graphs are compared by meaning, without reading their
+weight data: inputs and outputs (name, dtype, shape), operator counts, nodes by
+name (op, wiring, attributes such as MatMulNBits block_size), initializers by name
+(dtype, shape, where stored). Weight files (.onnx.data) get a short hash line and
+a note pointing at quantization.json, whose table says how each weight is stored.
 Two SPECs: both are compiled in memory; the IR after all passes is compared
 (as `<ir>`), then every emitted file held in memory (configs, metadata, graphs
-without their streamed weight data). Changes are sorted and stable.
+without their streamed weight data).
+
+Each changed file gets a severity, printed first: major (a graph's interface
+changed, or a graph was added or removed), moderate (nodes added or removed,
+another file added or removed), minor (attributes, initializers, settings).
+Repeated changes collapse into one row with a count:
+  ~ model.onnx:/inputs[name=past_key_values.{0..63}.*]/dtype: "float32" -> "float16" ×128
+--format json keeps every change besides the rows; --format markdown folds each
+file into <details> and stays under GitHub's 65,536-character comment limit.
 Exit code 1 when there is any difference, so `mtpc diff` can gate a script.
 
 examples:
@@ -39,47 +49,16 @@ def compute(old: Path, new: Path):
     return list(diff(old, new).changes)
 
 
-def render_markdown(old: str, new: str, changes) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: resources.files("mtpc.templates").joinpath(name).read_text("utf-8")),
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["cell"] = _cell
-    by_file: dict[str, list] = {}
-    for c in changes:
-        by_file.setdefault(c.file, []).append(c)
-    return env.get_template("diff.md.j2").render(old=old, new=new, summary=summary(changes), files=by_file)
-
-
-def _cell(value) -> str:
-    """A value in a Markdown table cell: inline code, pipes escaped, long values cut."""
-    import json
-
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
-
-
 def run(args) -> int:
-    changes = compute(Path(args.old), Path(args.new))
+    report = DiffReport(args.old, args.new, tuple(compute(Path(args.old), Path(args.new))))
     say = console(args)
-    for name in sorted({c.file for c in changes}):
-        say.detail(f"{name}: {sum(1 for c in changes if c.file == name)} change(s)")
+    for v in report.verdicts:
+        say.detail(f"{v.file}: {v.changes} change(s), {v.severity}")
     if args.format == "json":
-        print_json(
-            "diff",
-            {"old": args.old, "new": args.new, "summary": summary(changes), "changes": [c.to_json() for c in changes]},
-            ok=not changes,
-        )
+        print_json("diff", report.to_json(), ok=not report.changes)
     elif args.format == "markdown":
-        out(render_markdown(args.old, args.new, changes).rstrip("\n"))
+        out(markdown(report))
     else:
-        for c in changes:
-            out(c.render())
-        out(summary(changes))
-    return int(ExitCode.FINDINGS) if changes else int(ExitCode.OK)
+        for line in text(report):
+            out(line)
+    return int(ExitCode.FINDINGS) if report.changes else int(ExitCode.OK)

@@ -7,7 +7,9 @@ from pathlib import Path
 import yaml
 
 from ..diagnostics import MtpcError
-from ..diffing import digest, file_chunks, to_plain
+from ..diff_render import markdown
+from ..diff_report import DiffReport
+from ..diffing import ADDED, CHANGED, REMOVED, Change, diff_files, digest, file_chunks, to_plain
 from ..output import check_destination
 from ..api import default_output
 from .report import console, verb_parser, existing_file, out, print_json
@@ -15,8 +17,12 @@ from .report import console, verb_parser, existing_file, out, print_json
 HELP = "show what compile would create, change or remove, and what each pass did"
 EPILOG = """\
 Compiles in memory, with the same spec rules and contract checks as compile,
-and compares every file with DIR by content hash (large files are streamed,
-never loaded whole). Nothing is written. Exit code 0 whatever the plan says
+and compares every file with DIR: by content hash to tell what changes (large
+files are streamed, never loaded whole), then each changed file by meaning, as
+`mtpc diff` does (graphs by interface, operators, nodes and initializers; configs
+by path), with its severity. A pass that left the IR as it was says "no change".
+--format markdown prints the same comment `mtpc diff --format markdown` would.
+Nothing is written. Exit code 0 whatever the plan says
 (1 or 3 when compile would refuse the spec, as compile would); use `mtpc diff`
 when a difference should fail a script.
 
@@ -31,32 +37,41 @@ _MARK = {CREATE: "+", CHANGE: "~", UNCHANGED: "=", REMOVE: "-"}
 
 
 def add_parser(sub) -> None:
-    p = verb_parser(sub, "plan", HELP, EPILOG)
+    p = verb_parser(sub, "plan", HELP, EPILOG, formats=("text", "json", "markdown"))
     p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
     p.add_argument("--against", metavar="DIR", help="existing package to compare with (default: ./out/<spec name>)")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
     p.set_defaults(run=run)
 
 
-def file_plan(artifacts, against: Path) -> list[tuple[str, str]]:
-    """(relpath, action) for every file compile would touch, sorted by path."""
+def file_plan(artifacts, against: Path) -> tuple[list[tuple[str, str]], list[Change]]:
+    """(relpath, action) for every file compile would touch, sorted by path, and what changes in them."""
     planned: list[tuple[str, str]] = []
+    changes: list[Change] = []
     names = set()
     for art in artifacts:
         names.add(art.relpath)
         existing = against / art.relpath
         if not existing.is_file():
             planned.append((art.relpath, CREATE))
-        elif digest(art.iter_bytes()) == digest(file_chunks(existing)):
+            changes.append(Change(art.relpath, (), ADDED))
+            continue
+        old, new = digest(file_chunks(existing)), digest(art.iter_bytes())
+        if old == new:
             planned.append((art.relpath, UNCHANGED))
+            continue
+        planned.append((art.relpath, CHANGE))
+        if art.content is None:  # streamed weights: hashed once above, never held whole
+            changes.append(Change(art.relpath, (), CHANGED, old, new))
         else:
-            planned.append((art.relpath, CHANGE))
+            changes.extend(diff_files({art.relpath: lambda p=existing: file_chunks(p)}, {art.relpath: lambda a=art: iter([a.content])}))
     if against.is_dir():
         for p in sorted(against.rglob("*")):
             rel = p.relative_to(against).as_posix()
             if p.is_file() and rel not in names:
                 planned.append((rel, REMOVE))
-    return sorted(planned)
+                changes.append(Change(rel, (), REMOVED))
+    return sorted(planned), changes
 
 
 def destination_refusal(against: Path) -> dict | None:
@@ -81,13 +96,16 @@ def run(args) -> int:
     result = build(spec, progress=console(args), observer=observer)
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
-        files = file_plan(result.artifacts, against)
+        files, changes = file_plan(result.artifacts, against)
+    report = DiffReport(str(against), str(spec), tuple(sorted(changes, key=lambda c: c.file)), tuple(result.ir.notes))
+    verdicts = {v.file: v for v in report.verdicts}
     refusal = destination_refusal(against)
     passes = [{"pass": name, "modified": r.modified, "changes": list(r.changes)} for name, r in result.pass_results]
     if args.format == "json":
         payload = {
             "against": str(against),
-            "files": [{"path": rel, "action": action} for rel, action in files],
+            "severity": report.severity,
+            "files": [_file_json(rel, action, verdicts, report) for rel, action in files],
             "passes": passes,
             "notes": list(result.ir.notes),
             "compile_would_refuse": refusal,
@@ -95,6 +113,9 @@ def run(args) -> int:
         if args.print_ir_after_all:
             payload["ir_after"] = [{"pass": name, "ir": ir} for name, ir in snapshots]
         print_json("plan", payload, ok=True)
+        return 0
+    if args.format == "markdown":
+        out(markdown(report))
         return 0
     out("passes:")
     for entry in passes:
@@ -109,9 +130,29 @@ def run(args) -> int:
     if refusal is not None:
         cure = "without --force" if refusal["force_helps"] else "even with --force"
         out(f"note: compile -o {against} would refuse {cure}: {refusal['reason']}")
+    if any(a == CHANGE for _, a in files):
+        out(f"severity: {report.severity}")
     out(f"files (against {against}):")
     for rel, action in files:
-        out(f"  {_MARK[action]} {rel}  ({action})")
+        if action != CHANGE:
+            out(f"  {_MARK[action]} {rel}  ({action})")
+            continue
+        verdict = verdicts[rel]
+        out(f"  {_MARK[action]} {rel}  ({action}, {verdict.severity}: {verdict.reason})")
+        for group in report.groups[rel]:
+            out(f"      {group.render()}")
+        if rel in report.file_notes:
+            out(f"      note: {report.file_notes[rel]}")
     counts = {a: sum(1 for _, x in files if x == a) for a in (CREATE, CHANGE, REMOVE, UNCHANGED)}
     out("plan: " + ", ".join(f"{n} to {a}" if a != UNCHANGED else f"{n} unchanged" for a, n in counts.items()))
     return 0
+
+
+def _file_json(rel: str, action: str, verdicts, report: DiffReport) -> dict:
+    entry = {"path": rel, "action": action}
+    if action == CHANGE:
+        v = verdicts[rel]
+        entry.update(severity=v.severity, reason=v.reason, rows=[g.to_json() for g in report.groups[rel]])
+        if rel in report.file_notes:
+            entry["note"] = report.file_notes[rel]
+    return entry

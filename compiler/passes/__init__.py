@@ -42,6 +42,11 @@ class Pipeline:
                 # Say which pass refused; every other part of each diagnostic stays as it is.
                 named = [replace(d, message=f"[{p.name}] {d.message}") for d in err.diagnostics]
                 raise MtpcError(named, err.exit_code) from err
+            # "Modified" is what the IR says, not what the pass claims: `plan` prints "no change" for a
+            # pass that returned an equal IR, and the lines of a pass that changed nothing are dropped.
+            modified = result.ir != ir
+            if modified != result.modified:
+                result = replace(result, modified=modified, changes=result.changes if modified else ())
             self.results.append((p.name, result))
             if self.observer is not None:
                 self.observer(p.name, result)

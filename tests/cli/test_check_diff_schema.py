@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
+
+import onnx
 
 from mtpc.cli.main import main
 from mtpc.validation import load_schema, schema_names
@@ -67,26 +68,32 @@ def test_diff_of_identical_packages_exits_0(tmp_path):
     assert proc.stdout.strip() == "no differences"
 
 
-def test_diff_reports_config_paths_and_graph_hashes(tmp_path, capsys):
+def test_diff_reports_config_paths_and_graph_outputs(tmp_path, capsys):
     a = hm.write_package(tmp_path / "a")
     cfg = hm.main_config()
     cfg["model"]["context_length"] = 256
     inputs, outputs = hm.main_io()
     b = hm.write_package(tmp_path / "b", config=cfg, main=(inputs, hm.renamed(outputs, "logits", "scores")))
+    # What the graphs say, read with onnx itself: one output renamed, nothing else in the interface.
+    names = lambda p: {o.name for o in onnx.load(p / "model.onnx", load_external_data=False).graph.output}  # noqa: E731
+    assert names(a) - names(b) == {"logits"} and names(b) - names(a) == {"scores"}
     assert main(["diff", str(a), str(b)]) == 1
-    assert capsys.readouterr().out.splitlines() == [
-        "~ genai_config.json:/model/context_length: 128 -> 256",
-        f'~ model.onnx:/: "{sha256(a / "model.onnx")}" -> "{sha256(b / "model.onnx")}"',
-        "2 differences in 2 files: 2 changed",
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == [
+        "severity: major",
+        "  major     model.onnx: interface changed: outputs +1 -1",
+        "  minor     genai_config.json: settings changed",
     ]
+    assert lines[3] == "~ genai_config.json:/model/context_length: 128 -> 256"
+    assert lines[4].startswith('- model.onnx:/outputs[name=logits] (was {"dtype": "float32", "name": "logits"')
+    assert lines[5].startswith('+ model.onnx:/outputs[name=scores] = {"dtype": "float32", "name": "scores"')
+    assert lines[6:] == ["3 differences in 2 files: 1 added, 1 removed, 1 changed"]
     assert main(["diff", "--format", "json", str(a), str(b)]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["format_version"] == 1 and doc["summary"] == "2 differences in 2 files: 2 changed"
+    assert doc["format_version"] == 1 and doc["summary"] == "3 differences in 2 files: 1 added, 1 removed, 1 changed"
+    assert doc["severity"] == "major"
     assert doc["changes"][0] == {"file": "genai_config.json", "path": "/model/context_length", "kind": "changed", "old": 128, "new": 256}
-
-
-def sha256(path):
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [(f["file"], f["severity"]) for f in doc["files"]] == [("model.onnx", "major"), ("genai_config.json", "minor")]
 
 
 def test_diff_markdown_for_a_pull_request(tmp_path, capsys):
@@ -98,8 +105,9 @@ def test_diff_markdown_for_a_pull_request(tmp_path, capsys):
     assert main(["diff", "--format", "markdown", str(a), str(b)]) == 1
     text = capsys.readouterr().out
     assert text.startswith(f"### mtpc diff: `{a}` → `{b}`")
-    assert "**2 differences in 1 file: 1 removed, 1 changed**" in text
-    assert "#### `genai_config.json`" in text
+    assert "**🔵 minor** · 2 differences in 1 file: 1 removed, 1 changed" in text
+    assert "<details><summary><code>genai_config.json</code> · 🔵 minor · 2 changes</summary>" in text
+    assert text.rstrip().endswith("</sub>\n<!-- mtpc-diff -->")
     assert '| ✏️ | `/model/mtp/outputs/hidden_states` | `"hidden_states_out"` | `"next\\|hidden"` |' in text
     assert '| ➖ | `/speculative` | `{"max_draft_tokens": 2}` |  |' in text
 

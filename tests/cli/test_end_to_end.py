@@ -125,7 +125,13 @@ def test_diff_of_two_specs_shows_ir_and_artifact_paths(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "~ <ir>:/targets/onnxruntime_genai/max_draft_tokens: 4 -> 2" in lines
     assert "~ genai_config.json:/speculative/max_draft_tokens: 4 -> 2" in lines
-    assert lines[-1].startswith(f"{len(lines) - 1} differences")
+    # the severity summary (a line and one per changed file) comes first, the one-line summary last
+    assert lines[0] == "severity: minor" and lines[1:4] == [
+        "  minor     <ir>: the compiled spec changed",
+        "  minor     README.md: text changed",
+        "  minor     genai_config.json: settings changed",
+    ]
+    assert lines[-1] == f"{len(lines) - 5} differences in 3 files: {len(lines) - 5} changed"
     assert main(["diff", str(TINY), str(TINY)]) == 0
 
 

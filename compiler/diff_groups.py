@@ -1,0 +1,186 @@
+"""Repeated changes collapsed into one row a reviewer can read.
+
+A 64-layer model changes the same way in every layer: 128 rows of
+`/inputs[name=past_key_values.N.key]/dtype: float32 -> float16` say one thing.
+Changes of one file with the same kind and the same old and new values whose
+paths differ only in their numbers (layer, block, list indices) become one
+`Group` with the numbers as a set (`{0..63}`, `{1,3,…,63}`); groups that then
+differ only inside the name after their first number merge once more, with a
+`*` for the differing part (`past_key_values.{1,3,…,63}.*]/dtype`). The count
+says exactly how many changes a row stands for; the JSON output keeps every
+change as well.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from .diffing import ADDED, REMOVED, Change, short_value
+
+# A number that is a path component or a name part of its own (`layers.12.`, `/3/`, `_0`), not the
+# digits of a word (`float16`, `weight_Q4`, `q8_0` keeps its `0` only when separated).
+_NUMBER = re.compile(r"(?<=[./\[=_-])\d+(?=[./\]_-]|$)")
+_SLOT = "\x00"  # a number's place in a skeleton
+
+
+@dataclass(frozen=True)
+class Group:
+    file: str
+    kind: str
+    pattern: str  # the path with number sets and `*`; equals the change's pointer for a single change
+    changes: tuple[Change, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.changes)
+
+    @property
+    def old(self) -> object:
+        return self.changes[0].old
+
+    @property
+    def new(self) -> object:
+        return self.changes[0].new
+
+    @property
+    def whole_file(self) -> bool:
+        return self.count == 1 and not self.changes[0].path
+
+    def render(self) -> str:
+        if self.count == 1:
+            return self.changes[0].render()
+        where = f"{self.file}:{self.pattern}"
+        times = f" ×{self.count}"
+        if self.kind == ADDED:
+            return f"+ {where}{times}"
+        if self.kind == REMOVED:
+            return f"- {where}{times}"
+        return f"~ {where}: {short_value(self.old)} -> {short_value(self.new)}{times}"
+
+    def to_json(self) -> dict:
+        if self.count == 1:
+            return {**self.changes[0].to_json(), "count": 1}
+        out = {"file": self.file, "path": self.pattern, "kind": self.kind, "count": self.count}
+        if self.kind not in (ADDED, REMOVED):  # added / removed items group by place, whatever they hold
+            out["old"], out["new"] = self.old, self.new
+        return out
+
+
+def number_set(values: list[int]) -> str:
+    """`7`, `{0,1}`, `{0..63}`, `{1,3,…,63}` (an arithmetic run), else runs: `{0..3,5,9..11}`."""
+    vs = sorted(set(values))
+    if len(vs) == 1:
+        return str(vs[0])
+    steps = {b - a for a, b in zip(vs, vs[1:])}
+    if len(steps) == 1 and len(vs) > 2:
+        step = steps.pop()
+        return f"{{{vs[0]}..{vs[-1]}}}" if step == 1 else (f"{{{vs[0]},{vs[1]},…,{vs[-1]}}}" if len(vs) > 3 else "{" + ",".join(map(str, vs)) + "}")
+    runs: list[list[int]] = []
+    for v in vs:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return "{" + ",".join(f"{r[0]}..{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs) + "}"
+
+
+def _value_key(c: Change) -> str:
+    # Added and removed items group by where they are, whatever they hold; changes by old and new value.
+    if c.kind in (ADDED, REMOVED):
+        return ""
+    return json.dumps([c.old, c.new], sort_keys=True, default=str)
+
+
+@dataclass
+class _Bucket:
+    key: tuple
+    skeleton: str
+    numbers: list[list[int]]  # per slot, the numbers seen
+    changes: list[Change]
+
+    def pattern(self) -> str:
+        parts = self.skeleton.split(_SLOT)
+        out = parts[0]
+        for slot, rest in zip(self.numbers, parts[1:]):
+            out += number_set(slot) + rest
+        return out
+
+
+def group_changes(changes: list[Change]) -> list[Group]:
+    """Changes (sorted) as groups, in the order of their first change."""
+    order: dict[tuple, _Bucket] = {}
+    for c in changes:
+        pointer = c.pointer
+        if not c.path:
+            key = (c.file, c.kind, id(c))  # a whole-file change stands alone
+            order[key] = _Bucket(key, pointer, [], [c])
+            continue
+        skeleton = _NUMBER.sub(_SLOT, pointer)
+        numbers = [int(m.group()) for m in _NUMBER.finditer(pointer)]
+        key = (c.file, c.kind, _value_key(c), skeleton)
+        bucket = order.setdefault(key, _Bucket(key, skeleton, [[] for _ in numbers], []))
+        for slot, n in zip(bucket.numbers, numbers):
+            slot.append(n)
+        bucket.changes.append(c)
+    position = {id(c): i for i, c in enumerate(changes)}
+    groups = _merge_names(list(order.values()))
+    return sorted(groups, key=lambda g: min(position[id(c)] for c in g.changes))
+
+
+def _head_middle_tail(skeleton: str) -> tuple[str, str, str] | None:
+    """Split at the one number and the last path key: `/inputs[name=kv.` `#` | `.key]` | `/dtype`."""
+    if skeleton.count(_SLOT) != 1:
+        return None
+    first = skeleton.index(_SLOT) + 1
+    last = max(skeleton.rfind("/"), skeleton.rfind("]"))
+    if last < first:
+        return None
+    return skeleton[:first], skeleton[first:last], skeleton[last:]
+
+
+def _merge_names(buckets: list[_Bucket]) -> list[Group]:
+    merged: dict[tuple, list[_Bucket]] = {}
+    alone: list[tuple[_Bucket, tuple]] = []
+    for b in buckets:
+        split = _head_middle_tail(b.skeleton) if len(b.key) == 4 else None
+        if split is None:
+            alone.append((b, ()))
+            continue
+        head, _, tail = split
+        merged.setdefault(b.key[:3] + (head, tail), []).append(b)
+    groups: list[Group] = []
+    for b, _ in alone:
+        groups.append(_group(b, b.pattern()))
+    for key, members in merged.items():
+        if len(members) == 1:
+            groups.append(_group(members[0], members[0].pattern()))
+            continue
+        head, tail = key[3], key[4]
+        middles = [_head_middle_tail(m.skeleton)[1] for m in members]
+        prefix, suffix = _common_prefix(middles), _common_suffix(middles)
+        if len(prefix) + len(suffix) > min(len(m) for m in middles):
+            suffix = ""
+        numbers = [n for m in members for n in m.numbers[0]]
+        pattern = head.replace(_SLOT, number_set(numbers)) + prefix + "*" + suffix + tail
+        changes = sorted((c for m in members for c in m.changes), key=lambda c: c.pointer)
+        groups.append(Group(members[0].changes[0].file, members[0].changes[0].kind, pattern, tuple(changes)))
+    return groups
+
+
+def _group(b: _Bucket, pattern: str) -> Group:
+    c = b.changes[0]
+    return Group(c.file, c.kind, pattern if len(b.changes) > 1 else c.pointer, tuple(b.changes))
+
+
+def _common_prefix(texts: list[str]) -> str:
+    first, last = min(texts), max(texts)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def _common_suffix(texts: list[str]) -> str:
+    return _common_prefix([t[::-1] for t in texts])[::-1]

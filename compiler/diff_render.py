@@ -1,0 +1,130 @@
+"""A `DiffReport` as text for a terminal and as Markdown for a pull-request comment.
+
+Both print the severity of every changed file first, then the grouped rows, so
+that they say the same thing; the JSON form is `DiffReport.to_json`. Markdown
+folds each file's rows into a `<details>` section, worst file first, and stays
+within GitHub's comment limit (65,536 characters): rows that do not fit are cut
+from the least severe files, and a note says how many and where the rest is.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jinja2
+
+from .diff_groups import Group
+from .diff_report import MARKS, SEVERITIES, DiffReport
+from .diffing import ADDED, REMOVED, short_hashes
+
+# GitHub refuses a comment body longer than this many characters.
+GITHUB_COMMENT_LIMIT = 65_536
+_KIND_MARK = {ADDED: "➕", REMOVED: "➖"}
+_CHANGED_MARK = "✏️"
+
+
+def text(report: DiffReport) -> list[str]:
+    """Severity summary, one line per row (file by file, in path order), notes, the one-line summary."""
+    if not report.changes:
+        return [report.summary]
+    width = max(len(s) for s in SEVERITIES)
+    lines = [f"severity: {report.severity}"]
+    lines += [f"  {v.severity:<{width}}  {v.file}: {v.reason}" for v in report.verdicts]
+    for file in sorted(report.groups):
+        for group in report.groups[file]:
+            lines.append(group.render())
+        if file in report.file_notes:
+            lines.append(f"  note: {report.file_notes[file]}")
+    lines += [f"note: {n}" for n in report.extra_notes]
+    lines.append(report.summary)
+    return lines
+
+
+def cell(value: object) -> str:
+    """A value in a Markdown table cell: inline code, hashes shortened, pipes escaped, long values cut."""
+    text_ = short_hashes(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+    if len(text_) > 120:
+        text_ = text_[:117] + "..."
+    return "`" + text_.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def _code(text_: str) -> str:
+    return "`" + text_.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def markdown_row(g: Group) -> str:
+    mark = _KIND_MARK.get(g.kind, _CHANGED_MARK)
+    if g.whole_file:
+        label = {ADDED: "file added", REMOVED: "file removed"}.get(g.kind, "bytes differ")
+    else:
+        label = _code(g.pattern) + (f" ×{g.count}" if g.count > 1 else "")
+    # A group of added or removed items holds different values, and a whole file added has none to show.
+    values_known = (g.count == 1 and not g.whole_file) or g.kind not in (ADDED, REMOVED)
+    old = cell(g.old) if values_known and g.kind != ADDED else ""
+    new = cell(g.new) if values_known and g.kind != REMOVED else ""
+    return f"| {mark} | {label} | {old} | {new} |"
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: resources.files("mtpc.templates").joinpath(name).read_text("utf-8")),
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> str:
+    """The Markdown comment, at most `limit` characters."""
+    template = _environment().get_template("diff.md.j2")
+    rows = {v.file: [markdown_row(g) for g in report.groups[v.file]] for v in report.verdicts}
+
+    def render(shown: dict[str, int]) -> str:
+        sections = [
+            {
+                "verdict": v,
+                "mark": MARKS[v.severity],
+                "rows": rows[v.file][: shown[v.file]],
+                "cut": len(rows[v.file]) - shown[v.file],
+                "note": report.file_notes.get(v.file),
+            }
+            for v in report.verdicts
+        ]
+        cut = sum(s["cut"] for s in sections)
+        cut_where = ", ".join(f"`{s['verdict'].file}`" for s in sections if s["cut"])
+        return template.render(
+            report=report,
+            mark=MARKS[report.severity],
+            sections=sections,
+            marks=MARKS,
+            cut=cut,
+            cut_where=cut_where,
+            total_rows=sum(len(r) for r in rows.values()),
+            limit=limit,
+        ).rstrip("\n")
+
+    everything = {f: len(r) for f, r in rows.items()}
+    full = render(everything)
+    if len(full) <= limit:
+        return full
+    # Keep rows in reading order (worst file first) while they fit beside the headers and the note.
+    bare = len(render({f: 0 for f in rows}))
+    budget, shown = limit - bare - 200, {f: 0 for f in rows}
+    for v in report.verdicts:
+        for row in rows[v.file]:
+            if budget < len(row) + 1:
+                break
+            budget -= len(row) + 1
+            shown[v.file] += 1
+        else:
+            continue
+        break
+    out = render(shown)
+    while len(out) > limit and any(shown.values()):  # the estimate was short: give back rows from the end
+        last = next(f for f in reversed(list(shown)) if shown[f])
+        shown[last] -= 1
+        out = render(shown)
+    return out

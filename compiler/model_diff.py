@@ -1,0 +1,138 @@
+"""ONNX graphs compared by meaning, not by bytes.
+
+A graph becomes a plain summary that `diffing.diff_values` compares like any
+other tree: its interface (`inputs` / `outputs` by name, with dtype and
+symbolic shape), an operator histogram (`ops`, "domain::op" -> count), every
+node by name (op, wiring, attributes), every initializer by name (dtype, shape,
+where its bytes live) and the opsets. Only the graph proto is parsed: external
+data (the `.onnx.data` weights) is never read, whatever its size.
+
+A weight file (`.onnx.data`) has no structure of its own; its stored forms are
+told by the graph's initializers and the package's `quantization.json`, which
+are diffed by name. The file itself gets one short last-resort line saying
+whether its bytes differ, and a note naming where the meaning of the change is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import onnx
+
+# The parts of a summary that make a graph's interface: what runs it must change when they do.
+INTERFACE = ("inputs", "outputs")
+
+
+def _dtype(elem_type: int) -> str:
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except (KeyError, TypeError, ValueError):  # bfloat16, float8 ...: numpy has no name for them
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _value_info(v: onnx.ValueInfoProto) -> dict:
+    entry: dict = {"name": v.name}
+    if v.type.HasField("tensor_type"):
+        t = v.type.tensor_type
+        entry["dtype"] = _dtype(t.elem_type)
+        if t.HasField("shape"):
+            entry["shape"] = _shape(d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in t.shape.dim)
+    else:
+        entry["type"] = v.type.WhichOneof("value")
+    return entry
+
+
+def _shape(dims) -> str:
+    """A shape as one value, `[batch_size, 2, 64]`: a reshaped tensor is one change, not one per axis."""
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _attribute(a: onnx.AttributeProto) -> object:
+    if a.type == onnx.AttributeProto.TENSOR:
+        return f"tensor {_dtype(a.t.data_type)} {_shape(a.t.dims)} {_digest(a.t.SerializeToString())}"
+    if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        return "<subgraph>"
+    value = onnx.helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):  # one value, like a shape: `perm: [0, 2, 1, 3] -> [0, 1, 2, 3]`
+        return _shape(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value)
+    return value
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _initializer(t: onnx.TensorProto) -> dict:
+    entry: dict = {"name": t.name, "dtype": _dtype(t.data_type), "shape": _shape(t.dims)}
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        # The file only: the offset moves with every earlier weight's size, the length with dtype and shape.
+        location = next((e.value for e in t.external_data if e.key == "location"), "?")
+        entry["stored"] = f"external {location}"
+    else:
+        # Small constants (axes, shapes, rotary tables) live in the proto: their values are part of the graph.
+        entry["stored"] = "inline " + _digest(t.SerializeToString())
+    return entry
+
+
+def _unique(names: list[str], fallback: list[str]) -> list[str]:
+    """Node names made unique (an unnamed node is called after its op), so nodes can be matched by name."""
+    seen: dict[str, int] = {}
+    out = []
+    for name, alt in zip(names, fallback):
+        key = name or alt
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        out.append(key if n == 0 else f"{key}#{n}")
+    return out
+
+
+def _op(node: onnx.NodeProto) -> str:
+    return f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+
+
+def graph_summary(model: onnx.ModelProto) -> dict:
+    """The comparable meaning of a graph: interface, op histogram, nodes, initializers, opsets."""
+    g = model.graph
+    ops: dict[str, int] = {}
+    for node in g.node:
+        ops[_op(node)] = ops.get(_op(node), 0) + 1
+    names = _unique([n.name for n in g.node], [n.op_type for n in g.node])
+    nodes = [
+        {
+            "name": name,
+            "op": _op(node),
+            "inputs": list(node.input),
+            "outputs": list(node.output),
+            "attributes": {a.name: _attribute(a) for a in node.attribute},
+        }
+        for name, node in zip(names, g.node)
+    ]
+    return {
+        "opsets": {(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        "inputs": [_value_info(v) for v in g.input],
+        "outputs": [_value_info(v) for v in g.output],
+        "ops": dict(sorted(ops.items())),
+        "nodes": nodes,
+        "initializers": [_initializer(t) for t in g.initializer],
+        "metadata": {p.key: p.value for p in model.metadata_props},
+    }
+
+
+def parse_graph(data: bytes) -> onnx.ModelProto:
+    """The graph proto alone: external data stays a reference, so no weight byte is read."""
+    return onnx.load_model_from_string(data)
+
+
+def summary_of(data: bytes) -> dict:
+    return graph_summary(parse_graph(data))
+
+
+def data_file_note(relpath: str, changed_files: set[str]) -> str:
+    """Where a reviewer finds what a changed weight file's change means."""
+    graph = relpath.removesuffix(".data")
+    told = [f for f in (graph, "quantization.json") if f in changed_files]
+    if told:
+        return "weights' stored forms: see " + " and ".join(f"`{f}`" for f in told)
+    return "same stored forms (graph initializers and quantization.json unchanged): the weights' values differ"
