@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .diffing import ADDED, REMOVED, Change, short_value
 
@@ -31,18 +31,14 @@ class Group:
     kind: str
     pattern: str  # the path with number sets and `*`; equals the change's pointer for a single change
     changes: tuple[Change, ...]
+    # The values as shown: a single change's own; a group's, with a layer number they repeat from
+    # their path written as the path's set (`/layers.{0..63}/mlp/Mul/output_0`).
+    old: object = None
+    new: object = None
 
     @property
     def count(self) -> int:
         return len(self.changes)
-
-    @property
-    def old(self) -> object:
-        return self.changes[0].old
-
-    @property
-    def new(self) -> object:
-        return self.changes[0].new
 
     @property
     def whole_file(self) -> bool:
@@ -86,11 +82,19 @@ def number_set(values: list[int]) -> str:
     return "{" + ",".join(f"{r[0]}..{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs) + "}"
 
 
-def _value_key(c: Change) -> str:
+def _templated(value: object, number: int | None) -> object:
+    """A string value with the first occurrence of its path's (first) number made a slot: rewired
+    nodes of every layer read their own layer's tensor, `/layers.N/...`, and are one change."""
+    if not isinstance(value, str) or number is None:
+        return value
+    return _NUMBER.sub(lambda m: _SLOT if int(m.group()) == number else m.group(), value, count=1)
+
+
+def _value_key(c: Change, number: int | None) -> str:
     # Added and removed items group by where they are, whatever they hold; changes by old and new value.
     if c.kind in (ADDED, REMOVED):
         return ""
-    return json.dumps([c.old, c.new], sort_keys=True, default=str)
+    return json.dumps([_templated(c.old, number), _templated(c.new, number)], sort_keys=True, default=str)
 
 
 @dataclass
@@ -119,7 +123,7 @@ def group_changes(changes: list[Change]) -> list[Group]:
             continue
         skeleton = _NUMBER.sub(_SLOT, pointer)
         numbers = [int(m.group()) for m in _NUMBER.finditer(pointer)]
-        key = (c.file, c.kind, _value_key(c), skeleton)
+        key = (c.file, c.kind, _value_key(c, numbers[0] if numbers else None), skeleton)
         bucket = order.setdefault(key, _Bucket(key, skeleton, [[] for _ in numbers], []))
         for slot, n in zip(bucket.numbers, numbers):
             slot.append(n)
@@ -130,29 +134,28 @@ def group_changes(changes: list[Change]) -> list[Group]:
 
 
 def _head_middle_tail(skeleton: str) -> tuple[str, str, str] | None:
-    """Split at the one number and the last path key: `/inputs[name=kv.` `#` | `.key]` | `/dtype`."""
-    if skeleton.count(_SLOT) != 1:
+    """Split after the first number and before the last path key: `/inputs[name=kv.#` | `.key]` | `/dtype`.
+
+    The middle, where names may differ, holds no number; later numbers belong to the tail (`/inputs/#`).
+    """
+    if _SLOT not in skeleton:
         return None
     first = skeleton.index(_SLOT) + 1
-    last = max(skeleton.rfind("/"), skeleton.rfind("]"))
-    if last < first:
+    rest = skeleton[first:]
+    limit = rest.index(_SLOT) if _SLOT in rest else len(rest)
+    cut = max(rest.rfind("/", 0, limit), rest.rfind("]", 0, limit))
+    if cut < 0:
         return None
-    return skeleton[:first], skeleton[first:last], skeleton[last:]
+    return skeleton[:first], rest[:cut], rest[cut:]
 
 
 def _merge_names(buckets: list[_Bucket]) -> list[Group]:
     merged: dict[tuple, list[_Bucket]] = {}
-    alone: list[tuple[_Bucket, tuple]] = []
     for b in buckets:
         split = _head_middle_tail(b.skeleton) if len(b.key) == 4 else None
-        if split is None:
-            alone.append((b, ()))
-            continue
-        head, _, tail = split
-        merged.setdefault(b.key[:3] + (head, tail), []).append(b)
+        key = b.key[:3] + (split[0], split[2]) if split else ("alone", id(b))
+        merged.setdefault(key, []).append(b)
     groups: list[Group] = []
-    for b, _ in alone:
-        groups.append(_group(b, b.pattern()))
     for key, members in merged.items():
         if len(members) == 1:
             groups.append(_group(members[0], members[0].pattern()))
@@ -162,16 +165,34 @@ def _merge_names(buckets: list[_Bucket]) -> list[Group]:
         prefix, suffix = _common_prefix(middles), _common_suffix(middles)
         if len(prefix) + len(suffix) > min(len(m) for m in middles):
             suffix = ""
-        numbers = [n for m in members for n in m.numbers[0]]
-        pattern = head.replace(_SLOT, number_set(numbers)) + prefix + "*" + suffix + tail
+        slots = [[n for m in members for n in m.numbers[i]] for i in range(len(members[0].numbers))]
+        pattern = head.replace(_SLOT, number_set(slots[0])) + prefix + "*" + suffix
+        tail_parts = tail.split(_SLOT)
+        pattern += tail_parts[0] + "".join(number_set(slot) + part for slot, part in zip(slots[1:], tail_parts[1:]))
         changes = sorted((c for m in members for c in m.changes), key=lambda c: c.pointer)
-        groups.append(Group(members[0].changes[0].file, members[0].changes[0].kind, pattern, tuple(changes)))
+        groups.append(_shown(Group(members[0].changes[0].file, members[0].changes[0].kind, pattern, tuple(changes)), slots[0]))
     return groups
 
 
 def _group(b: _Bucket, pattern: str) -> Group:
     c = b.changes[0]
-    return Group(c.file, c.kind, pattern if len(b.changes) > 1 else c.pointer, tuple(b.changes))
+    group = Group(c.file, c.kind, pattern if len(b.changes) > 1 else c.pointer, tuple(b.changes))
+    return _shown(group, b.numbers[0] if b.numbers else [])
+
+
+def _shown(group: Group, numbers: list[int]) -> Group:
+    """`group` with the values it shows: its change's own, or their template with the number set written in."""
+    c = group.changes[0]
+    if group.count == 1 or not numbers:
+        return replace(group, old=c.old, new=c.new)
+    first = _NUMBER.search(c.pointer)
+    n = int(first.group()) if first else None
+
+    def shown(value: object) -> object:
+        templated = _templated(value, n)
+        return templated.replace(_SLOT, number_set(numbers)) if isinstance(templated, str) else templated
+
+    return replace(group, old=shown(c.old), new=shown(c.new))
 
 
 def _common_prefix(texts: list[str]) -> str:
