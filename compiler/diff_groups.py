@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from .diffing import ADDED, REMOVED, Change, short_value
+from .diffing import ADDED, REMOVED, Change, short_pair
 
 # A number that is a path component or a name part of its own (`layers.12.`, `/3/`, `_0`), not the
 # digits of a word (`float16`, `weight_Q4`, `q8_0` keeps its `0` only when separated).
@@ -53,7 +53,8 @@ class Group:
             return f"+ {where}{times}"
         if self.kind == REMOVED:
             return f"- {where}{times}"
-        return f"~ {where}: {short_value(self.old)} -> {short_value(self.new)}{times}"
+        old, new = short_pair(self.old, self.new)
+        return f"~ {where}: {old} -> {new}{times}"
 
     def to_json(self) -> dict:
         if self.count == 1:

@@ -16,7 +16,7 @@ import jinja2
 
 from .diff_groups import Group
 from .diff_report import MARKS, SEVERITIES, DiffReport
-from .diffing import ADDED, REMOVED, short_hashes
+from .diffing import ADDED, REMOVED, short_hashes, short_pair
 
 # GitHub refuses a comment body longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -61,8 +61,11 @@ def markdown_row(g: Group) -> str:
         label = _code(g.pattern) + (f" ×{g.count}" if g.count > 1 else "")
     # A group of added or removed items holds different values, and a whole file added has none to show.
     values_known = (g.count == 1 and not g.whole_file) or g.kind not in (ADDED, REMOVED)
-    old = cell(g.old) if values_known and g.kind != ADDED else ""
-    new = cell(g.new) if values_known and g.kind != REMOVED else ""
+    if values_known and g.kind not in (ADDED, REMOVED):
+        old, new = (_code(t) for t in short_pair(g.old, g.new, limit=120))
+    else:
+        old = cell(g.old) if values_known and g.kind == REMOVED else ""
+        new = cell(g.new) if values_known and g.kind == ADDED else ""
     return f"| {mark} | {label} | {old} | {new} |"
 
 

@@ -69,7 +69,8 @@ class Change:
             return f"+ {where}" + ("" if not self.path else f" = {short_value(self.new)}")
         if self.kind == REMOVED:
             return f"- {where}" + ("" if not self.path else f" (was {short_value(self.old)})")
-        return f"~ {where}: {short_value(self.old)} -> {short_value(self.new)}"
+        old, new = short_pair(self.old, self.new)
+        return f"~ {where}: {old} -> {new}"
 
     def to_json(self) -> dict:
         out = {"file": self.file, "path": self.pointer, "kind": self.kind}
@@ -92,6 +93,23 @@ def short_value(value: object, limit: int = 80) -> str:
     """A value for people: JSON, hashes shortened, long values cut (the JSON output keeps them whole)."""
     text = short_hashes(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_pair(old: object, new: object, limit: int = 80) -> tuple[str, str]:
+    """An old and a new value for people, both cut to show where they first differ (two long lines
+    of a model card that differ near their end must not look alike)."""
+    a, b = (short_hashes(json.dumps(v, sort_keys=True, ensure_ascii=False, default=str)) for v in (old, new))
+    if len(a) <= limit and len(b) <= limit:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, first - limit // 3)
+    return tuple(_window(t, start, limit) for t in (a, b))
+
+
+def _window(text: str, start: int, limit: int) -> str:
+    head = "..." if start else ""
+    body = text[start:]
+    return head + (body if len(head + body) <= limit else body[: limit - len(head) - 3] + "...")
 
 
 def sorted_changes(changes: Iterable[Change]) -> list[Change]:
