@@ -149,6 +149,8 @@ def diff_values(old: object, new: object, file: str = "", path: tuple[Segment, .
             out.extend(diff_values(old[key], new[key], file, path + (key,)))
         return out
     if isinstance(old, list) and isinstance(new, list):
+        if path and path[-1] == "shape" and old != new:  # a tensor's shape is one value: [1, 2] -> [1, 2, 64]
+            return [Change(file, path, CHANGED, old=old, new=new)]
         a, b = _named(old), _named(new)
         if a is not None and b is not None:
             depth = len(path)

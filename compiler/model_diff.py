@@ -64,8 +64,33 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _initializer(t: onnx.TensorProto) -> dict:
+# Block-quantized ops: which input holds which part of an encoded weight.
+_BLOCK_INPUTS = {
+    "MatMulNBits": {1: "weight", 2: "scales", 3: "zero points"},
+    "GatherBlockQuantized": {0: "weight", 2: "scales", 3: "zero points"},
+}
+
+
+def _encodings(g: onnx.GraphProto) -> dict[str, str]:
+    """Initializer name -> how it is encoded, told by the block-quantized op that reads it
+    (`int4 MatMulNBits block 32: weight`); an initializer no such op reads has none but its dtype."""
+    out: dict[str, str] = {}
+    for node in g.node:
+        parts = _BLOCK_INPUTS.get(node.op_type)
+        if parts is None or node.domain != "com.microsoft":
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        form = f"int{attrs.get('bits', 4)} {node.op_type} block {attrs.get('block_size', '?')}"
+        for index, part in parts.items():
+            if index < len(node.input) and node.input[index]:
+                out.setdefault(node.input[index], f"{form}: {part}")
+    return out
+
+
+def _initializer(t: onnx.TensorProto, encoding: str | None) -> dict:
     entry: dict = {"name": t.name, "dtype": _dtype(t.data_type), "shape": _shape(t.dims)}
+    if encoding:  # a plain tensor's encoding is its dtype, already there
+        entry["encoding"] = encoding
     if t.data_location == onnx.TensorProto.EXTERNAL:
         # The file only: the offset moves with every earlier weight's size, the length with dtype and shape.
         location = next((e.value for e in t.external_data if e.key == "location"), "?")
@@ -99,6 +124,7 @@ def graph_summary(model: onnx.ModelProto) -> dict:
     for node in g.node:
         ops[_op(node)] = ops.get(_op(node), 0) + 1
     names = _unique([n.name for n in g.node], [n.op_type for n in g.node])
+    encodings = _encodings(g)
     nodes = [
         {
             "name": name,
@@ -115,7 +141,7 @@ def graph_summary(model: onnx.ModelProto) -> dict:
         "outputs": [_value_info(v) for v in g.output],
         "ops": dict(sorted(ops.items())),
         "nodes": nodes,
-        "initializers": [_initializer(t) for t in g.initializer],
+        "initializers": [_initializer(t, encodings.get(t.name)) for t in g.initializer],
         "metadata": {p.key: p.value for p in model.metadata_props},
     }
 

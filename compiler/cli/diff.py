@@ -16,7 +16,7 @@ Two DIRs: JSON and YAML files are parsed and compared by path, list items with a
 `name` matched by name. ONNX graphs are compared by meaning, without reading their
 weight data: inputs and outputs (name, dtype, shape), operator counts, nodes by
 name (op, wiring, attributes such as MatMulNBits block_size), initializers by name
-(dtype, shape, where stored). Weight files (.onnx.data) get a short hash line and
+(dtype, shape, block encoding, where stored). Weight files (.onnx.data) get a short hash line and
 a note pointing at quantization.json, whose table says how each weight is stored.
 Two SPECs: both are compiled in memory; the IR after all passes is compared
 (as `<ir>`), then every emitted file held in memory (configs, metadata, graphs
@@ -26,7 +26,7 @@ Each changed file gets a severity, printed first: major (a graph's interface
 changed, or a graph was added or removed), moderate (nodes added or removed,
 another file added or removed), minor (attributes, initializers, settings).
 Repeated changes collapse into one row with a count:
-  ~ model.onnx:/inputs[name=past_key_values.{0..63}.*]/dtype: "float32" -> "float16" ×128
+  ~ model.onnx:/outputs[name=present.{0..63}.*]/dtype: "float32" -> "float16" ×128
 --format json keeps every change besides the rows; --format markdown folds each
 file into <details> and stays under GitHub's 65,536-character comment limit.
 Exit code 1 when there is any difference, so `mtpc diff` can gate a script.

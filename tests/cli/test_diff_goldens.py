@@ -15,6 +15,7 @@ To accept an intended change: MTPC_UPDATE_GOLDEN=1 python -m pytest tests/cli/te
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -97,6 +98,18 @@ def case_dir(tmp_path, monkeypatch, request):
     return case
 
 
+def plan_outputs(case: str, capsys) -> str:
+    """`plan b.yaml --against` the package of a.yaml, text and Markdown, against their goldens."""
+    assert main(["compile", "-q", "a.yaml", "-o", "pkg-a"]) == 0
+    capsys.readouterr()
+    plan = run(capsys, "plan", "-q", "b.yaml", "--against", "pkg-a")
+    check_golden(case, "plan.txt", plan)
+    md = run(capsys, "plan", "-q", "--format", "markdown", "b.yaml", "--against", "pkg-a")
+    check_golden(case, "plan.md", md)
+    assert len(md) <= GITHUB_COMMENT_LIMIT
+    return plan
+
+
 def diff_outputs(case: str, capsys, old="a.yaml", new="b.yaml", stem="diff") -> tuple[str, str]:
     text = run(capsys, "diff", old, new)
     md = run(capsys, "diff", "--format", "markdown", old, new)
@@ -127,15 +140,21 @@ def test_block_size_change(case_dir, capsys, tmp_path):
     assert "overrides" not in text and "lm_head" not in text and "mtp.fc" not in text
     assert "🔵 minor" in md and "<details>" in md
 
-    # plan against the package of a.yaml shows the same graph changes, file by file.
-    assert main(["compile", "-q", "a.yaml", "-o", "pkg-a"]) == 0
-    capsys.readouterr()
-    plan = run(capsys, "plan", "-q", "b.yaml", "--against", "pkg-a")
-    check_golden(case_dir, "plan.txt", plan)
-    check_golden(case_dir, "plan.md", run(capsys, "plan", "-q", "--format", "markdown", "b.yaml", "--against", "pkg-a"))
+    plan = plan_outputs(case_dir, capsys)
     assert "  ~ model.onnx  (change, minor: attributes and initializers changed)" in plan
     assert "  ~ model.onnx.data  (change, minor: bytes differ)" in plan
     assert "      note: weights' stored forms: see `model.onnx` and `quantization.json`" in plan
+    assert main(["plan", "--format", "json", "b.yaml", "--against", "pkg-a"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    files = {f["path"]: f for f in doc["files"]}
+    assert doc["format_version"] == 1 and doc["severity"] == "minor"
+    assert files["model.onnx"]["severity"] == "minor" and files["genai_config.json"] == {"path": "genai_config.json", "action": "unchanged"}
+    rows = {r["path"]: r for r in files["model.onnx"]["rows"]}
+    nbits = sum(1 for n in a["model.onnx"].graph.node if n.op_type == "MatMulNBits")
+    assert rows["/nodes[name=/layers.{0..3}/*/MatMul]/attributes/block_size"] == {
+        "file": "model.onnx", "path": "/nodes[name=/layers.{0..3}/*/MatMul]/attributes/block_size",
+        "kind": "changed", "count": nbits, "old": 32, "new": 64,
+    }
 
 
 @pytest.mark.parametrize("case_dir", ["io_dtype_64_layers"], indirect=True)
@@ -155,6 +174,8 @@ def test_io_dtype_change_on_64_layers_is_grouped_and_fits_a_comment(case_dir, ca
     changes = int(re.search(r"(\d+) differences", lines[-1]).group(1))
     assert changes > 2000 and len(lines) < 120
     assert len(md) <= GITHUB_COMMENT_LIMIT and "Cut to fit" not in md
+    plan = plan_outputs(case_dir, capsys)
+    assert f"  ~ model.onnx  (change, major: interface changed: {claimed('inputs', inputs)}, {claimed('outputs', outputs)})" in plan
 
 
 @pytest.mark.parametrize("case_dir", ["head"], indirect=True)
@@ -178,6 +199,8 @@ def test_head_removed_and_added(case_dir, capsys):
     ]
     assert_op_rows("model.onnx", a["model.onnx"], b["model.onnx"], removed.splitlines())
     assert "- model.onnx:/outputs[name=hidden_states]" in removed and "+ model.onnx:/outputs[name=hidden_states]" in added
+    plan = plan_outputs(case_dir, capsys)
+    assert "  - mtp/mtp.onnx  (remove)" in plan and "  - mtp/mtp.onnx.data  (remove)" in plan
 
 
 @pytest.mark.parametrize("case_dir", ["attention_paged"], indirect=True)
@@ -197,3 +220,5 @@ def test_dense_to_paged_attention_is_a_major_interface_change(case_dir, capsys):
         assert ops(b[graph])["PagedAttention"] and not ops(a[graph])["PagedAttention"]
         assert_op_rows(graph, a[graph], b[graph], lines)
     assert "**🔴 major**" in md
+    plan = plan_outputs(case_dir, capsys)
+    assert "severity: major" in plan.splitlines()
