@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 
 from .diffing import ADDED, REMOVED, Change, short_pair
 
-# A number that is a path component or a name part of its own (`layers.12.`, `/3/`, `_0`), not the
-# digits of a word (`float16`, `weight_Q4`, `q8_0` keeps its `0` only when separated).
-_NUMBER = re.compile(r"(?<=[./\[=_-])\d+(?=[./\]_-]|$)")
+# A number that is a path component or a dotted name part of its own (`layers.12.`, `/3/`), not the
+# digits of a word or a name (`float16`, `weight_Q4`, `shape_64`, `output_0`).
+_NUMBER = re.compile(r"(?<=[./\[=])\d+(?=[./\]]|$)")
 _SLOT = "\x00"  # a number's place in a skeleton
 
 

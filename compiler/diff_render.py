@@ -80,8 +80,8 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> str:
-    """The Markdown comment, at most `limit` characters."""
+def markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT, title: str = "mtpc diff") -> str:
+    """The Markdown comment, at most `limit` characters; `title` names the verb (`mtpc plan` uses it too)."""
     template = _environment().get_template("diff.md.j2")
     rows = {v.file: [markdown_row(g) for g in report.groups[v.file]] for v in report.verdicts}
 
@@ -100,6 +100,7 @@ def markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT) -> str:
         cut_where = ", ".join(f"`{s['verdict'].file}`" for s in sections if s["cut"])
         return template.render(
             report=report,
+            title=title,
             mark=MARKS[report.severity],
             sections=sections,
             marks=MARKS,

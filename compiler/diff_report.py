@@ -28,6 +28,9 @@ SEVERITIES = (NONE, MINOR, MODERATE, MAJOR)
 MARKS = {NONE: "⚪", MINOR: "🔵", MODERATE: "🟡", MAJOR: "🔴"}
 
 
+_GRAPH_ORDER = {"inputs": 1, "outputs": 2, "ops": 3, "nodes": 4, "initializers": 5, "opsets": 6, "metadata": 7}
+
+
 @dataclass(frozen=True)
 class FileVerdict:
     file: str
@@ -115,7 +118,14 @@ class DiffReport:
 
     @cached_property
     def groups(self) -> dict[str, list[Group]]:
-        return {f: group_changes(cs) for f, cs in self.by_file.items()}
+        """Rows per file; a graph's in reading order: interface, operators, nodes, initializers, the rest."""
+        out = {}
+        for f, cs in self.by_file.items():
+            groups = group_changes(cs)
+            if f.endswith(".onnx"):
+                groups.sort(key=lambda g: _GRAPH_ORDER.get(g.changes[0].path[0] if g.changes[0].path else "", 0))
+            out[f] = groups
+        return out
 
     @cached_property
     def file_notes(self) -> dict[str, str]:

@@ -115,7 +115,7 @@ def run(args) -> int:
         print_json("plan", payload, ok=True)
         return 0
     if args.format == "markdown":
-        out(markdown(report))
+        out(markdown(report, title="mtpc plan"))
         return 0
     out("passes:")
     for entry in passes:
