@@ -244,8 +244,10 @@ def diff_files(old: FileSet, new: FileSet) -> list[Change]:
     for rel in sorted(old.keys() | new.keys()):
         if rel not in new:
             changes.append(Change(rel, (), REMOVED))
+            changes.extend(_interface(rel, old[rel], REMOVED))
         elif rel not in old:
             changes.append(Change(rel, (), ADDED))
+            changes.extend(_interface(rel, new[rel], ADDED))
         elif rel.endswith(GRAPH_SUFFIX):
             changes.extend(_graph_changes(rel, b"".join(old[rel]()), b"".join(new[rel]())))
         elif rel.endswith(TEXT_SUFFIXES):
@@ -306,3 +308,22 @@ def _line_changes(rel: str, a: bytes, b: bytes) -> list[Change]:
         out += [Change(rel, ("line", i + 1), REMOVED, old=old[i]) for i in range(i1 + pairs, i2)]
         out += [Change(rel, ("line", j + 1), ADDED, new=new[j]) for j in range(j1 + pairs, j2)]
     return out or [Change(rel, (), CHANGED, digest([a]), digest([b]))]
+
+
+def _interface(rel: str, chunks: Callable[[], Iterator[bytes]], kind: str) -> list[Change]:
+    """The inputs and outputs of a graph added or removed as a whole: what its consumer must now feed or read."""
+    if not rel.endswith(GRAPH_SUFFIX):
+        return []
+    from google.protobuf.message import DecodeError
+
+    from .model_diff import INTERFACE, summary_of
+
+    try:
+        summary_ = summary_of(b"".join(chunks()))
+    except DecodeError:
+        return []
+    return [
+        Change(rel, (side, ByName(port["name"])), kind, **({"new": port} if kind == ADDED else {"old": port}))
+        for side in INTERFACE
+        for port in summary_[side]
+    ]

@@ -161,4 +161,4 @@ def data_file_note(relpath: str, changed_files: set[str]) -> str:
     told = [f for f in (graph, "quantization.json") if f in changed_files]
     if told:
         return "weights' stored forms: see " + " and ".join(f"`{f}`" for f in told)
-    return "same stored forms (graph initializers and quantization.json unchanged): the weights' values differ"
+    return "no stored form changed in the graph or in quantization.json: the weights' values differ"

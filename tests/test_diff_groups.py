@@ -94,3 +94,15 @@ def test_markdown_is_cut_below_the_comment_limit_and_says_what_was_cut():
     assert capped.count("<details>") == capped.count("</details>") == 3
     small = markdown(report, limit=4000)
     assert len(small) <= 4000 and "rows not shown" in small
+
+
+def test_a_weight_file_change_points_at_where_its_meaning_is():
+    data = Change("model.onnx.data", (), CHANGED, "sha256:" + "a" * 64, "sha256:" + "b" * 64)
+    table = Change("quantization.json", ("weights", ByName("w"), "stored", "block_size"), CHANGED, 32, 64)
+    told = DiffReport("a", "b", (data, table))
+    assert told.file_notes == {"model.onnx.data": "weights' stored forms: see `quantization.json`"}
+    assert text(told)[3:5] == ['~ model.onnx.data:/: "sha256:aaaaaaaaaaaa…" -> "sha256:bbbbbbbbbbbb…"', "  note: weights' stored forms: see `quantization.json`"]
+    alone = DiffReport("a", "b", (data,))
+    assert "the weights' values differ" in alone.file_notes["model.onnx.data"]
+    assert "| ✏️ | bytes differ | `\"sha256:aaaaaaaaaaaa…\"` | `\"sha256:bbbbbbbbbbbb…\"` |" in markdown(alone)
+    assert alone.to_json()["changes"][0]["old"] == "sha256:" + "a" * 64  # JSON keeps the whole hash

@@ -199,6 +199,11 @@ def test_head_removed_and_added(case_dir, capsys):
     ]
     assert_op_rows("model.onnx", a["model.onnx"], b["model.onnx"], removed.splitlines())
     assert "- model.onnx:/outputs[name=hidden_states]" in removed and "+ model.onnx:/outputs[name=hidden_states]" in added
+    # The added head's interface, port by port (rows may stand for several: count them).
+    for side in ("inputs", "outputs"):
+        rows = [line for line in added.splitlines() if line.startswith(f"+ mtp/mtp.onnx:/{side}[name=")]
+        count = sum(int(m.group(1)) if (m := re.search(r" ×(\d+)$", line)) else 1 for line in rows)
+        assert count == len(ports(a["mtp/mtp.onnx"], side)) > 0
     plan = plan_outputs(case_dir, capsys)
     assert "  - mtp/mtp.onnx  (remove)" in plan and "  - mtp/mtp.onnx.data  (remove)" in plan
 
