@@ -20,6 +20,12 @@ from .diffing import ADDED, REMOVED, short_hashes, short_pair
 
 # GitHub refuses a comment body longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536
+
+
+def comment_length(text_: str) -> int:
+    """Characters as the strictest counter counts them (UTF-16 units: an emoji is two), never fewer than
+    Python's `len`, so a comment cut to the limit here fits whichever way the limit is counted."""
+    return len(text_.encode("utf-16-le")) // 2
 _KIND_MARK = {ADDED: "➕", REMOVED: "➖"}
 _CHANGED_MARK = "✏️"
 
@@ -112,22 +118,22 @@ def markdown(report: DiffReport, limit: int = GITHUB_COMMENT_LIMIT, title: str =
 
     everything = {f: len(r) for f, r in rows.items()}
     full = render(everything)
-    if len(full) <= limit:
+    if comment_length(full) <= limit:
         return full
     # Keep rows in reading order (worst file first) while they fit beside the headers and the note.
-    bare = len(render({f: 0 for f in rows}))
+    bare = comment_length(render({f: 0 for f in rows}))
     budget, shown = limit - bare - 200, {f: 0 for f in rows}
     for v in report.verdicts:
         for row in rows[v.file]:
-            if budget < len(row) + 1:
+            if budget < comment_length(row) + 1:
                 break
-            budget -= len(row) + 1
+            budget -= comment_length(row) + 1
             shown[v.file] += 1
         else:
             continue
         break
     out = render(shown)
-    while len(out) > limit and any(shown.values()):  # the estimate was short: give back rows from the end
+    while comment_length(out) > limit and any(shown.values()):  # the estimate was short: give back rows from the end
         last = next(f for f in reversed(list(shown)) if shown[f])
         shown[last] -= 1
         out = render(shown)
