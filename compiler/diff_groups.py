@@ -6,9 +6,11 @@ Changes of one file with the same kind and the same old and new values whose
 paths differ only in their numbers (layer, block, list indices) become one
 `Group` with the numbers as a set (`{0..63}`, `{1,3,…,63}`); groups that then
 differ only inside the name after their first number merge once more, with a
-`*` for the differing part (`past_key_values.{1,3,…,63}.*]/dtype`). The count
-says exactly how many changes a row stands for; the JSON output keeps every
-change as well.
+`*` for the differing part (`past_key_values.{1,3,…,63}.*]/dtype`). Added and
+removed items group by kind (a node's op, a tensor's dtype), whatever else they
+hold; hashes are elided when values are compared (constants whose bytes all
+changed are one row). The count says exactly how many changes a row stands for;
+the JSON output keeps every change as well.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from .diffing import ADDED, REMOVED, Change, short_pair
+from .diffing import ADDED, REMOVED, Change, short_pair, short_value
 
 # A number that is a path component or a dotted name part of its own (`layers.12.`, `/3/`), not the
 # digits of a word or a name (`float16`, `weight_Q4`, `shape_64`, `output_0`).
@@ -50,9 +52,9 @@ class Group:
         where = f"{self.file}:{self.pattern}"
         times = f" ×{self.count}"
         if self.kind == ADDED:
-            return f"+ {where}{times}"
+            return f"+ {where}" + (f" = {short_value(self.new)}" if self.new is not None else "") + times
         if self.kind == REMOVED:
-            return f"- {where}{times}"
+            return f"- {where}" + (f" (was {short_value(self.old)})" if self.old is not None else "") + times
         old, new = short_pair(self.old, self.new)
         return f"~ {where}: {old} -> {new}{times}"
 
@@ -60,8 +62,11 @@ class Group:
         if self.count == 1:
             return {**self.changes[0].to_json(), "count": 1}
         out = {"file": self.file, "path": self.pattern, "kind": self.kind, "count": self.count}
-        if self.kind not in (ADDED, REMOVED):  # added / removed items group by place, whatever they hold
-            out["old"], out["new"] = self.old, self.new
+        # Added / removed items share their kind at most (`{"op": "Cast"}`), changed ones their values.
+        if self.kind != ADDED and (self.kind != REMOVED or self.old is not None):
+            out["old"] = self.old
+        if self.kind != REMOVED and (self.kind != ADDED or self.new is not None):
+            out["new"] = self.new
         return out
 
 
@@ -91,11 +96,31 @@ def _templated(value: object, number: int | None) -> object:
     return _NUMBER.sub(lambda m: _SLOT if int(m.group()) == number else m.group(), value, count=1)
 
 
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# What kind of item an added or removed node, port or initializer is: rows do not mix kinds.
+_KIND_FIELDS = ("op", "dtype")
+
+
+def _signature(value: object) -> dict | None:
+    if isinstance(value, dict):
+        return {k: value[k] for k in _KIND_FIELDS if k in value} or None
+    return None
+
+
+def _comparable(value: object, number: int | None) -> object:
+    """The value as rows compare it: its layer number a slot, and any hash elided (twelve inline
+    constants whose bytes changed are one row, however their hashes differ)."""
+    value = _templated(value, number)
+    return _DIGEST.sub("sha256:…", value) if isinstance(value, str) else value
+
+
 def _value_key(c: Change, number: int | None) -> str:
-    # Added and removed items group by where they are, whatever they hold; changes by old and new value.
-    if c.kind in (ADDED, REMOVED):
-        return ""
-    return json.dumps([_templated(c.old, number), _templated(c.new, number)], sort_keys=True, default=str)
+    # Added and removed items group by where they are and what kind they are; changes by old and new value.
+    if c.kind == ADDED:
+        return json.dumps(_signature(c.new), sort_keys=True, default=str)
+    if c.kind == REMOVED:
+        return json.dumps(_signature(c.old), sort_keys=True, default=str)
+    return json.dumps([_comparable(c.old, number), _comparable(c.new, number)], sort_keys=True, default=str)
 
 
 @dataclass
@@ -163,7 +188,7 @@ def _merge_names(buckets: list[_Bucket]) -> list[Group]:
             continue
         head, tail = key[3], key[4]
         middles = [_head_middle_tail(m.skeleton)[1] for m in members]
-        prefix, suffix = _common_prefix(middles), _common_suffix(middles)
+        prefix, suffix = _whole_parts(_common_prefix(middles), _common_suffix(middles))
         if len(prefix) + len(suffix) > min(len(m) for m in middles):
             suffix = ""
         slots = [[n for m in members for n in m.numbers[i]] for i in range(len(members[0].numbers))]
@@ -182,16 +207,19 @@ def _group(b: _Bucket, pattern: str) -> Group:
 
 
 def _shown(group: Group, numbers: list[int]) -> Group:
-    """`group` with the values it shows: its change's own, or their template with the number set written in."""
+    """`group` with the values it shows: its change's own; for several, what they share (the kind of the
+    items added or removed; the changed values with the layer set written in and hashes elided)."""
     c = group.changes[0]
-    if group.count == 1 or not numbers:
+    if group.count == 1:
         return replace(group, old=c.old, new=c.new)
+    if group.kind in (ADDED, REMOVED):
+        return replace(group, old=_signature(c.old), new=_signature(c.new))
     first = _NUMBER.search(c.pointer)
-    n = int(first.group()) if first else None
+    n = int(first.group()) if first and numbers else None
 
     def shown(value: object) -> object:
-        templated = _templated(value, n)
-        return templated.replace(_SLOT, number_set(numbers)) if isinstance(templated, str) else templated
+        value = _comparable(value, n)
+        return value.replace(_SLOT, number_set(numbers)) if isinstance(value, str) else value
 
     return replace(group, old=shown(c.old), new=shown(c.new))
 
@@ -206,3 +234,16 @@ def _common_prefix(texts: list[str]) -> str:
 
 def _common_suffix(texts: list[str]) -> str:
     return _common_prefix([t[::-1] for t in texts])[::-1]
+
+
+_SEPARATORS = "./_]["
+
+
+def _whole_parts(prefix: str, suffix: str) -> tuple[str, str]:
+    """A shared prefix and suffix cut back to whole name parts: `/conv/` and `/Cast`, not the `e` that
+    `Reshape` and `shape` happen to end with."""
+    cut = max((prefix.rfind(c) for c in _SEPARATORS), default=-1)
+    prefix = prefix[: cut + 1]
+    starts = [i for i in (suffix.find(c) for c in _SEPARATORS) if i >= 0]
+    suffix = suffix[min(starts):] if starts else ""
+    return prefix, suffix

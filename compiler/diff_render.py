@@ -65,13 +65,11 @@ def markdown_row(g: Group) -> str:
         label = {ADDED: "file added", REMOVED: "file removed"}.get(g.kind, "bytes differ")
     else:
         label = _code(g.pattern) + (f" ×{g.count}" if g.count > 1 else "")
-    # A group of added or removed items holds different values, and a whole file added has none to show.
-    values_known = (g.count == 1 and not g.whole_file) or g.kind not in (ADDED, REMOVED)
-    if values_known and g.kind not in (ADDED, REMOVED):
+    if g.kind not in (ADDED, REMOVED):  # a whole file's hashes, or the values changed
         old, new = (_code(t) for t in short_pair(g.old, g.new, limit=120))
-    else:
-        old = cell(g.old) if values_known and g.kind == REMOVED else ""
-        new = cell(g.new) if values_known and g.kind == ADDED else ""
+    else:  # what was added or removed: a single item's value, a group's shared kind, nothing for a file
+        old = cell(g.old) if g.kind == REMOVED and g.old is not None else ""
+        new = cell(g.new) if g.kind == ADDED and g.new is not None else ""
     return f"| {mark} | {label} | {old} | {new} |"
 
 

@@ -53,11 +53,22 @@ def test_rewired_nodes_of_every_layer_group_with_their_layer_in_the_values():
     assert group.render() == '~ m.onnx:/nodes[name=/layers.{0..3}/Add]/inputs/0: "/layers.{0..3}/x/output_0" -> "/layers.{0..3}/Cast/output_0" ×4'
 
 
-def test_added_nodes_group_by_place_whatever_they_hold():
-    changes = [Change("m.onnx", ("nodes", ByName(f"/layers.{i}/Cast")), ADDED, new={"op": "Cast", "i": i}) for i in range(3)]
-    [group] = group_changes(changes)
-    assert group.render() == "+ m.onnx:/nodes[name=/layers.{0..2}/Cast] ×3"
-    assert "old" not in group.to_json() and "new" not in group.to_json()
+def test_added_nodes_group_by_place_and_op_whatever_else_they_hold():
+    changes = [Change("m.onnx", ("nodes", ByName(f"/layers.{i}/Cast")), ADDED, new={"op": "Cast", "inputs": [f"x{i}"]}) for i in range(3)]
+    changes += [Change("m.onnx", ("nodes", ByName(f"/layers.{i}/Mul")), ADDED, new={"op": "Mul", "inputs": [f"y{i}"]}) for i in range(3)]
+    cast, mul = group_changes(sorted_changes(changes))
+    assert cast.render() == '+ m.onnx:/nodes[name=/layers.{0..2}/Cast] = {"op": "Cast"} ×3'
+    assert mul.render() == '+ m.onnx:/nodes[name=/layers.{0..2}/Mul] = {"op": "Mul"} ×3'
+    assert cast.to_json()["new"] == {"op": "Cast"} and "old" not in cast.to_json()
+
+
+def test_constants_whose_bytes_changed_are_one_row_whatever_their_hashes():
+    changes = [
+        Change("m.onnx", ("initializers", ByName(f"layers.{i}/shape_64"), "stored"), CHANGED, f"inline sha256:{i:064x}", f"inline sha256:{i + 9:064x}")
+        for i in range(4)
+    ]
+    [group] = group_changes(sorted_changes(changes))
+    assert group.render() == '~ m.onnx:/initializers[name=layers.{0..3}/shape_64]/stored: "inline sha256:…" -> "inline sha256:…" ×4'
 
 
 def test_severity_by_what_changed_in_a_graph():
