@@ -81,11 +81,12 @@ class Change:
         return out
 
 
-_HASH = re.compile(r"(sha256:[0-9a-f]{12})[0-9a-f]{52}")
+_HASH = re.compile(r"\b((?:sha256:)?[0-9a-f]{12})[0-9a-f]{52}\b")
 
 
 def short_hashes(text: str) -> str:
-    """`sha256:` and 12 hex digits: enough to tell two files apart, short enough to leave room for the rest."""
+    """A SHA-256 (`sha256:`-prefixed or bare, as provenance.json records a spec's) cut to 12 hex digits:
+    enough to tell two files apart, short enough to leave room for the rest."""
     return _HASH.sub(r"\1…", text)
 
 

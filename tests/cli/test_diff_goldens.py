@@ -137,7 +137,8 @@ def test_block_size_change(case_dir, capsys, tmp_path):
         assert len(rows) == 1 and rows[0].endswith(f" ×{len(nbits)}")
     assert lines[0] == "severity: minor"
     # The overrides keep lm_head and mtp.fc float: no block_size of theirs may show.
-    assert "overrides" not in text and "lm_head" not in text and "mtp.fc" not in text
+    assert "<ir>:/quantization/overrides" not in text
+    assert not [line for line in lines if "[name=lm_head" in line or "[name=mtp.fc" in line]
     assert "🔵 minor" in md and "<details>" in md
 
     plan = plan_outputs(case_dir, capsys)
