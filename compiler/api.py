@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable
 from .diagnostics import Diagnostic, ExitCode, MtpcError
 
 if TYPE_CHECKING:
+    from .diff_report import DiffReport
     from .diffing import Change
     from .progress import Console
 
@@ -290,6 +291,13 @@ class DiffResult:
         from .diffing import summary
 
         return summary(list(self.changes))
+
+    @property
+    def report(self) -> "DiffReport":
+        """What `mtpc diff` prints: a severity per file, grouped rows (`mtpc.diff_render.text` / `.markdown`)."""
+        from .diff_report import DiffReport
+
+        return DiffReport(str(self.old), str(self.new), self.changes)
 
 
 def _spec_side(path: Path):

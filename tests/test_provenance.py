@@ -160,8 +160,9 @@ def test_package_diff_shows_the_spec_change_line_by_line(tmp_path):
         '~ provenance.json:/spec/lines/3: "  synthetic: {seed: 0}" -> "  synthetic: {seed: 1}"',
         "~ provenance.json:/source/seed: 0 -> 1",
         "~ provenance.json:/spec/file: \"a.yaml\" -> \"b.yaml\"",
-        f"~ provenance.json:/spec/sha256: \"{hashlib.sha256(a.read_bytes()).hexdigest()}\" -> "
-        f"\"{hashlib.sha256(b.read_bytes()).hexdigest()}\"",
+        # People read the hashes' first 12 hex digits (the JSON output keeps them whole).
+        f"~ provenance.json:/spec/sha256: \"{hashlib.sha256(a.read_bytes()).hexdigest()[:12]}…\" -> "
+        f"\"{hashlib.sha256(b.read_bytes()).hexdigest()[:12]}…\"",
     ]), rendered
 
 

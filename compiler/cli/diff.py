@@ -52,8 +52,8 @@ def compute(old: Path, new: Path):
 def run(args) -> int:
     report = DiffReport(args.old, args.new, tuple(compute(Path(args.old), Path(args.new))))
     say = console(args)
-    for v in report.verdicts:
-        say.detail(f"{v.file}: {v.changes} change(s), {v.severity}")
+    for name in sorted(report.by_file):
+        say.detail(f"{name}: {len(report.by_file[name])} change(s)")
     if args.format == "json":
         print_json("diff", report.to_json(), ok=not report.changes)
     elif args.format == "markdown":

@@ -25,7 +25,9 @@ from pathlib import Path
 import onnx
 import pytest
 
+import mtpc
 from mtpc.cli.main import main
+from mtpc.diff_render import text as text_lines
 from mtpc.diff_render import GITHUB_COMMENT_LIMIT, comment_length
 from mtpc.driver import build
 
@@ -205,6 +207,9 @@ def test_head_removed_and_added(case_dir, capsys):
         rows = [line for line in added.splitlines() if line.startswith(f"+ mtp/mtp.onnx:/{side}[name=")]
         count = sum(int(m.group(1)) if (m := re.search(r" ×(\d+)$", line)) else 1 for line in rows)
         assert count == len(ports(a["mtp/mtp.onnx"], side)) > 0
+    # The Python API gives the same report the CLI prints.
+    report = mtpc.diff("a.yaml", "b.yaml").report
+    assert text_lines(report) == removed.splitlines()
     plan = plan_outputs(case_dir, capsys)
     assert "  - mtp/mtp.onnx  (remove)" in plan and "  - mtp/mtp.onnx.data  (remove)" in plan
 
