@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.cli.verify import AsBuiltWeights, strict_greedy, tolerance_for
+from mtpc.cli.verify_tolerance import AsBuiltWeights, strict_greedy, tolerance_for
 from mtpc.driver import build_ir
 from mtpc.sources import open_weights
 from mtpc.ir import ModelIR, Precision, QuantizationPlan, QuantOverride, QuantScheme
