@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .diagnostics import Diagnostic, ExitCode, MtpcError
+from .diagnostics import ExitCode, MtpcError
 
 if TYPE_CHECKING:
     from .diff_report import DiffReport
@@ -124,147 +124,9 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
 
 
 # ----------------------------------------------------------------------------- check
+# In its own module (it is most of the API's rules); `mtpc.api.check` and `mtpc.check` are these.
 
-
-@dataclass(frozen=True)
-class Reported:
-    """One finding of `check`: where (file, JSON path, line) and what."""
-
-    file: str
-    where: str  # JSON path (or artifact:JSON path for a spec's artifacts); "" for a spec diagnostic
-    message: str
-    line: int | None = None
-    col: int | None = None
-    rendered: str | None = None  # a spec diagnostic with its source line and caret
-
-    def text(self) -> str:
-        if self.rendered is not None:
-            return self.rendered
-        return f"{self.file}:{self.where}: {self.message}"
-
-    def github(self) -> str:
-        props = f"file={_escape_property(self.file)}"
-        if self.line is not None:
-            props += f",line={self.line}"
-            if self.col is not None:
-                props += f",col={self.col}"
-        props += ",title=mtpc check"
-        message = f"{self.where}: {self.message}" if self.where else self.message
-        return f"::error {props}::{_escape_data(message)}"
-
-    def to_json(self) -> dict:
-        doc = {"file": self.file, "path": self.where, "message": self.message}
-        if self.line is not None:
-            doc.update(line=self.line, column=self.col)
-        return doc
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-@dataclass(frozen=True)
-class CheckedTarget:
-    path: Path
-    kind: str  # "package" | "spec"
-    findings: tuple[Reported, ...]
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """Every target checked, with its findings; `unusable` lists the targets that could not be checked at all."""
-
-    targets: tuple[CheckedTarget, ...]
-    unusable: tuple[Diagnostic, ...]
-    exit_code: int
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == ExitCode.OK
-
-    @property
-    def findings(self) -> tuple[Reported, ...]:
-        return tuple(f for t in self.targets for f in t.findings)
-
-    @property
-    def summary(self) -> str:
-        total = len(self.findings)
-        text = f"{total} finding{'s' if total != 1 else ''} in {_count(len(self.targets), 'target')}"
-        if self.unusable:
-            text += f"; {_count(len(self.unusable), 'target')} could not be checked"
-        return text
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' if n != 1 else ''}"
-
-
-SPEC_SUFFIXES = (".yaml", ".yml")
-
-
-def _from_diagnostic(spec: Path, d: Diagnostic) -> Reported:
-    if d.span is not None:
-        return Reported(d.span.file, d.path or "", d.message, d.span.line, d.span.col, d.render())
-    return Reported(str(spec), d.path or "", d.message, rendered=f"{spec}: {d.render()}")
-
-
-def check_target(path: Path) -> tuple[str, list[Reported]]:
-    """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
-    from .checks import check_files, is_runtime_package, package_directory
-    from .output import recover
-
-    if path.suffix.lower() not in SPEC_SUFFIXES:
-        recover(path)  # a compile into this folder that was killed: finish it first (a note says what was done)
-    if not path.exists():
-        raise _usage(f"{str(path)!r} does not exist")
-    if path.is_dir():
-        if not is_runtime_package(path):
-            raise _usage(f"{str(path)!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package")
-        return "package", [Reported(str(path / f.file), f.pointer or "/", f.message) for f in check_files(package_directory(path))]
-    if path.suffix.lower() not in SPEC_SUFFIXES:
-        raise _usage(
-            f"{str(path)!r} is neither a spec file ({', '.join(SPEC_SUFFIXES)}) nor a package folder",
-            hint="`mtpc check` takes spec files and compiled package folders; to look at a checkpoint, run: mtpc inspect",
-        )
-    from .driver import build
-
-    # build() runs the contract checks itself, in memory, as the gate compile passes before writing:
-    # what it finds in a package of ours is a bug (exit 3), raised from here like any other.
-    try:
-        build(path).close()
-    except MtpcError as error:
-        if error.exit_code is not ExitCode.FINDINGS:
-            raise
-        return "spec", [_from_diagnostic(path, d) for d in error.diagnostics]
-    return "spec", []
-
-
-def check(*targets: PathLike) -> CheckResult:
-    """Check spec files (compiled in memory) and package folders, as `mtpc check` does.
-
-    A target that cannot be checked (missing, neither a spec nor a package) is listed in
-    `unusable` and the others are still checked; the exit code is then 2."""
-    if not targets:
-        raise _usage("check needs at least one spec file or package folder")
-    checked: list[CheckedTarget] = []
-    unusable: list[Diagnostic] = []
-    for target in targets:
-        path = Path(target)
-        try:
-            kind, found = check_target(path)
-        except MtpcError as error:
-            if error.exit_code is not ExitCode.USAGE:
-                raise
-            unusable.extend(error.diagnostics)
-            continue
-        checked.append(CheckedTarget(path, kind, tuple(found)))
-    total = sum(len(t.findings) for t in checked)
-    code = ExitCode.USAGE if unusable else ExitCode.FINDINGS if total else ExitCode.OK
-    return CheckResult(tuple(checked), tuple(unusable), int(code))
+from .api_check import CheckedTarget, CheckResult, Reported, check, check_target  # noqa: E402, F401
 
 
 # ----------------------------------------------------------------------------- diff

@@ -18,7 +18,12 @@ measured by its size, never read.
 - `graphs`: what a graph holds, read without its weights;
 - `genai_config`: onnxruntime-genai's configs against their graphs;
 - `onnx_genai`: onnx-genai's metadata and MTP sidecar block against theirs;
-- `quantization`: `quantization.json`'s summary against its own weight list.
+- `quantization`: `quantization.json`'s summary against its own weight list;
+- `completeness`: every file the package's runtimes need is there;
+- `positions`: the line a finding's JSON pointer sits on, in a JSON or YAML file.
+
+A finding is an error (the check fails) or a warning (reported; the package runs, with a gap:
+no tokenizer, so token ids only).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
 from ..provenance import PROVENANCE_NAME
 from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
 from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
+from .completeness import check_onnx_genai_files, check_onnxruntime_genai_files
 from .quantization import check_quantization_report
 from .package import Checker, Files, Finding, PackageFile, artifact_files, check_tokenizer, folder, package_directory
 
@@ -105,8 +111,10 @@ def check_files(files: Files) -> list[Finding]:
             if isinstance(filename, str) and str(PurePosixPath(folder(rel)) / filename) == root_head.relpath:
                 check_head_folder(c, rel, cfg, GENAI_CONFIG, parsed[GENAI_CONFIG], root_main)
 
+    check_onnxruntime_genai_files(c, parsed)
+
     target = None
-    metadata_doc = None
+    metadata_doc = layout = speculator = None
     if INFERENCE_METADATA in files:
         metadata_doc = c.parse(INFERENCE_METADATA)
         if isinstance(metadata_doc, dict):
@@ -122,10 +130,12 @@ def check_files(files: Files) -> list[Finding]:
         hf = c.parse(HF_CONFIG)
         spec = hf.get("speculator_config") if isinstance(hf, dict) else None
         if isinstance(spec, dict):
+            speculator = spec
             c.validate(HF_CONFIG, hf, schema_for(HF_CONFIG))
             if target is None and "model.onnx" in files:
                 target = c.graph(HF_CONFIG, "", "model.onnx")
             check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, _vocab_size(metadata_doc))
+    check_onnx_genai_files(c, metadata_doc, layout, speculator)
     # Optional: no runtime reads it, and packages from before mtpc wrote it have none. Every package
     # mtpc writes now has one (the golden tests hold that); when present it must be sound.
     if QUANTIZATION_REPORT in files:
@@ -138,4 +148,9 @@ def check_files(files: Files) -> list[Finding]:
         if provenance is not None:
             c.validate(PROVENANCE_NAME, provenance, schema_for(PROVENANCE_NAME))
     check_tokenizer(c)
+    # Every graph's external data, whether or not a config names the graph: a copy that lost or cut
+    # short a data file is broken all the same.
+    for rel in sorted(files):
+        if rel.endswith(".onnx"):
+            c.graph(rel, "", rel)
     return c.result()

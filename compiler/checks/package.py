@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
 import yaml
 
+from ..spec.suggest import closest
 from ..validation import errors as schema_errors, json_pointer, read_yaml
 from .graphs import ExternalTensor, Graph, read_graph
+from .positions import Positions, locate, positions
 
 
 @dataclass(frozen=True, order=True)
@@ -26,12 +28,27 @@ class Finding:
     file: str  # package-relative, "/"-separated
     pointer: str  # RFC 6901 JSON pointer inside `file` ("" when about the whole file)
     message: str
+    # "error" fails the check; "warning" is reported and does not (a package that runs, with a gap a user should know of).
+    severity: str = "error"
+    hint: str | None = None
+    line: int | None = None  # 1-based, where `pointer` sits in a JSON / YAML file's text (None: not known)
+    col: int | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == "error"
 
     def render(self) -> str:
-        return f"{self.file}:{self.pointer or '/'}: {self.message}"
+        text = f"{self.file}:{self.pointer or '/'}: {'' if self.blocking else self.severity + ': '}{self.message}"
+        return text + (f" (hint: {self.hint})" if self.hint else "")
 
     def to_json(self) -> dict:
-        return {"file": self.file, "path": self.pointer or "/", "message": self.message}
+        doc = {"file": self.file, "path": self.pointer or "/", "message": self.message, "severity": self.severity}
+        if self.hint:
+            doc["hint"] = self.hint
+        if self.line is not None:
+            doc.update(line=self.line, column=self.col)
+        return doc
 
 
 def folder(relpath: str) -> str:
@@ -75,9 +92,11 @@ class Checker:
     # Schema `not` findings, kept back until the end: where a check of mtpc's own says the same
     # thing at the same place (a path with '..'), only its clearer line is reported.
     _negated: list[Finding] = field(default_factory=list)
+    _positions: dict[str, Positions] = field(default_factory=dict)
 
-    def add(self, file: str, where: str, message: str) -> None:
-        self.findings.append(Finding(file, where, message))
+    def add(self, file: str, where: str, message: str, *, severity: str = "error", hint: str | None = None,
+            line: int | None = None, col: int | None = None) -> None:
+        self.findings.append(Finding(file, where, message, severity, hint, line, col))
 
     # -- files
 
@@ -154,8 +173,9 @@ class Checker:
         try:
             text = self.files[rel].read().decode("utf-8")
             return json.loads(text) if rel.endswith(".json") else read_yaml(text)
-        except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-            self.add(rel, "", f"cannot be parsed: {exc}".replace("\n", " "))
+        except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
+            line, col = _error_position(exc)
+            self.add(rel, "", f"cannot be parsed: {exc}".replace("\n", " "), line=line, col=col)
             return None
 
     def validate(self, rel: str, instance, schema: str | None) -> None:
@@ -163,12 +183,55 @@ class Checker:
             self.add(rel, "", "no schema in mtpc covers this layout")
             return
         for e in schema_errors(schema, instance):
-            finding = Finding(rel, json_pointer(*e.absolute_path), f"{_schema_message(e)} (schema {schema})")
+            where = json_pointer(*e.absolute_path)
+            unexpected = _unexpected_keys(e)
+            if unexpected:  # one finding per key, at the key's own line, with the key it was likely meant to be
+                for key, hint in unexpected:
+                    self.add(rel, where + json_pointer(key), f"unknown key {key!r} (schema {schema})", hint=hint)
+                continue
+            finding = Finding(rel, where, f"{_schema_message(e)} (schema {schema})")
             (self._negated if e.validator == "not" else self.findings).append(finding)
 
     def result(self) -> list[Finding]:
         said = {(f.file, f.pointer) for f in self.findings}
-        return sorted(set(self.findings) | {f for f in self._negated if (f.file, f.pointer) not in said})
+        found = set(self.findings) | {f for f in self._negated if (f.file, f.pointer) not in said}
+        return sorted(self._with_line(f) for f in found)
+
+    def _with_line(self, finding: Finding) -> Finding:
+        """`finding` with the line its pointer sits on, in a JSON or YAML file that can be read."""
+        if finding.line is not None or finding.file not in self.files or not finding.file.endswith((".json", ".yaml", ".yml")):
+            return finding
+        if finding.file not in self._positions:
+            try:
+                text = self.files[finding.file].read().decode("utf-8")
+            except UnicodeDecodeError:
+                text = ""
+            self._positions[finding.file] = positions(finding.file, text)
+        at = locate(self._positions[finding.file], finding.pointer)
+        return replace(finding, line=at[0], col=at[1]) if at is not None else finding
+
+
+def _error_position(exc: Exception) -> tuple[int | None, int | None]:
+    """Where a JSON or YAML parser stopped, 1-based, when it says."""
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.lineno, exc.colno
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+
+
+def _unexpected_keys(error) -> list[tuple[str, str | None]]:
+    """For an `additionalProperties: false` error, each key the schema does not allow, with a "did you mean"."""
+    if error.validator != "additionalProperties" or error.validator_value is not False or not isinstance(error.instance, dict):
+        return []
+    allowed = list(error.schema.get("properties", {}))
+    patterns = list(error.schema.get("patternProperties", {}))
+    found = []
+    for key in sorted(error.instance):
+        if key in allowed or any(re.search(p, key) for p in patterns):
+            continue
+        guess = closest(key, allowed)
+        found.append((key, f"did you mean {guess!r}?" if guess else None))
+    return found
 
 
 def _schema_message(error) -> str:

@@ -1,4 +1,4 @@
-"""`mtpc check SPEC|DIR...`: the CI gate. Schemas plus cross-artifact contracts."""
+"""`mtpc check SPEC|DIR...`: the CI gate. Schemas, cross-artifact contracts and completeness (see `mtpc.api_check`)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,26 @@ graph in a form it takes (a dense float embedding; a dense float LM head, or a
 MatMulNBits-packed one with `<prefix>.scales` beside it), file names are
 relative without '..'. A SPEC is compiled in memory (nothing written) and
 checked the same way; compile runs these checks too before it writes, so a
-finding in a spec's package is a bug in mtpc (exit 3). Every finding is
-reported, one line each: FILE:JSON-PATH: MESSAGE.
+finding in a spec's package is a bug in mtpc (exit 3).
+A package must also be complete: every file its runtimes need is there (the head
+folder's genai_config.json, inference_metadata.yaml beside onnx-genai's sidecar,
+config.json's speculator_config for the workflow layout, each graph's external
+data, long enough); a missing file is a finding about that file. A package
+without a tokenizer is a warning: reported, not failing (token ids still work).
+Every finding is reported, one line each: FILE:LINE:COL: JSON-PATH: MESSAGE
+(the line of the key in a JSON or YAML file; FILE:JSON-PATH: for graphs).
+--offline: a spec's hf or gguf checkpoint is not opened; the schema, the
+cross-field rules and the targets are checked, and a note says what was not.
+Without it, a spec whose checkpoint is absent cannot be checked (exit 2).
+--format github: ::error / ::warning / ::notice annotations, paths relative to
+the working directory, line= where known, hints kept.
 A target that cannot be checked (missing, not a package, not a spec file) is
 reported on stderr and the others are still checked; the exit code is then 2.
 
 examples:
   mtpc check out/qwen35-tiny-mtp
   mtpc check specs/*.yaml out/*/ --format github     # annotations in a GitHub Actions log
+  mtpc check --offline specs/*.yaml                  # in CI, without the checkpoints
   mtpc check out/pkg --format json | jq '.targets[].findings'
 """
 
@@ -34,14 +46,26 @@ examples:
 def add_parser(sub) -> None:
     p = verb_parser(sub, "check", HELP, EPILOG, formats=("text", "json", "github"))
     p.add_argument("targets", nargs="+", metavar="SPEC|DIR", help="spec files and/or package directories")
+    p.add_argument(
+        "--offline", action="store_true",
+        help="check specs without their checkpoint: an hf or gguf source is not opened (schema, cross-field rules "
+        "and targets are checked; what needs the weights is not); a synthetic spec is still checked in full",
+    )
+    p.add_argument(
+        "--skip-non-specs", action="store_true",
+        help="skip YAML files that are not mtpc specs (no top-level `mtpc:` key) instead of reporting them: "
+        "for a pre-commit hook or a glob over a folder of mixed YAML",
+    )
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    result = check_targets(*args.targets)
+    result = check_targets(*args.targets, offline=args.offline, skip_non_specs=args.skip_non_specs)
     say = console(args)
     for t in result.targets:
         say.detail(f"checked {t.path} ({t.kind}): {len(t.findings)} finding{'s' if len(t.findings) != 1 else ''}")
+    for path in result.skipped:
+        say.detail(f"skipped {path}: not an mtpc spec (no top-level `mtpc:` key)")
     code = ExitCode(result.exit_code)
     if args.format == "json":
         payload = {
@@ -49,18 +73,21 @@ def run(args) -> int:
             "targets": [
                 {"target": str(t.path), "kind": t.kind, "findings": [r.to_json() for r in t.findings]} for t in result.targets
             ],
+            "skipped": [str(p) for p in result.skipped],
         }
         if result.unusable:
             payload.update(exit_code=int(code), diagnostics=[d.to_json() for d in result.unusable])
         print_json("check", payload, ok=result.ok)
     else:
         for r in result.findings:
-            out(r.github() if args.format == "github" else r.text())
+            if args.format == "github":
+                out(r.github())
+            elif r.severity == "note":
+                if not say.quiet:
+                    err(r.text())  # how it was checked, not a finding: beside the summary, unless -q
+            else:
+                out(r.text())
         for d in result.unusable:
             err(d.render())
-        err(f"mtpc check: {result.summary}" if not result.ok else f"mtpc check: ok ({_targets(len(result.targets))})")
+        err(f"mtpc check: {result.summary}")
     return int(code)
-
-
-def _targets(n: int) -> str:
-    return f"{n} target{'s' if n != 1 else ''}"

@@ -135,8 +135,11 @@ def run(args) -> int:
     report.steps.append("static checks")
     findings = check_package(root)
     for f in findings:
-        report.agree("static", False, f.render())
-    if findings:
+        if f.blocking:
+            report.agree("static", False, f.render())
+        else:
+            report.notes.append(f.render())
+    if any(f.blocking for f in findings):
         return _finish(args, report)
     cfg_path = root / GENAI_CONFIG
     if not cfg_path.is_file():

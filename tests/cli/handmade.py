@@ -176,7 +176,19 @@ def write_package(root: Path, *, config: dict | None = None, main=None, head=Non
     (root / "mtp" / "genai_config.json").write_text(json.dumps(head_config(), indent=2), encoding="utf-8")
     save_graph(root / "model.onnx", *(main or main_io()), data_file="model.onnx.data")
     save_graph(root / "mtp" / "mtp.onnx", *(head or head_io()), data_file="mtp.onnx.data")
+    for name, doc in tokenizer_files().items():
+        (root / name).write_text(json.dumps(doc, indent=2), encoding="utf-8")
     return root
+
+
+def tokenizer_files() -> dict[str, dict]:
+    """A BPE tokenizer with one printable character per id and no merges, and its config: og.Tokenizer reads both."""
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": None, "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "vocab": {chr(0x21 + i): i for i in range(VOCAB)}, "merges": []},
+    }
+    return {"tokenizer.json": tokenizer, "tokenizer_config.json": {"tokenizer_class": "Qwen2Tokenizer"}}
 
 
 def renamed(values, old: str, new: str):

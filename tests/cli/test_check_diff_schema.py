@@ -27,13 +27,23 @@ def test_check_clean_package_exits_0_and_prints_nothing_on_stdout(tmp_path):
     assert "ok" in proc.stderr
 
 
+def line_of(path, text: str) -> tuple[int, int]:
+    """Where `text` first appears in the file (1-based line and column), found by plain search."""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if text in line:
+            return number, line.index(text) + 1
+    raise AssertionError(f"{text!r} is not in {path}")
+
+
 def test_check_broken_package_one_line_per_finding(tmp_path):
     pkg = broken_package(tmp_path / "pkg")
     proc = run_mtpc("check", str(pkg))
     assert proc.returncode == 1
+    config = pkg / "genai_config.json"
+    model, present = line_of(config, '"model"'), line_of(config, '"present_value_names"')
     assert proc.stdout.splitlines() == [
-        f"{pkg}/genai_config.json:/model: 'vocab_size' is a required property (schema genai_config.schema.json)",
-        f"{pkg}/genai_config.json:/model/decoder/outputs/present_value_names: 'present.3.value' is not an output of model.onnx",
+        f"{config}:{model[0]}:{model[1]}: /model: 'vocab_size' is a required property (schema genai_config.schema.json)",
+        f"{config}:{present[0]}:{present[1]}: /model/decoder/outputs/present_value_names: 'present.3.value' is not an output of model.onnx",
     ]
     assert "2 findings in 1 target" in proc.stderr
 
@@ -54,8 +64,9 @@ def test_check_github_annotations(tmp_path, capsys):
     assert main(["check", "--format", "github", str(pkg)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
-    assert lines[1] == (
-        f"::error file={pkg}/genai_config.json,title=mtpc check::/model/decoder/outputs/present_value_names: "
+    line, col = line_of(pkg / "genai_config.json", '"present_value_names"')
+    assert lines[1] == (  # outside the working directory, the path stays absolute
+        f"::error file={pkg}/genai_config.json,line={line},col={col},title=mtpc check::/model/decoder/outputs/present_value_names: "
         "'present.3.value' is not an output of model.onnx"
     )
 
