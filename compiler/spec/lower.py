@@ -38,10 +38,7 @@ from .targets import targets_of
 
 
 def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
-    filled = apply_defaults(load_schema("spec"), spec.data)
-    problems = rules.check(spec, filled)
-    if problems:
-        raise MtpcError(by_position(problems), ExitCode.FINDINGS)
+    filled = _ruled(spec)
     ref = _source_ref(spec, filled["source"])
     info = _describe(spec, ref)
     architecture = _override_architecture(spec, info.architecture)
@@ -71,6 +68,22 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
     if problems:
         raise MtpcError(by_position(problems), ExitCode.FINDINGS)
     return replace(ir, notes=ir.notes + notes), info
+
+
+def _ruled(spec: LoadedSpec) -> dict:
+    """The spec with the schema's defaults filled in, once every rule JSON Schema cannot say holds."""
+    filled = apply_defaults(load_schema("spec"), spec.data)
+    problems = rules.check(spec, filled)
+    if problems:
+        raise MtpcError(by_position(problems), ExitCode.FINDINGS)
+    return filled
+
+
+def check_without_source(spec: LoadedSpec) -> None:
+    """What lowering checks before it opens the source: the cross-field rules and the targets, each runtime's
+    limits included (`mtpc check --offline`). What needs the checkpoint (its sizes and tensors, which
+    quantization overrides match, whether it ships a head) and the package built from it is left out."""
+    targets_of(_ruled(spec)["targets"])
 
 
 def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
