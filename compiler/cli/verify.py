@@ -17,7 +17,8 @@ that fails:
    must be identical. The draft acceptance rate is reported.
 
 Paged packages (CUDA, packed `[N]` inputs) cannot run on CPU: only step 1, and
-the verdict says so. A package with an MTP head checked against a spec whose
+the verdict says so; that exits 2 (the package was not run), unless `--static-only`
+asked for the static checks alone. A package with an MTP head checked against a spec whose
 source ships none is the wrong spec: a failed check, not a note.
 A runtime that refuses the package (a graph it cannot load or run) is a failed
 check with the runtime's one-line reason, not a crash.
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from ..checks import GENAI_CONFIG, check_package, is_runtime_package
 from ..diagnostics import ExitCode, MtpcError
-from .report import console, verb_parser, existing_dir, existing_file, out, print_json
+from .report import console, verb_parser, err, existing_dir, existing_file, out, print_json
 from .verify_runner import RuntimeRefused
 from .verify_steps import Report, acceptance_rate, compare_package, is_paged
 
@@ -51,8 +52,15 @@ dequantized), so the bound is that of its I/O dtype: it covers the runtime's
 arithmetic, not the rounding of the weights. Only MatMulNBits with accuracy_level > 0
 (rounding activations to int8 or float16; on CPU that is the default, 4) gets a looser bound.
 
+A package that cannot run here (a paged one, CUDA-only, on this CPU-only
+verify; or one without genai_config.json) gets its static checks and exits 2:
+nothing ran, so nothing was verified. --static-only makes the static checks the
+verdict (exit 0 when they pass), for any package. Without the runtime extra
+(onnxruntime, onnxruntime-genai) verify says what to install and exits 2.
+
 examples:
   mtpc verify out/qwen35-tiny-mtp --spec specs/qwen35-tiny-mtp.yaml
+  mtpc verify out/paged --spec specs/qwen35-tiny-paged.yaml --static-only   # CUDA-only: check, do not run
   mtpc verify pkg --spec spec.yaml --prompt 1,17,42,99 --new-tokens 16 --draft-tokens 3
   mtpc verify pkg --spec spec.yaml --format json | jq .acceptance_rate
 """
@@ -80,6 +88,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--atol", type=tolerance_value, metavar="X",
         help="allowed deviation (>= 0), relative to the largest reference value",
+    )
+    p.add_argument(
+        "--static-only", action="store_true",
+        help="run only the static checks (those of `mtpc check`) and accept them as the verdict; without it, a "
+        "package that cannot run here (paged, CUDA-only) exits 2 after its static checks, so a gate cannot pass untested",
     )
     p.set_defaults(run=run)
 
@@ -148,6 +161,9 @@ def run(args) -> int:
     cfg = json.loads(cfg_path.read_text("utf-8"))
     if is_paged(cfg):
         report.static_only = "paged packages cannot run on CPU"
+        return _finish(args, report)
+    if args.static_only:
+        report.static_only = "--static-only: the package was not run"
         return _finish(args, report)
     context = (cfg.get("model") or {}).get("context_length")
     if isinstance(context, int) and len(prompt) + args.new_tokens > context:
@@ -231,6 +247,8 @@ def _verdict(report: Report, refused: bool) -> str:
         return "verify: ok" + (" (but see the provenance warnings above)" if report.provenance else "")
     if refused:
         return "verify: FAILED (a runtime refused the package)"
+    if any(c["check"] == "static" and not c["ok"] for c in report.checks):
+        return "verify: FAILED (the static checks, as `mtpc check` reports them)"
     if any("different spec" in m for m in report.provenance):
         return "verify: MISMATCH: the package was compiled from another spec (see the warnings; its spec is in provenance.json)"
     if any("source differs" in m for m in report.provenance):
@@ -238,13 +256,23 @@ def _verdict(report: Report, refused: bool) -> str:
     return "verify: MISMATCH"
 
 
+# What to do about a package that could not be run here, said with the verdict.
+NOT_RUN_HINT = ("pass --static-only to accept the static checks as the verdict, or run the package where its runtime "
+                "is (for a paged package on a CUDA machine: tests/gpu/run_paged_check.py)")
+
+
 def _finish(args, report: Report) -> int:
     rate = acceptance_rate(report.stats)
+    # Static checks alone pass a gate only when asked for: a package nothing ran is not a verified one.
+    not_run = report.ok and report.static_only is not None and not args.static_only
+    code = ExitCode.USAGE if not_run else ExitCode.OK if report.ok else ExitCode.FINDINGS
     if args.format == "json":
+        extra = {"exit_code": int(code), "hint": NOT_RUN_HINT} if not_run else {}
         print_json(
             "verify",
             {
-                "ok": report.ok,
+                **extra,
+                "ok": code is ExitCode.OK,
                 "checks": report.checks,
                 "notes": report.notes,
                 "steps": report.steps,
@@ -275,8 +303,11 @@ def _finish(args, report: Report) -> int:
         if rate is not None:
             out(f"draft acceptance:   {rate:.0%} ({report.stats.get('draft_tokens_accepted')} of {report.stats.get('draft_tokens_evaluated') or report.stats.get('draft_tokens_proposed')})")
         refused = any(c["check"] == "runtime" and not c["ok"] for c in report.checks)
-        if report.ok and report.static_only:
+        if not_run:
+            out(f"verify: NOT RUN ({report.static_only}); only the static checks passed")
+            err(f"mtpc verify: the package was not run; {NOT_RUN_HINT}")
+        elif report.ok and report.static_only:
             out(f"verify: static checks only ({report.static_only})")
-            return int(ExitCode.OK)
-        out(_verdict(report, refused))
-    return int(ExitCode.OK) if report.ok else int(ExitCode.FINDINGS)
+        else:
+            out(_verdict(report, refused))
+    return int(code)

@@ -191,19 +191,49 @@ def test_verify_against_the_wrong_weights_is_a_mismatch(package, tmp_path, capsy
     assert out.rstrip().splitlines()[-1].startswith("verify: MISMATCH: the package was compiled from another spec")
 
 
-def test_verify_paged_package_is_static_only(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def paged_package(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("paged") / "pkg"
+    assert main(["compile", "-q", str(SPECS / "qwen35-tiny-paged.yaml"), "-o", str(out)]) == 0
+    return out
+
+
+def test_verify_paged_package_is_not_run_and_exits_2(paged_package, capsys):
+    """Only the static checks can run on CPU: a gate must not pass as if the package had been run."""
     spec = SPECS / "qwen35-tiny-paged.yaml"
-    assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "paged")]) == 0
     capsys.readouterr()
-    assert main(["verify", "-q", str(tmp_path / "paged"), "--spec", str(spec)]) == 0
-    out = capsys.readouterr().out
-    # Nothing ran on a runtime: the verdict says so instead of a bare "ok".
-    assert out.rstrip().splitlines()[-1] == "verify: static checks only (paged packages cannot run on CPU)"
-    assert "verify: ok" not in out
-    assert main(["verify", "-q", "--format", "json", str(tmp_path / "paged"), "--spec", str(spec)]) == 0
+    assert main(["verify", "-q", str(paged_package), "--spec", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.rstrip().splitlines()[-1] == (
+        "verify: NOT RUN (paged packages cannot run on CPU); only the static checks passed"
+    )
+    assert "verify: ok" not in captured.out
+    assert "pass --static-only to accept the static checks as the verdict" in captured.err
+    assert main(["verify", "-q", "--format", "json", str(paged_package), "--spec", str(spec)]) == 2
     doc = json.loads(capsys.readouterr().out)
-    assert doc["ok"] is True and doc["checks"] == []
+    assert doc["ok"] is False and doc["exit_code"] == 2 and doc["checks"] == []
     assert doc["steps"] == ["static checks"] and doc["static_only"] == "paged packages cannot run on CPU"
+
+
+def test_verify_static_only_accepts_the_static_checks(paged_package, capsys):
+    spec = SPECS / "qwen35-tiny-paged.yaml"
+    capsys.readouterr()
+    assert main(["verify", "-q", "--static-only", str(paged_package), "--spec", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == "verify: static checks only (paged packages cannot run on CPU)"
+    assert main(["verify", "-q", "--static-only", "--format", "json", str(paged_package), "--spec", str(spec)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True and doc["steps"] == ["static checks"]
+
+
+def test_verify_static_only_still_fails_a_broken_package(paged_package, tmp_path, capsys):
+    broken = tmp_path / "pkg"
+    shutil.copytree(paged_package, broken)
+    (broken / "model.onnx.data").unlink()
+    assert main(["verify", "-q", "--static-only", str(broken), "--spec", str(SPECS / "qwen35-tiny-paged.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL static: model.onnx:/: 'model.onnx.data' does not exist in the package" in out
+    assert out.rstrip().endswith("verify: FAILED (the static checks, as `mtpc check` reports them)")
 
 
 def test_verify_of_a_package_with_a_head_against_a_headless_spec_fails(package, capsys):
@@ -239,3 +269,12 @@ def test_markdown_diff_says_file_added_and_removed(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| ➕ | file added |  |  |" in text and "| ➖ | file removed |  |  |" in text
     assert "null" not in text
+
+
+def test_verify_of_a_package_with_nothing_onnxruntime_genai_can_run_is_not_run(tmp_path, capsys):
+    spec = SPECS.parent / "tests" / "cases" / "valid" / "only_onnx_genai.yaml"
+    assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "pkg")]) == 0
+    capsys.readouterr()
+    assert main(["verify", "-q", str(tmp_path / "pkg"), "--spec", str(spec)]) == 2
+    assert "verify: NOT RUN (no genai_config.json: nothing to run on onnxruntime)" in capsys.readouterr().out
+    assert main(["verify", "-q", "--static-only", str(tmp_path / "pkg"), "--spec", str(spec)]) == 0
