@@ -5,8 +5,8 @@ streaming copy of the same weights, measured minutes earlier on the same disk
 and CPU, do not (much). So this prints both, and the ratios are what to compare
 across machines and commits.
 
-    /work/venv/bin/python bench/compile_bench.py --size small
-    /work/venv/bin/python bench/compile_bench.py --size medium --json medium.json
+    .venv/bin/python bench/compile_bench.py --size small
+    .venv/bin/python bench/compile_bench.py --size medium --json medium.json
 
 Steps:
 1. Write a synthetic Qwen3.5 checkpoint with an MTP head (HF safetensors,

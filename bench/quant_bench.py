@@ -4,8 +4,8 @@ Absolute MB/s depend on the machine; the time of a plain numpy pass over the sam
 bytes, measured right beside each run, mostly does not. So this prints both, and
 the ratios are what to compare across machines and commits.
 
-    /work/venv/bin/python bench/quant_bench.py                          # 1024 x 1024, seconds
-    /work/venv/bin/python bench/quant_bench.py --rows 4096 --cols 4096 --repeat 5 --json q.json
+    .venv/bin/python bench/quant_bench.py                          # 1024 x 1024, seconds
+    .venv/bin/python bench/quant_bench.py --rows 4096 --cols 4096 --repeat 5 --json q.json
 
 Cases, each on one `[rows, cols]` weight:
 - `quantize_linear int4` / `int8`: `mtpc.quant.quantize_linear(w, bits, 32)` on a float32

@@ -97,8 +97,9 @@ class Parser(argparse.ArgumentParser):
 EPILOG = """\
 exit codes (every verb):
   0  nothing to report
-  1  findings: invalid spec, failed check, non-empty diff, verify mismatch
-  2  usage error or unreadable input
+  1  findings: invalid spec, failed check, non-empty diff, verify mismatch (warnings do not count)
+  2  usage error or unreadable input; a spec whose checkpoint is absent (check --offline checks it
+     without); a package verify could not run here (--static-only accepts the static checks)
   3  internal error (a bug in mtpc; rerun with --traceback and report it)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM; an interrupted compile leaves nothing behind
   141  stdout or stderr was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE

@@ -81,3 +81,17 @@ def test_tiny_quant_bench_reports_every_case(tmp_path):
 def test_quant_bench_refuses_a_row_length_the_k_quants_cannot_hold():
     done = subprocess.run([sys.executable, str(QUANT_BENCH), "--cols", "100"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "multiple of 256" in done.stderr
+
+
+def test_the_bench_readme_commands_name_the_readmes_venv_and_real_scripts():
+    """Each command in bench/README.md runs a script that exists with the interpreter the README's set-up makes."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    venv = re.search(r"python3 -m venv (\S+)", (repo / "README.md").read_text(encoding="utf-8")).group(1)
+    commands = re.findall(r"^(\S*python\S*) (bench/\S+\.py)", (repo / "bench" / "README.md").read_text(encoding="utf-8"), re.M)
+    assert commands
+    for interpreter, script in commands:
+        assert interpreter == f"{venv}/bin/python", interpreter
+        assert (repo / script).is_file(), script

@@ -29,8 +29,9 @@ def test_the_readme_spec_lowers_with_a_gguf_in_place_of_its_model(tmp_path):
 
 def test_every_yaml_example_in_docs_spec_lowers(tmp_path):
     blocks = yaml_blocks((REPO / "docs" / "spec.md").read_text(encoding="utf-8"))
-    complete = [b for b in blocks if b.startswith("mtpc:")]
-    fragments = [b for b in blocks if not b.startswith("mtpc:")]
+    starts_a_spec = lambda b: re.sub(r"\A(?:#.*\n)*", "", b).startswith("mtpc:")  # noqa: E731 (after comments)
+    complete = [b for b in blocks if starts_a_spec(b)]
+    fragments = [b for b in blocks if not starts_a_spec(b)]
     assert complete and fragments
     for i, block in enumerate(complete):
         (tmp_path / f"complete{i}.yaml").write_text(block, encoding="utf-8")
