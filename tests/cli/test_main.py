@@ -179,3 +179,21 @@ def test_check_json_keeps_the_spec_path_of_each_finding_as_compile_does(tmp_path
     assert main(["compile", "--format", "json", str(spec), "-o", str(tmp_path / "out")]) == 1
     (diagnostic,) = json.loads(capsys.readouterr().out)["diagnostics"]
     assert diagnostic["path"] == finding["path"]
+
+
+def test_the_exit_code_table_is_the_same_in_the_readme_the_help_and_the_code():
+    """README's codes, `mtpc --help`'s table and the code's constants name the same numbers."""
+    import re
+    import signal
+
+    from mtpc.cli.main import EPILOG, EXIT_BROKEN_PIPE
+    from mtpc.diagnostics import ExitCode
+
+    in_code = {int(c) for c in ExitCode} | {EXIT_BROKEN_PIPE, 128 + signal.SIGINT, 128 + signal.SIGTERM}
+    assert in_code == {0, 1, 2, 3, 130, 141, 143}
+    table = EPILOG.split("exit codes (every verb):", 1)[1].split("\n\n", 1)[0]
+    in_help = {int(n) for n in re.findall(r"(?:^  |; )(\d+)\s", table, re.M)}
+    assert in_help == in_code, table
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("Exit codes are the same everywhere:", 1)[1].split("\n\n", 1)[0]
+    assert {int(n) for n in re.findall(r"`(\d+)`", paragraph)} == in_code, paragraph
