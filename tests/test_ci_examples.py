@@ -18,14 +18,10 @@ import pytest
 import yaml
 
 from mtpc.validation import load_schema
+from tests.fixtures.git import GIT_ENV, git
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "github-actions.yml"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "mtpc tests", "GIT_AUTHOR_EMAIL": "tests@mtpc.invalid",
-    "GIT_COMMITTER_NAME": "mtpc tests", "GIT_COMMITTER_EMAIL": "tests@mtpc.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 def step(name: str) -> dict:
@@ -33,11 +29,6 @@ def step(name: str) -> dict:
     (found,) = [s for s in job["steps"] if s.get("name") == name]
     return found
 
-
-def git(cwd: Path, *args: str) -> str:
-    ran = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV})
-    assert ran.returncode == 0, ran.stderr
-    return ran.stdout
 
 
 def run_step(name: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -25,20 +25,11 @@ import yaml
 
 from mtpc.cli.check import is_spec_file
 from tests.clients.llama_cpp import cache_root
+from tests.fixtures.git import GIT_ENV, git
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = "v0.1.0"
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "mtpc tests", "GIT_AUTHOR_EMAIL": "tests@mtpc.invalid",
-    "GIT_COMMITTER_NAME": "mtpc tests", "GIT_COMMITTER_EMAIL": "tests@mtpc.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-}
 
-
-def git(cwd: Path, *args: str) -> str:
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV})
-    assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
-    return result.stdout
 
 
 # What the hook's environment is built from (pip install of the package); tests and docs are not part of it.

@@ -124,7 +124,8 @@ def upstream():
 
 def _assert_sound(artifacts, upstream) -> dict[str, object]:
     """`mtpc check`'s findings are none and upstream onnx-genai's schemas accept its documents; the parsed documents."""
-    assert [f.render() for f in check_files(artifact_files(artifacts))] == []
+    # The GGUFs here carry no tokenizer: that package is a warning (token ids only), never a failed check.
+    assert [f.render() for f in check_files(artifact_files(artifacts)) if f.blocking] == []
     files = {a.relpath: a for a in artifacts}
     docs: dict[str, object] = {}
     if "inference_metadata.yaml" in files:
