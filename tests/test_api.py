@@ -85,3 +85,23 @@ def test_the_cli_reports_what_the_api_returns(tmp_path, capsys):
     assert doc["changes"] == [c.to_json() for c in mtpc.diff(a, b).changes]
     assert main(["check", str(a), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"] == mtpc.check(a).summary
+
+
+def test_check_offline_and_warnings_through_the_api(tmp_path):
+    spec = tmp_path / "hf.yaml"
+    spec.write_text("mtpc: 1\nname: away\nsource: {hf: gone}\n", encoding="utf-8")
+    other = tmp_path / "openapi.yaml"
+    other.write_text("openapi: 3.0.0\n", encoding="utf-8")
+    with_source_absent = mtpc.check(spec)
+    assert with_source_absent.exit_code == ExitCode.USAGE and "mtpc check --offline" in with_source_absent.unusable[0].hint
+    offline = mtpc.check(spec, other, offline=True, skip_non_specs=True)
+    assert offline.ok and offline.skipped == (other,)
+    (note,) = offline.findings
+    assert note.severity == "note" and not note.blocking and note.line == 3
+    assert offline.summary == "ok (1 target; 1 checked offline, without the checkpoint; 1 YAML file not an mtpc spec, skipped)"
+
+    pkg = mtpc.compile(TINY, tmp_path / "pkg").output
+    (pkg / "tokenizer_config.json").unlink()
+    warned = mtpc.check(pkg)
+    assert warned.ok and [f.severity for f in warned.findings] == ["warning"]
+    assert warned.findings[0].file == str(pkg / "tokenizer_config.json")
