@@ -161,13 +161,13 @@ def compiled(tmp_path_factory):
     return folder
 
 
-def extents(graph_path) -> dict[str, int]:
-    """initializer -> the byte its external data ends at, straight from the graph's external_data entries."""
+def extents(graph_path, location: str) -> dict[str, int]:
+    """initializer -> the byte its external data in `location` ends at, straight from the graph's external_data entries."""
     model = onnx.load(str(graph_path), load_external_data=False)
     ends = {}
     for init in model.graph.initializer:
         entries = {e.key: e.value for e in init.external_data}
-        if entries:
+        if entries.get("location") == location:
             ends[init.name] = int(entries.get("offset", 0)) + int(entries["length"])
     return ends
 
@@ -180,7 +180,7 @@ def test_compiled_package_with_a_truncated_data_file(compiled, tmp_path):
     package = shutil.copytree(compiled, tmp_path / "pkg")
     data = package / "model.onnx.data"
     data.write_bytes(data.read_bytes()[:1000])
-    ends = extents(package / "model.onnx")
+    ends = extents(package / "model.onnx", "model.onnx.data")
     last = max(ends, key=ends.get)
     past = sum(end > 1000 for end in ends.values())
     assert lines(package) == [
@@ -192,12 +192,41 @@ def test_compiled_package_with_a_truncated_data_file(compiled, tmp_path):
         ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
 
 
+def _move_external(graph_path, name: str, **entries: str) -> None:
+    model = onnx.load(str(graph_path), load_external_data=False)
+    init = next(i for i in model.graph.initializer if i.name == name)
+    for entry in init.external_data:
+        if entry.key in entries:
+            entry.value = entries[entry.key]
+    onnx.save(model, str(graph_path))
+
+
+def test_main_and_head_read_the_shared_embedding_at_one_place(compiled):
+    main = {i.name: {e.key: e.value for e in i.external_data}
+            for i in onnx.load(str(compiled / "model.onnx"), load_external_data=False).graph.initializer}
+    head = {i.name: {e.key: e.value for e in i.external_data}
+            for i in onnx.load(str(compiled / "mtp" / "mtp.onnx"), load_external_data=False).graph.initializer}
+    assert main["model.embed_tokens.weight"]["location"] == "mtp/mtp.onnx.data"
+    assert head["model.embed_tokens.weight"]["location"] == "mtp.onnx.data"
+    assert main["model.embed_tokens.weight"]["offset"] == head["model.embed_tokens.weight"]["offset"]
+
+
+def test_a_head_reading_the_shared_embedding_elsewhere_is_reported(compiled, tmp_path):
+    package = shutil.copytree(compiled, tmp_path / "pkg")
+    _move_external(package / "mtp" / "mtp.onnx", "model.embed_tokens.weight", offset="64")
+    found = lines(package)
+    assert any(
+        line.startswith("mtp/mtp.onnx:/: initializer 'model.embed_tokens.weight' is read from mtp/mtp.onnx.data at "
+                        "offset 64 (length 65536), but model.onnx reads it at offset 0 (length 65536)")
+        for line in found), found
+
+
 def test_compiled_head_one_byte_short(compiled, tmp_path):
     package = shutil.copytree(compiled, tmp_path / "pkg")
     data = package / "mtp" / "mtp.onnx.data"
     size = data.stat().st_size - 1
     data.write_bytes(data.read_bytes()[:size])
-    ends = extents(package / "mtp" / "mtp.onnx")
+    ends = extents(package / "mtp" / "mtp.onnx", "mtp.onnx.data")
     last = max(ends, key=ends.get)
     assert lines(package) == [
         f"mtp/mtp.onnx.data:/: mtp/mtp.onnx initializer {last!r} ends at byte {ends[last]}, the file has {size} bytes (truncated?)"
@@ -504,8 +533,10 @@ def _initializer(graph_path, name) -> onnx.TensorProto:
 def test_compiled_paged_package_with_shared_initializers_is_sound(paged):
     cfg = json.loads((paged / "genai_config.json").read_text())
     assert cfg["model"]["decoder"]["shared_initializers"]
+    # One copy on disk, in the head's folder: the head names it beside itself, the root config from the root.
+    assert {e["data_file"] for e in cfg["model"]["decoder"]["shared_initializers"]} == {"mtp/mtp.onnx.data"}
     head = json.loads((paged / "mtp" / "genai_config.json").read_text())
-    assert head["model"]["decoder"]["shared_initializers"][0]["data_file"] == "../model.onnx.data"
+    assert {e["data_file"] for e in head["model"]["decoder"]["shared_initializers"]} == {"mtp.onnx.data"}
     assert lines(paged) == []
 
 
@@ -533,11 +564,11 @@ def test_shared_initializer_absolute_data_file_is_reported_once(paged, tmp_path)
 
 
 def test_shared_initializer_past_the_end_of_its_data_file(paged, tmp_path):
-    size = (paged / "model.onnx.data").stat().st_size
+    size = (paged / "mtp" / "mtp.onnx.data").stat().st_size  # the one copy lives in the head's folder
     pkg = _edited_shared(paged, tmp_path, _both(lambda e: e.update(offset=str(size - 1), length="2")))
     assert lines(pkg) == [
         f"genai_config.json:/model/{section}/shared_initializers/0: offset {size - 1} + length 2 ends at byte {size + 1}, "
-        f"past the end of model.onnx.data ({size} bytes)"
+        f"past the end of mtp/mtp.onnx.data ({size} bytes)"
         for section in ("decoder", "mtp")
     ]
 

@@ -87,7 +87,10 @@ def graph_summary(onnx_bytes: bytes) -> str:
     lines += _attribute_lines(g.node)
     lines.append("initializers:")
     for t in sorted(g.initializer, key=lambda t: t.name):
-        lines.append(f"  {t.name}: {dtype(t.data_type)} {list(t.dims)}")
+        location = {e.key: e.value for e in t.external_data}.get("location")
+        # Where the bytes live when not beside the graph (one copy of the weights main model and head share).
+        elsewhere = f" @ {location}" if location and "/" in location else ""
+        lines.append(f"  {t.name}: {dtype(t.data_type)} {list(t.dims)}{elsewhere}")
     return "\n".join(lines) + "\n"
 
 

@@ -102,6 +102,8 @@ def check_files(files: Files) -> list[Finding]:
             root_main, root_head = main, head
     for rel, cfg in parsed.items():
         check_shared_initializers(c, rel, cfg, root_main)
+    if root_main is not None and root_head is not None:
+        c.shared_bytes(root_main, root_head)
     if root_head is not None:
         for rel, cfg in parsed.items():
             if rel == GENAI_CONFIG:

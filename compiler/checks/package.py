@@ -153,6 +153,33 @@ class Checker:
             if size is not None:
                 self.extents(graph.relpath, data, tensors, size)
 
+    def shared_bytes(self, first: Graph, second: Graph) -> None:
+        """An initializer two graphs read from one data file (one copy of shared weights) is the same
+        bytes for both: same place, same dtype and shape. Copies in separate files are not compared
+        (that would read the weights); `shared_initializers` entries are checked on their own."""
+        def placed(graph: Graph) -> dict[str, tuple[str, str | None, str | None]]:
+            out = {}
+            for t in graph.external:
+                if not t.location:
+                    continue
+                rel = posixpath.normpath(str(PurePosixPath(folder(graph.relpath)) / t.location.replace("\\", "/")))
+                out[t.name] = (rel, t.offset, t.length)
+            return out
+
+        mine, theirs = placed(first), placed(second)
+        for name in sorted(mine.keys() & theirs.keys()):
+            (data, offset, length), (other_data, other_offset, other_length) = mine[name], theirs[name]
+            if data != other_data:
+                continue
+            if (offset, length) != (other_offset, other_length):
+                self.add(second.relpath, "", f"initializer {name!r} is read from {data} at offset {other_offset} "
+                         f"(length {other_length}), but {first.relpath} reads it at offset {offset} (length {length}); "
+                         "one shared copy must be the same bytes for both")
+            elif (first.initializer_types.get(name), first.initializers[name].shape) != (
+                    second.initializer_types.get(name), second.initializers[name].shape):
+                self.add(second.relpath, "", f"initializer {name!r} shares its bytes in {data} with {first.relpath} "
+                         "but not its dtype and shape")
+
     def extents(self, graph: str, data: str, tensors: list[ExternalTensor], size: int) -> None:
         """One finding per graph and data file: the initializer that ends furthest past the end, and how many do."""
         past_the_end = []

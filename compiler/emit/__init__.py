@@ -68,6 +68,9 @@ class EmitContext:
     progress: Progress = _quiet
     # Data file (package path) -> its shareable tensors; written by onnx_graphs, read by genai_config.
     data_layouts: dict[str, DataLayout] = field(default_factory=dict)
+    # Graph (package path) -> the data file it reads its shareable tensors from, when not its own
+    # (the main model reads the embedding and LM head from the head's file); written by onnx_graphs.
+    shared_data_files: dict[str, str] = field(default_factory=dict)
     # Weight -> max |stored - source's dequantization| of source-quantized weights re-quantized, filled
     # as the data files stream (see graphs/parameters.py); `compile` reports it once they are written.
     requantization_error: dict[str, float] = field(default_factory=dict)

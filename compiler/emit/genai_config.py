@@ -29,7 +29,8 @@ def emit_genai_config(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
         return []
     profile = ort_genai_profile(target.version)
     head = ir.head(HeadContract.ORT_GENAI)
-    shared = _shared_initializers(ir.main, head, ctx.data_layouts, profile, target) if head is not None else []
+    shared = (_shared_initializers(ir.main, head, ctx.data_layouts, ctx.shared_data_files, profile, target)
+              if head is not None else [])
 
     main_doc = _document(ir, target, profile, _decoder_section(ir.main, shared, config_dir=""))
     if head is not None:
@@ -167,21 +168,25 @@ def _shared_initializers(
     main: DecoderConfig,
     head: DecoderConfig,
     layouts: dict[str, DataLayout],
+    shared_data_files: dict[str, str],
     profile: OrtGenaiProfile,
     target: OrtGenaiTarget,
 ) -> list[dict]:
-    """Entries pointing the head at the main model's copies, from the graph emitter's data layouts.
+    """Entries pointing both sessions at one copy of the weights they share, from the graph emitter's layouts.
 
-    A weight is shared when the head holds all its parts (a quantized weight is
-    data plus scales) under the same names with the same dtype, shape and byte
-    length; both graphs write them from the same weight and scheme. A head whose
-    copy is quantized differently keeps it, even where one part happens to match.
+    When the main graph reads its embedding and LM head from the head's data file (one
+    copy on disk), every shareable tensor there is shared. Otherwise a weight is shared
+    when the head holds all its parts (a quantized weight is data plus scales) under the
+    same names with the same dtype, shape and byte length; both graphs write them from the
+    same weight and scheme. A head whose copy is quantized differently keeps it, even where
+    one part happens to match.
     """
     if not profile.shares_initializers(target.execution_provider):
         return []
-    data_file = f"{main.filename}.data"
+    head_file = f"{head.filename}.data"
+    data_file = shared_data_files.get(main.filename, f"{main.filename}.data")
     main_layout = layouts.get(data_file) or {}
-    head_layout = layouts.get(f"{head.filename}.data") or {}
+    head_layout = layouts.get(head_file) or {}
 
     def storage(layout: DataLayout, weight: str) -> dict:
         return {

@@ -1,24 +1,31 @@
-"""Emit the ONNX graphs: the main decoder and one graph per MTP head contract, each with its data file.
+"""Emit the ONNX graphs: the main decoder and one graph per MTP head contract, with their data files.
 
 Each `.onnx` holds the graph with external-data references (locations relative
-to the `.onnx` file); its `.onnx.data` streams the weights one source tensor at
-a time from the weight store, only when the artifact is written. The layout of
-the tensors runtimes may share (embedding, LM head) is recorded in
-`ctx.data_layouts` for genai_config.
+to the `.onnx` file); the `.onnx.data` files stream the weights one source tensor
+at a time from the weight store, only when the artifact is written.
+
+One copy of the weights the main model and the onnxruntime-genai head both read
+(embedding, LM head): they live in the head's data file (`mtp/mtp.onnx.data`),
+which the main graph names as `mtp/mtp.onnx.data` and the head as `mtp.onnx.data`.
+The other direction is closed: onnxruntime refuses external data outside the
+model's folder ("External data path escapes model directory" for
+`../model.onnx.data`), and og.MtpGenerator loads the head from a folder of its own.
+The layout of the shareable tensors is recorded in `ctx.data_layouts` (and which
+file the main graph reads them from in `ctx.shared_data_files`) for genai_config.
 """
 
 from __future__ import annotations
 
-import posixpath
-
 import onnx_ir as oir
 
 from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
-from ..graphs.builder import BuiltGraph
+from ..graphs.builder import BuiltGraph, GraphData
+from ..graphs.initializers import DataFile
 from ..graphs.mtp_head import build_head
 from ..graphs.parameters import ParameterSource
 from ..graphs.qwen35 import build_main
-from ..ir import ModelIR
+from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR
+from ..profiles.kernels import fused_kernels
 from . import Artifact, EmitContext
 
 LM_HEAD_PREFIX = LM_HEAD_INITIALIZER.removesuffix("weight")  # "lm_head.MatMul."
@@ -33,18 +40,29 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     params = ParameterSource(
         ctx.weights, ir.quantization, ir.precision.io_dtype, ir.weights, ctx.requantization_error
     )
-    artifacts: list[Artifact] = []
+    og_head = ir.head(HeadContract.ORT_GENAI)
+    head_file = DataFile(og_head.filename + ".data") if og_head is not None else None
 
-    def add(filename: str, build) -> None:
-        data_relpath = filename + ".data"
-        built: BuiltGraph = build(posixpath.basename(data_relpath))
-        proto = oir.serde.serialize_model(built.model)
-        artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
-        artifacts.append(Artifact(data_relpath, chunks=built.data.chunks, size=built.data.size))
-        ctx.data_layouts[data_relpath] = {k: v for k, v in built.data.layout().items() if is_shareable(k)}
+    def kernels(cfg: DecoderConfig):
+        return fused_kernels(cfg.execution_provider, packed_tokens=cfg.attention is AttentionMode.PAGED)
 
-    add(ir.main.filename, lambda location: build_main(ir, params, location, ctx.progress))
+    built: list[tuple[str, BuiltGraph]] = []
+    main_data = GraphData(ir.main.filename, DataFile(ir.main.filename + ".data"), head_file, is_shareable)
+    built.append((ir.main.filename, build_main(ir, params, main_data, ctx.progress, kernels(ir.main))))
+    if head_file is not None:
+        ctx.shared_data_files[ir.main.filename] = head_file.relpath
     for kind, cfg in ir.heads:
-        add(cfg.filename, lambda location, kind=kind, cfg=cfg: build_head(ir, kind, cfg, params, location,
-                                                                          ctx.progress))
+        own = head_file if kind is HeadContract.ORT_GENAI and head_file is not None else DataFile(cfg.filename + ".data")
+        built.append((cfg.filename, build_head(ir, kind, cfg, params, GraphData(cfg.filename, own), ctx.progress,
+                                               kernels(cfg))))
+
+    # Data files are laid out only once every graph that places tensors in them is built.
+    artifacts: list[Artifact] = []
+    for filename, graph in built:
+        proto = oir.serde.serialize_model(graph.model)
+        artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
+        data = graph.data
+        if data.groups:
+            artifacts.append(Artifact(data.relpath, chunks=data.chunks, size=data.size))
+        ctx.data_layouts[data.relpath] = {k: v for k, v in data.layout().items() if is_shareable(k)}
     return artifacts

@@ -12,7 +12,7 @@ value heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 import onnx_ir as oir
@@ -70,9 +70,19 @@ class SequenceOps(Protocol):
 
 @dataclass(frozen=True)
 class Rotary:
-    cos: oir.Value  # [.., 1, rotary_dim / 2], broadcasting over heads
+    cos: oir.Value  # [.., 1, rotary_dim / 2] broadcasting over heads; [B, S, rotary_dim / 2] when `fused`
     sin: oir.Value
     rotary_dim: int
+    fused: bool = False  # applied by RotaryEmbedding-23 (see profiles/kernels.py)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """The residual stream, `base + branch`: a branch output not yet added is left to the next norm,
+    which adds and normalises in one SkipSimplifiedLayerNormalization where the profile has it."""
+
+    base: oir.Value
+    branch: oir.Value | None = None
 
 
 # ---------------------------------------------------------------------------- primitives
@@ -85,6 +95,21 @@ def cast(b: GraphBuilder, x: oir.Value, to: oir.DataType, name: str, source: oir
 def rms_norm(b: GraphBuilder, x: oir.Value, canonical: str, eps: float, name: str) -> oir.Value:
     (w,) = b.weights(b.params.tensor(canonical, initializer_name(canonical)))
     return b.op("RMSNormalization", [x, w], {"epsilon": eps, "axis": -1, "stash_type": 1}, name=name)
+
+
+def add_norm(b: GraphBuilder, stream: Residual, canonical: str, eps: float, name: str
+             ) -> tuple[oir.Value, Residual]:
+    """`rms_norm(base + branch)`, and the stream with the branch added in."""
+    if stream.branch is None:
+        return rms_norm(b, stream.base, canonical, eps, name), stream
+    if not b.kernels.skip_norm:
+        total = b.op("Add", [stream.base, stream.branch], name=f"{name}/Add")
+        return rms_norm(b, total, canonical, eps, name), Residual(total)
+    (w,) = b.weights(b.params.tensor(canonical, initializer_name(canonical)))
+    normed, _mean, _inv_std, total = b.op_multi(
+        "SkipSimplifiedLayerNormalization", [stream.branch, stream.base, w], {"epsilon": eps}, name=name,
+        num_outputs=4, domain=MS)
+    return normed, Residual(total)
 
 
 def linear(b: GraphBuilder, x: oir.Value, p: LinearParams, name: str) -> oir.Value:
@@ -117,7 +142,48 @@ def project(b: GraphBuilder, x: oir.Value, canonical: str, name: str) -> oir.Val
     return linear(b, x, b.params.linear(canonical, linear_stem(canonical)), name)
 
 
+def project_all(b: GraphBuilder, x: oir.Value, canonicals: Sequence[str]) -> list[oir.Value]:
+    """`x` through each projection (`<local>/MatMul`); with packed projections, those stored alike
+    as one MatMul over their weights side by side (`<packed>/MatMul`), then a Split."""
+    params = [b.params.linear(c, linear_stem(c)) for c in canonicals]
+    if not b.kernels.packed_projections:
+        return [linear(b, x, p, f"{_local(c)}/MatMul") for c, p in zip(canonicals, params)]
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(params):
+        groups.setdefault((p.quant, p.accuracy_level, p.k), []).append(i)
+    out: list[oir.Value | None] = [None] * len(canonicals)
+    for members in groups.values():
+        if len(members) == 1:
+            (i,) = members
+            out[i] = linear(b, x, params[i], f"{_local(canonicals[i])}/MatMul")
+            continue
+        local = _packed_local([_local(canonicals[i]) for i in members])
+        canonical = canonicals[members[0]].rsplit(".", 2)[0] + f".{local}.weight"
+        packed = b.params.packed_linear([params[i] for i in members], linear_stem(canonical))
+        y = linear(b, x, packed, f"{local}/MatMul")
+        sizes = [params[i].n for i in members]
+        parts = b.op_multi("Split", [y, b.i64(f"split_{'_'.join(map(str, sizes))}", sizes)], {"axis": -1},
+                           name=f"{local}/Split", num_outputs=len(members))
+        for i, part in zip(members, parts):
+            out[i] = part
+    return out  # type: ignore[return-value]
+
+
+def _local(canonical: str) -> str:
+    """`layers.0.mlp.up_proj.weight` -> `up_proj`."""
+    return canonical.removesuffix(".weight").rsplit(".", 1)[-1]
+
+
+def _packed_local(locals_: list[str]) -> str:
+    """`q_proj k_proj v_proj` -> `q_k_v_proj`; `in_proj_qkv in_proj_z` -> `in_proj_qkv_z`."""
+    if all(n.startswith("in_proj_") for n in locals_):
+        return "in_proj_" + "_".join(n.removeprefix("in_proj_") for n in locals_)
+    return "_".join(n.removesuffix("_proj") for n in locals_) + "_proj"
+
+
 def silu(b: GraphBuilder, x: oir.Value, name: str) -> oir.Value:
+    if b.kernels.silu:
+        return b.op("QuickGelu", [x], {"alpha": 1.0}, name=f"{name}/QuickGelu", domain=MS)
     return b.op("Mul", [x, b.op("Sigmoid", [x], name=f"{name}/Sigmoid")], name=f"{name}/Mul")
 
 
@@ -192,10 +258,26 @@ def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: boo
             slot_positions = b.op("Unsqueeze", [positions, b.i64("last_axis", [-1])], name="Unsqueeze")
         pos = b.op("Cast", [slot_positions], {"to": oir.DataType.FLOAT}, name="Cast")
         freqs = b.op("Mul", [pos, b.constant("inv_freq", inv_freq)], name="Mul")
-        freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
+        fused = b.kernels.rotary
+        if not fused:
+            freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
         cos = cast(b, b.op("Cos", [freqs], name="Cos"), b.io_dtype, "Cast_cos", oir.DataType.FLOAT)
         sin = cast(b, b.op("Sin", [freqs], name="Sin"), b.io_dtype, "Cast_sin", oir.DataType.FLOAT)
-    return Rotary(cos, sin, rd)
+    return Rotary(cos, sin, rd, fused)
+
+
+def rotate_heads(b: GraphBuilder, ops: SequenceOps, x: oir.Value, rot: Rotary, heads: int, head_dim: int,
+                 name: str) -> oir.Value:
+    """`x [.., heads, head_dim]` rotated, with its heads merged: `[.., heads * head_dim]`."""
+    if not rot.fused:
+        return merge_heads(b, ops, apply_rotary(b, x, rot, head_dim, f"{name}_rotary"), heads * head_dim,
+                           f"{name}/Reshape")
+    if ops.lead != 2:
+        raise AssertionError("RotaryEmbedding-23 takes [B, S, X] activations; the profile fuses rotary for dense graphs only")
+    merged = merge_heads(b, ops, x, heads * head_dim, f"{name}/Reshape")
+    return b.op("RotaryEmbedding", [merged, rot.cos, rot.sin],
+                {"num_heads": heads, "rotary_embedding_dim": rot.rotary_dim, "interleaved": 0},
+                name=f"{name}_rotary/RotaryEmbedding")
 
 
 def apply_rotary(b: GraphBuilder, x: oir.Value, rot: Rotary, head_dim: int, name: str) -> oir.Value:
@@ -222,17 +304,14 @@ def gated_attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
     eps = arch.rms_norm_eps
     p = prefix + "self_attn."
     with b.scope("self_attn"):
+        q_gate, k, v = project_all(b, x, [p + "q_proj.weight", p + "k_proj.weight", p + "v_proj.weight"])
         # q_proj rows are per head [query_h | gate_h]
-        q_gate = split_heads(b, ops, project(b, x, p + "q_proj.weight", "q_proj/MatMul"), nh, 2 * hd,
-                             "q_proj/Reshape")
+        q_gate = split_heads(b, ops, q_gate, nh, 2 * hd, "q_proj/Reshape")
         q, gate = b.op_multi("Split", [q_gate, b.i64("split_query_gate", [hd, hd])], {"axis": -1},
                              name="q_gate/Split", num_outputs=2)
-        k = split_heads(b, ops, project(b, x, p + "k_proj.weight", "k_proj/MatMul"), kvh, hd, "k_proj/Reshape")
-        v = project(b, x, p + "v_proj.weight", "v_proj/MatMul")
-        q = apply_rotary(b, rms_norm(b, q, p + "q_norm.weight", eps, "q_norm"), rot, hd, "q_rotary")
-        k = apply_rotary(b, rms_norm(b, k, p + "k_norm.weight", eps, "k_norm"), rot, hd, "k_rotary")
-        q = merge_heads(b, ops, q, nh * hd, "q/Reshape")
-        k = merge_heads(b, ops, k, kvh * hd, "k/Reshape")
+        k = split_heads(b, ops, k, kvh, hd, "k_proj/Reshape")
+        q = rotate_heads(b, ops, rms_norm(b, q, p + "q_norm.weight", eps, "q_norm"), rot, nh, hd, "q")
+        k = rotate_heads(b, ops, rms_norm(b, k, p + "k_norm.weight", eps, "k_norm"), rot, kvh, hd, "k")
         out, present_key, present_value = ops.attention(b, q, k, v, past_key, past_value, arch)
         gate = b.op("Sigmoid", [merge_heads(b, ops, gate, nh * hd, "gate/Reshape")], name="gate/Sigmoid")
         out = b.op("Mul", [out, gate], name="gate/Mul")
@@ -247,7 +326,8 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
     p = prefix + "linear_attn."
     f32 = oir.DataType.FLOAT
     with b.scope("linear_attn"):
-        qkv = project(b, x, p + "in_proj_qkv.weight", "in_proj_qkv/MatMul")
+        qkv, z, a, beta_logit = project_all(
+            b, x, [p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_a.weight", p + "in_proj_b.weight"])
         (conv_w,) = b.weights(b.params.tensor(p + "conv1d.weight", initializer_name(p + "conv1d.weight")))
         mixed, present_conv = ops.causal_conv(b, qkv, conv_w, past_conv)
         q, k, v = b.op_multi("Split", [mixed, b.i64("split_qkv", [la.key_dim, la.key_dim, la.value_dim])],
@@ -256,19 +336,18 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
         k = l2_normalize(b, split_heads(b, ops, k, la.num_key_heads, la.key_head_dim, "k/Reshape"), "k_l2norm")
         v = split_heads(b, ops, v, la.num_value_heads, la.value_head_dim, "v/Reshape")
         # decay = -exp(A_log) * softplus(a + dt_bias), in float32: exp(decay) amplifies rounding.
-        a = cast(b, project(b, x, p + "in_proj_a.weight", "in_proj_a/MatMul"), f32, "a/Cast", b.io_dtype)
+        a = cast(b, a, f32, "a/Cast", b.io_dtype)
         (dt_bias,) = b.weights(b.params.tensor(p + "dt_bias", initializer_name(p + "dt_bias"), dtype=f32))
         (decay_scale,) = b.weights(b.params.tensor(p + "decay_scale", initializer_name(p + "decay_scale"),
                                                    dtype=f32))
         softplus = b.op("Softplus", [b.op("Add", [a, dt_bias], name="decay/Add")], name="decay/Softplus")
         decay = b.op("Mul", [softplus, decay_scale], name="decay/Mul")
-        beta_logit = cast(b, project(b, x, p + "in_proj_b.weight", "in_proj_b/MatMul"), f32, "b/Cast", b.io_dtype)
+        beta_logit = cast(b, beta_logit, f32, "b/Cast", b.io_dtype)
         beta = b.op("Sigmoid", [beta_logit], name="beta/Sigmoid")
         o, present_recurrent = ops.recurrence(b, q, k, v, decay, beta, past_recurrent, arch)
         # Gated RMSNorm per value head (plain scale, not offset form) times silu(z).
         o = rms_norm(b, o, p + "norm.weight", arch.rms_norm_eps, "norm")
-        z = split_heads(b, ops, project(b, x, p + "in_proj_z.weight", "in_proj_z/MatMul"), la.num_value_heads,
-                        la.value_head_dim, "z/Reshape")
+        z = split_heads(b, ops, z, la.num_value_heads, la.value_head_dim, "z/Reshape")
         o = b.op("Mul", [o, silu(b, z, "z/silu")], name="norm/gate")
         out = project(b, merge_heads(b, ops, o, la.value_dim, "o/Reshape"), p + "out_proj.weight",
                       "out_proj/MatMul")
@@ -286,14 +365,15 @@ def l2_normalize(b: GraphBuilder, x: oir.Value, name: str) -> oir.Value:
 def mlp(b: GraphBuilder, x: oir.Value, prefix: str) -> oir.Value:
     p = prefix + "mlp."
     with b.scope("mlp"):
-        gate = silu(b, project(b, x, p + "gate_proj.weight", "gate_proj/MatMul"), "act")
-        up = project(b, x, p + "up_proj.weight", "up_proj/MatMul")
+        gate, up = project_all(b, x, [p + "gate_proj.weight", p + "up_proj.weight"])
+        gate = silu(b, gate, "act")
         return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
 
 
-def residual_block(b: GraphBuilder, x: oir.Value, prefix: str, eps: float, mixer) -> oir.Value:
-    """Pre-norm double residual: x + mixer(norm(x)), then + mlp(norm(.))."""
-    h = rms_norm(b, x, prefix + "input_layernorm.weight", eps, "input_layernorm")
-    x = b.op("Add", [x, mixer(h)], name="attn_residual")
-    h = rms_norm(b, x, prefix + "post_attention_layernorm.weight", eps, "post_attention_layernorm")
-    return b.op("Add", [x, mlp(b, h, prefix)], name="mlp_residual")
+def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer) -> Residual:
+    """Pre-norm double residual: x + mixer(norm(x)), then + mlp(norm(.)). The MLP's output is left
+    pending on the stream, for the next norm to add (`add_norm`)."""
+    h, stream = add_norm(b, stream, prefix + "input_layernorm.weight", eps, "input_layernorm")
+    h, stream = add_norm(b, Residual(stream.base, mixer(h)), prefix + "post_attention_layernorm.weight", eps,
+                         "post_attention_layernorm")
+    return Residual(stream.base, mlp(b, h, prefix))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import onnx_ir as oir
 
 from ..ir import GraphContract, TensorSpec
+from ..profiles.kernels import NO_FUSION, FusedKernels
 from .initializers import DataFile, InitializerGroup
 from .parameters import DTYPES, ParameterSource
 
@@ -32,15 +33,36 @@ ONNX_DTYPES = {**DTYPES, "int64": oir.DataType.INT64, "int32": oir.DataType.INT3
 @dataclass(frozen=True)
 class BuiltGraph:
     model: oir.Model
-    data: DataFile
+    data: DataFile  # the graph's own data file (it may also read tensors from `GraphData.shared`)
+
+
+@dataclass(frozen=True)
+class GraphData:
+    """Where a graph's weights go: its own data file, or a file shared with another graph.
+
+    A group the shared file already holds is read from there (one copy); a group that
+    `to_shared` selects and the shared file lacks is placed there, for the other graph to find.
+    """
+
+    graph_relpath: str
+    own: DataFile
+    shared: DataFile | None = None
+    to_shared: Callable[[str], bool] = lambda name: False
+
+    @staticmethod
+    def alone(graph_relpath: str) -> "GraphData":
+        return GraphData(graph_relpath, DataFile(graph_relpath + ".data"))
 
 
 class GraphBuilder:
-    def __init__(self, graph_name: str, params: ParameterSource, data_location: str):
+    def __init__(self, graph_name: str, params: ParameterSource, data: GraphData,
+                 kernels: FusedKernels = NO_FUSION):
         self.graph_name = graph_name
         self.params = params
+        self.kernels = kernels  # the fused onnxruntime kernels this graph's execution provider runs
         self.io_dtype = params.io_dtype
-        self.data = DataFile(data_location)
+        self.placement = data
+        self.data = data.own
         self.tape = oir.tape.Tape()
         self.inputs: dict[str, oir.Value] = {}
         self._initializers: dict[str, oir.Value] = {}
@@ -98,12 +120,18 @@ class GraphBuilder:
         first = group.tensors[0].name
         if first in self._initializers:
             return tuple(self._initializers[t.name] for t in group.tensors)
-        self.data.add(group)
+        files = [f for f in (self.placement.own, self.placement.shared) if f is not None]
+        home = next((f for f in files if f.holds(group)), None)
+        if home is None:
+            shared = self.placement.shared
+            home = shared if shared is not None and self.placement.to_shared(first) else self.placement.own
+            home.add(group)
+        location = home.location_from(self.placement.graph_relpath)
         values = []
         for t in group.tensors:
             v = oir.Value(
                 name=t.name, shape=oir.Shape(t.shape), type=oir.TensorType(t.dtype),
-                const_value=self.data.external_tensor(t),
+                const_value=home.external_tensor(t, location),
             )
             self._initializers[t.name] = v
             values.append(v)

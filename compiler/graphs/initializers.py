@@ -9,6 +9,7 @@ single weight, whatever the model size.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -69,13 +70,25 @@ def aligned(offset: int, nbytes: int) -> int:
 
 
 class DataFile:
-    """The layout of one `.onnx.data` file: groups in registration order, each tensor aligned."""
+    """The layout of one `.onnx.data` file: groups in registration order, each tensor aligned.
 
-    def __init__(self, location: str):
-        self.location = location  # relative to the .onnx file that references it
+    One file may serve several graphs (the MTP head's holds the embedding and LM head the main
+    model reads too); each graph names it relative to its own folder.
+    """
+
+    def __init__(self, relpath: str):
+        self.relpath = relpath  # inside the package
         self.groups: list[InitializerGroup] = []
         self.placements: dict[str, Placement] = {}
         self.size = 0
+        self._planned: dict[str, tuple[PlannedTensor, ...]] = {}  # first tensor's name -> the group's tensors
+
+    def holds(self, group: InitializerGroup) -> bool:
+        """Whether a group with exactly these tensors (names, dtypes, shapes) is already in the file.
+
+        Names encode the weight and its stored form, so such a group holds the same bytes.
+        """
+        return self._planned.get(group.tensors[0].name) == group.tensors
 
     def add(self, group: InitializerGroup) -> None:
         for tensor in group.tensors:
@@ -86,11 +99,20 @@ class DataFile:
             self.placements[tensor.name] = placement
             self.size = offset + tensor.nbytes
         self.groups.append(group)
+        self._planned[group.tensors[0].name] = group.tensors
 
-    def external_tensor(self, tensor: PlannedTensor) -> oir.ExternalTensor:
+    def location_from(self, graph_relpath: str) -> str:
+        """This file as the graph at `graph_relpath` names it: relative to the graph's folder, never
+        through '..' (onnxruntime refuses external data outside the model's folder)."""
+        location = posixpath.relpath(self.relpath, posixpath.dirname(graph_relpath) or ".")
+        if location.startswith("../"):
+            raise AssertionError(f"{graph_relpath} cannot reach {self.relpath}: onnxruntime refuses '..' locations")
+        return location
+
+    def external_tensor(self, tensor: PlannedTensor, location: str) -> oir.ExternalTensor:
         p = self.placements[tensor.name]
         return oir.ExternalTensor(
-            self.location, p.offset, p.length, tensor.dtype, shape=oir.Shape(tensor.shape), name=tensor.name
+            location, p.offset, p.length, tensor.dtype, shape=oir.Shape(tensor.shape), name=tensor.name
         )
 
     def chunks(self) -> Iterator[bytes | memoryview]:

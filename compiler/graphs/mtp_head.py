@@ -20,8 +20,9 @@ import onnx_ir as oir
 
 from ..contracts import EMBEDDING_INITIALIZER
 from ..ir import DecoderConfig, HeadContract, ModelIR
-from .blocks import cast, embed, gated_attention, lm_head, project, residual_block, rms_norm, rotary
-from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder
+from .blocks import Residual, add_norm, cast, embed, gated_attention, lm_head, project, residual_block, rms_norm, rotary
+from ..profiles.kernels import NO_FUSION, FusedKernels
+from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
 from .parameters import ParameterSource
 from .qwen35 import Progress, has_position_rows
 from .roles import input_name, output_name
@@ -31,11 +32,11 @@ HEAD_LAYER = "mtp.layers.0."
 
 
 def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: ParameterSource,
-               data_location: str, progress: Progress) -> BuiltGraph:
+               data: GraphData, progress: Progress, kernels: FusedKernels = NO_FUSION) -> BuiltGraph:
     arch, contract = ir.architecture, cfg.contract
     eps = arch.rms_norm_eps
     progress(f"{cfg.filename}: MTP head ({kind.value})")
-    b = GraphBuilder(f"mtp_{kind.value}", params, data_location)
+    b = GraphBuilder(f"mtp_{kind.value}", params, data, kernels)
     b.declare_inputs(contract)
     ops = sequence_ops(b, cfg)
 
@@ -65,9 +66,9 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
         return out
 
     with b.scope("mtp/layers.0"):
-        x = residual_block(b, x, HEAD_LAYER, eps, mixer)
+        stream = residual_block(b, Residual(x), HEAD_LAYER, eps, mixer)
     with b.scope("mtp"):
-        normed = rms_norm(b, x, "mtp.norm.weight", eps, "norm")
+        normed, _ = add_norm(b, stream, "mtp.norm.weight", eps, "norm")
     outputs[output_name(cfg, "hidden_states")] = normed
     logits_name = cfg.output_name("logits")
     if logits_name is not None:

@@ -11,6 +11,7 @@ checks them against the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import onnx_ir as oir
@@ -113,6 +114,31 @@ class ParameterSource:
             return _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=True)
 
         return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, decision.accuracy_level)
+
+    def packed_linear(self, parts: Sequence[LinearParams], stem: str) -> LinearParams:
+        """Projections of one input stored in one form, as one: their weights side by side along N.
+
+        `y = x @ [W_1; W_2; ...]^T` is `[y_1 | y_2 | ...]`: every output column is the same dot
+        product as in the separate projections, so a Split after it gives the same values.
+        """
+        first = parts[0]
+        if any((p.quant, p.accuracy_level, p.k) != (first.quant, first.accuracy_level, first.k) for p in parts):
+            raise AssertionError(f"{stem}: only projections stored alike can be packed")
+        n = sum(p.n for p in parts)
+        if first.quant is None:
+            planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (first.k, n)),)
+        else:
+            planned = _quantized_tensors(stem + ".weight", n, first.k, first.quant, self.io_dtype, offsets_by_block=True)
+        # The N axis of each tensor is the one the parts' shapes add up along ([k, n] floats and
+        # [k_blocks, n] offsets: 1; MatMulNBits data, scales and zero points: 0).
+        axes = [next(d for d, size in enumerate(t.shape) if size != first.group.tensors[j].shape[d])
+                for j, t in enumerate(planned)]
+
+        def produce() -> tuple[np.ndarray, ...]:
+            arrays = [p.group.produce() for p in parts]
+            return tuple(np.concatenate([a[j] for a in arrays], axis=axes[j]) for j in range(len(planned)))
+
+        return LinearParams(n, first.k, InitializerGroup(planned, produce), first.quant, first.accuracy_level)
 
     # ------------------------------------------------------------------ embedding
 

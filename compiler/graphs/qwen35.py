@@ -8,8 +8,9 @@ import onnx_ir as oir
 
 from ..contracts import EMBEDDING_INITIALIZER
 from ..ir import LayerKind, ModelIR, SeedHidden, TensorSpec
-from .blocks import cast, embed, gated_attention, gated_delta_net, lm_head, residual_block, rms_norm, rotary
-from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder
+from .blocks import Residual, add_norm, cast, embed, gated_attention, gated_delta_net, lm_head, residual_block, rotary
+from ..profiles.kernels import NO_FUSION, FusedKernels
+from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
 from .parameters import ParameterSource
 from .roles import input_name, output_name
 from .sequence import sequence_ops
@@ -22,14 +23,15 @@ def has_position_rows(spec: TensorSpec) -> bool:
     return len(spec.shape) >= 2 and spec.shape[0] == 3
 
 
-def build_main(ir: ModelIR, params: ParameterSource, data_location: str, progress: Progress) -> BuiltGraph:
+def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: Progress,
+               kernels: FusedKernels = NO_FUSION) -> BuiltGraph:
     arch, cfg = ir.architecture, ir.main
     contract = cfg.contract
-    b = GraphBuilder("main", params, data_location)
+    b = GraphBuilder("main", params, data, kernels)
     b.declare_inputs(contract)
     ops = sequence_ops(b, cfg)
-    x = embed(b, b.inputs[input_name(cfg, "input_ids")],
-              params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER))
+    stream = Residual(embed(b, b.inputs[input_name(cfg, "input_ids")],
+                            params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER)))
     positions = contract.input(input_name(cfg, "position_ids"))
     rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
     outputs: dict[str, oir.Value] = {}
@@ -64,9 +66,9 @@ def build_main(ir: ModelIR, params: ParameterSource, data_location: str, progres
             # Lowering accepts only the layer kinds above for this family.
             raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the Qwen3.5 graph builder")
         with b.scope(f"layers.{i}"):
-            x = residual_block(b, x, f"layers.{i}.", arch.rms_norm_eps, mixer)
+            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer)
 
-    normed = rms_norm(b, x, "norm.weight", arch.rms_norm_eps, "norm")
+    normed, stream = add_norm(b, stream, "norm.weight", arch.rms_norm_eps, "norm")
     logits_name = output_name(cfg, "logits")
     head_rows = normed
     if cfg.input_name("logits_indices") is not None:
@@ -77,5 +79,5 @@ def build_main(ir: ModelIR, params: ParameterSource, data_location: str, progres
                                 "logits/Cast", b.io_dtype)
     hidden_name = cfg.output_name("hidden_states")  # dropped when no head reads it
     if hidden_name is not None:
-        outputs[hidden_name] = normed if ir.mtp.seed_hidden is SeedHidden.POST_NORM else x
+        outputs[hidden_name] = normed if ir.mtp.seed_hidden is SeedHidden.POST_NORM else stream.base
     return b.finish(contract, outputs)

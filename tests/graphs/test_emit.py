@@ -64,20 +64,43 @@ def test_graph_io_is_exactly_the_contract(built, filename):
     onnx.checker.check_model(str(out / filename), full_check=True)
 
 
+def _external(out: Path, filename: str) -> dict[str, dict[str, str]]:
+    model = onnx.load(out / filename, load_external_data=False)
+    return {t.name: {e.key: e.value for e in t.external_data}
+            for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+
+
 @pytest.mark.parametrize("filename", ["model.onnx", ORT_HEAD_FILE, ONNX_GENAI_HEAD_FILE])
 def test_weights_are_external_next_to_the_graph_and_aligned(built, filename):
     _, _, _, out, _ = built
     model = onnx.load(out / filename, load_external_data=False)
-    data_name = Path(filename).name + ".data"
-    size = (out / (filename + ".data")).stat().st_size
-    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    external = _external(out, filename)
     assert len(external) > 10
-    for t in external:
-        info = {e.key: e.value for e in t.external_data}
-        assert info["location"] == data_name
+    # The main model reads the embedding and LM head from the head's file (one copy); everything
+    # else, in every graph, sits next to the graph.
+    shared = {EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER} if filename == "model.onnx" else set()
+    for name, info in external.items():
+        expected = "mtp/mtp.onnx.data" if name in shared else Path(filename).name + ".data"
+        assert info["location"] == expected, name
+        size = (out / Path(filename).parent / info["location"]).stat().st_size
         assert int(info["offset"]) % 64 == 0 and int(info["offset"]) + int(info["length"]) <= size
     inline = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
     assert all(np.prod(t.dims) <= 64 for t in inline)  # only shapes, split sizes, frequency tables
+
+
+def test_main_and_head_read_one_copy_of_the_embedding_and_lm_head(built, store):
+    _, _, ctx, out, _ = built
+    main, head = _external(out, "model.onnx"), _external(out, ORT_HEAD_FILE)
+    data = (out / (ORT_HEAD_FILE + ".data")).read_bytes()
+    expected = {EMBEDDING_INITIALIZER: store.read_float("embed_tokens.weight"),
+                LM_HEAD_INITIALIZER: store.read_float("lm_head.weight").T}
+    for name, value in expected.items():
+        assert (main[name]["offset"], main[name]["length"]) == (head[name]["offset"], head[name]["length"])
+        start, length = int(head[name]["offset"]), int(head[name]["length"])
+        assert data[start : start + length] == np.ascontiguousarray(value, np.float32).tobytes()
+        # Nowhere else in the package: the main data file holds no copy.
+        assert np.ascontiguousarray(value, np.float32).tobytes() not in (out / "model.onnx.data").read_bytes()
+    assert ctx.shared_data_files == {"model.onnx": ORT_HEAD_FILE + ".data"}
 
 
 def test_data_layout_points_at_the_shared_tensors(built, store):
@@ -85,15 +108,16 @@ def test_data_layout_points_at_the_shared_tensors(built, store):
     layouts = ctx.data_layouts
     assert set(layouts) == {"model.onnx.data", ORT_HEAD_FILE + ".data", ONNX_GENAI_HEAD_FILE + ".data"}
     assert layouts[ONNX_GENAI_HEAD_FILE + ".data"] == {}  # the sidecar borrows from the target at run time
+    assert layouts["model.onnx.data"] == {}  # the main model reads them from the head's file
     expected = {EMBEDDING_INITIALIZER: store.read_float("embed_tokens.weight"),
                 LM_HEAD_INITIALIZER: store.read_float("lm_head.weight").T}
-    for relpath in ("model.onnx.data", ORT_HEAD_FILE + ".data"):
-        assert set(layouts[relpath]) == set(expected)
-        data = (out / relpath).read_bytes()
-        for name, value in expected.items():
-            stored = layouts[relpath][name]
-            assert (stored.data_type, stored.shape) == (onnx.TensorProto.FLOAT, value.shape)
-            assert data[stored.offset : stored.offset + stored.length] == np.ascontiguousarray(value, np.float32).tobytes()
+    relpath = ORT_HEAD_FILE + ".data"
+    assert set(layouts[relpath]) == set(expected)
+    data = (out / relpath).read_bytes()
+    for name, value in expected.items():
+        stored = layouts[relpath][name]
+        assert (stored.data_type, stored.shape) == (onnx.TensorProto.FLOAT, value.shape)
+        assert data[stored.offset : stored.offset + stored.length] == np.ascontiguousarray(value, np.float32).tobytes()
 
 
 def test_no_head_build_has_only_the_main_contract(arch, store):

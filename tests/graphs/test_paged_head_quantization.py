@@ -79,7 +79,7 @@ def test_head_and_main_have_their_own_bit_widths(package):
     assert set(_bits(_graph(package / "model.onnx")).values()) == {4}
     head = _bits(_graph(package / "mtp" / "mtp.onnx"))
     own = {name: bits for name, bits in head.items() if name.startswith("mtp.")}
-    assert len(own) == 8 and set(own.values()) == {8}  # fc + q/k/v/o + gate/up/down
+    assert len(own) == 5 and set(own.values()) == {8}  # fc, packed q/k/v, o, packed gate/up, down
     # The LM head is the main model's, shared: it follows the main model's quantization.
     assert head["lm_head.MatMul.weight"] == 4  # packed under its own name, for onnx-genai to borrow
 

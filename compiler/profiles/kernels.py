@@ -1,0 +1,52 @@
+"""Which fused onnxruntime kernels the graphs use, per execution provider, and why.
+
+A fusion replaces a spelled-out sequence of basic ops by one kernel computing the
+same function; each is listed for a provider only where its kernel was run there
+against a numpy reference (../shared/reference/onnxruntime-ops.md and the tests in
+tests/graphs, which build the fused graphs and hold them to the same bounds as
+before). A provider not listed gets no fusion: the basic-op graph runs anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class FusedKernels:
+    # Residual Add + RMSNorm -> com.microsoft SkipSimplifiedLayerNormalization (its 4th output is the
+    # sum, which carries the residual stream on). The sum is exact (an Add), the norm within 1e-6
+    # of RMSNormalization-23. A norm with nothing to add (q/k norms, the first layer's, the gated
+    # norm) stays RMSNormalization-23: ai.onnx-domain SimplifiedLayerNormalization has no ONNX schema
+    # and fails onnx.checker's full check (DESIGN.md 6b).
+    skip_norm: bool = False
+    # The NeoX half-split rotation of the first rotary_dim channels -> ai.onnx-23 RotaryEmbedding
+    # fed per-token cos/sin `[B, S, rotary_dim/2]` (its 3-D cache form, no position_ids). The graph
+    # still computes cos/sin itself from the three MRoPE position rows, so partial interleaved MRoPE
+    # is expressed exactly; GroupQueryAttention's do_rotary and com.microsoft RotaryEmbedding index
+    # one position per token and cannot. Dense `[B, S, X]` activations only (the op wants 3-D).
+    rotary: bool = False
+    # x * sigmoid(x) -> com.microsoft QuickGelu with alpha 1.0 (bit-identical to Sigmoid + Mul on CPU).
+    silu: bool = False
+    # Projections reading the same activations with the same stored form (q/k/v, gate/up, the linear
+    # attention's qkv/z/b/a) -> one MatMul / MatMulNBits over the weights concatenated along N, then a
+    # Split. Each output column is the same dot product as before; one kernel call instead of 2-4.
+    packed_projections: bool = False
+
+
+NO_FUSION = FusedKernels()
+
+_BY_PROVIDER = {
+    # Every kernel above has a CPU implementation in float32 and float16 (verified, onnxruntime 1.32).
+    "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True),
+    # The CUDA graphs cannot run here. SkipSimplifiedLayerNormalization is what the 0.18.0 builder's
+    # CUDA exports use; QuickGelu and packing are CUDA-registered contrib / standard ops. RotaryEmbedding-23
+    # on CUDA (and on the packed [N, X] layout of paged graphs) is not verified, so rotation stays spelled out.
+    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True),
+}
+
+
+def fused_kernels(execution_provider: str, *, packed_tokens: bool = False) -> FusedKernels:
+    """The fusions for graphs run on `execution_provider`; `packed_tokens` for `[N, X]` (paged) graphs."""
+    kernels = _BY_PROVIDER.get(execution_provider, NO_FUSION)
+    return replace(kernels, rotary=False) if packed_tokens else kernels
