@@ -332,8 +332,10 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
         mixed, present_conv = ops.causal_conv(b, qkv, conv_w, past_conv)
         q, k, v = b.op_multi("Split", [mixed, b.i64("split_qkv", [la.key_dim, la.key_dim, la.value_dim])],
                              {"axis": -1}, name="qkv/Split", num_outputs=3)
-        q = l2_normalize(b, split_heads(b, ops, q, la.num_key_heads, la.key_head_dim, "q/Reshape"), "q_l2norm")
-        k = l2_normalize(b, split_heads(b, ops, k, la.num_key_heads, la.key_head_dim, "k/Reshape"), "k_l2norm")
+        q = l2_normalize(b, split_heads(b, ops, q, la.num_key_heads, la.key_head_dim, "q/Reshape"), la.key_head_dim,
+                         "q_l2norm")
+        k = l2_normalize(b, split_heads(b, ops, k, la.num_key_heads, la.key_head_dim, "k/Reshape"), la.key_head_dim,
+                         "k_l2norm")
         v = split_heads(b, ops, v, la.num_value_heads, la.value_head_dim, "v/Reshape")
         # decay = -exp(A_log) * softplus(a + dt_bias), in float32: exp(decay) amplifies rounding.
         a = cast(b, a, f32, "a/Cast", b.io_dtype)
@@ -354,7 +356,13 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
     return out, present_conv, present_recurrent
 
 
-def l2_normalize(b: GraphBuilder, x: oir.Value, name: str) -> oir.Value:
+def l2_normalize(b: GraphBuilder, x: oir.Value, dim: int, name: str) -> oir.Value:
+    """`x / sqrt(sum(x^2) + eps)` over the last axis, of size `dim`."""
+    if b.kernels.l2_norm and b.io_dtype == oir.DataType.FLOAT:
+        # = RMSNorm(x, eps / dim) / sqrt(dim) (see profiles/kernels.py).
+        scale = b.constant(f"l2_scale_{dim}", np.full(dim, dim**-0.5, np.float32))
+        return b.op("RMSNormalization", [x, scale], {"epsilon": L2_NORM_EPS / dim, "axis": -1, "stash_type": 1},
+                    name=f"{name}/RMSNormalization")
     with b.scope(name):
         sq = b.op("ReduceSumSquare", [x, b.i64("last_axis", [-1])], {"keepdims": 1}, name="ReduceSumSquare")
         eps = b.constant(f"eps_{b.io_dtype.name.lower()}", np.asarray(L2_NORM_EPS, b.io_dtype.numpy()))

@@ -32,17 +32,23 @@ class FusedKernels:
     # attention's qkv/z/b/a) -> one MatMul / MatMulNBits over the weights concatenated along N, then a
     # Split. Each output column is the same dot product as before; one kernel call instead of 2-4.
     packed_projections: bool = False
+    # GatedDeltaNet's q/k L2 norm x / sqrt(sum(x^2) + eps) (ReduceSumSquare, Add, Sqrt, Div) -> one
+    # RMSNormalization-23 with epsilon eps/d and scale 1/sqrt(d), the same function (3.6e-8 from a
+    # float64 reference where the spelled-out form gives 7.7e-8). Float32 graphs only: 1/sqrt(d) in
+    # a float16 scale is off by up to 2^-11 for d = 128.
+    l2_norm: bool = False
 
 
 NO_FUSION = FusedKernels()
 
 _BY_PROVIDER = {
     # Every kernel above has a CPU implementation in float32 and float16 (verified, onnxruntime 1.32).
-    "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True),
+    "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True, l2_norm=True),
     # The CUDA graphs cannot run here. SkipSimplifiedLayerNormalization is what the 0.18.0 builder's
-    # CUDA exports use; QuickGelu and packing are CUDA-registered contrib / standard ops. RotaryEmbedding-23
+    # CUDA exports use; QuickGelu and packing are CUDA-registered contrib / standard ops, and the graphs'
+    # norms are RMSNormalization-23 there already. RotaryEmbedding-23
     # on CUDA (and on the packed [N, X] layout of paged graphs) is not verified, so rotation stays spelled out.
-    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True),
+    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True),
 }
 
 

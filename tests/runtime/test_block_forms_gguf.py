@@ -56,9 +56,10 @@ def test_every_quantized_tensor_is_kept_in_block_form(package):
     assert {"MatMulNBits", "GatherBlockQuantized", "ReduceSum"} <= ops
     floats = [i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) == 2]
     # Besides block scales / zero points / offsets, the only 2-D floats are the gates the mix stores F32
-    # and out_proj, whose 16-wide value heads would split 32-element blocks when regrouped.
+    # (packed into one in_proj_a_b MatMul on CPU) and out_proj, whose 16-wide value heads would split
+    # 32-element blocks when regrouped.
     weights = [n for n in floats if not n.endswith(("_scales", "_zp", "_offsets", ".scales", ".zero_points"))]
-    allowed = (".in_proj_a.", ".in_proj_b.", ".out_proj.")
+    allowed = (".in_proj_a.", ".in_proj_b.", ".in_proj_a_b.", ".out_proj.")
     assert weights and all(any(a in n for a in allowed) for n in weights), weights
     bits = {a.i for n in graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
     assert bits == {4, 8}
