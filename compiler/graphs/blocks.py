@@ -59,7 +59,7 @@ class SequenceOps(Protocol):
 
     def recurrence(self, b: GraphBuilder, q: oir.Value, k: oir.Value, v: oir.Value, decay: oir.Value,
                    beta: oir.Value, past: oir.Value, arch: Architecture) -> tuple[oir.Value, oir.Value]:
-        """Gated delta rule. q/k `[.., Hk, Dk]` (L2-normed), v `[.., Hv, Dv]`, decay/beta float32 `[.., Hv]`
+        """Gated delta rule. q/k `[.., Hk, Dk]` (L2-normed), v `[.., Hv * Dv]`, decay/beta float32 `[.., Hv]`
         -> (output `[.., Hv, Dv]`, present state)."""
         ...
 
@@ -336,16 +336,19 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
                          "q_l2norm")
         k = l2_normalize(b, split_heads(b, ops, k, la.num_key_heads, la.key_head_dim, "k/Reshape"), la.key_head_dim,
                          "k_l2norm")
-        v = split_heads(b, ops, v, la.num_value_heads, la.value_head_dim, "v/Reshape")
         # decay = -exp(A_log) * softplus(a + dt_bias), in float32: exp(decay) amplifies rounding.
         a = cast(b, a, f32, "a/Cast", b.io_dtype)
         (dt_bias,) = b.weights(b.params.tensor(p + "dt_bias", initializer_name(p + "dt_bias"), dtype=f32))
         (decay_scale,) = b.weights(b.params.tensor(p + "decay_scale", initializer_name(p + "decay_scale"),
                                                    dtype=f32))
-        softplus = b.op("Softplus", [b.op("Add", [a, dt_bias], name="decay/Add")], name="decay/Softplus")
-        decay = b.op("Mul", [softplus, decay_scale], name="decay/Mul")
         beta_logit = cast(b, beta_logit, f32, "b/Cast", b.io_dtype)
-        beta = b.op("Sigmoid", [beta_logit], name="beta/Sigmoid")
+        if b.kernels.linear_gate:
+            decay, beta = b.op_multi("LinearAttentionGate", [a, dt_bias, decay_scale, beta_logit],
+                                     name="gate/LinearAttentionGate", num_outputs=2, domain=MS)
+        else:
+            softplus = b.op("Softplus", [b.op("Add", [a, dt_bias], name="decay/Add")], name="decay/Softplus")
+            decay = b.op("Mul", [softplus, decay_scale], name="decay/Mul")
+            beta = b.op("Sigmoid", [beta_logit], name="beta/Sigmoid")
         o, present_recurrent = ops.recurrence(b, q, k, v, decay, beta, past_recurrent, arch)
         # Gated RMSNorm per value head (plain scale, not offset form) times silu(z).
         o = rms_norm(b, o, p + "norm.weight", arch.rms_norm_eps, "norm")

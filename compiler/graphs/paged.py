@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import onnx_ir as oir
 
 from ..ir import Architecture
+from .blocks import split_heads
 from .builder import MS, GraphBuilder
 
 PAGED_IO_DTYPES = (oir.DataType.FLOAT16, oir.DataType.BFLOAT16)
@@ -86,6 +87,7 @@ class PagedOps:
                 f"paged recurrent state {past.name} declared {past.shape}; GatedDeltaNet needs V-major "
                 f"[B, Hv, Dv={la.value_head_dim}, Dk={la.key_head_dim}]"
             )
+        v = split_heads(b, self, v, la.num_value_heads, la.value_head_dim, "v/Reshape")
         attrs = {"update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
         inputs = [q, k, v, self.cumulative_sequence_lengths, decay, beta, past]
         if self.state_updates:

@@ -64,7 +64,6 @@ class DenseOps:
         la = arch.linear_attention
         q = merge_heads(b, self, q, la.key_dim, "q/merge")
         k = merge_heads(b, self, k, la.key_dim, "k/merge")
-        v = merge_heads(b, self, v, la.value_dim, "v/merge")
         if b.io_dtype != oir.DataType.FLOAT:
             decay = b.op("Cast", [decay], {"to": b.io_dtype}, name="decay/Cast")
             beta = b.op("Cast", [beta], {"to": b.io_dtype}, name="beta/Cast")

@@ -37,17 +37,24 @@ class FusedKernels:
     # float64 reference where the spelled-out form gives 7.7e-8). Float32 graphs only: 1/sqrt(d) in
     # a float16 scale is off by up to 2^-11 for d = 128.
     l2_norm: bool = False
+    # decay = decay_scale * softplus(a + dt_bias), beta = sigmoid(b) (Add, Softplus, Mul, Sigmoid) ->
+    # one com.microsoft LinearAttentionGate, float32 inside as the spelled-out chain is. Its outputs
+    # take a's dtype, and the recurrence ops are handed float32 gates, so the graph feeds it float32 a
+    # and b (the casts it had already).
+    linear_gate: bool = False
 
 
 NO_FUSION = FusedKernels()
 
 _BY_PROVIDER = {
     # Every kernel above has a CPU implementation in float32 and float16 (verified, onnxruntime 1.32).
-    "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True, l2_norm=True),
-    # The CUDA graphs cannot run here. SkipSimplifiedLayerNormalization is what the 0.18.0 builder's
-    # CUDA exports use; QuickGelu and packing are CUDA-registered contrib / standard ops, and the graphs'
-    # norms are RMSNormalization-23 there already. RotaryEmbedding-23
-    # on CUDA (and on the packed [N, X] layout of paged graphs) is not verified, so rotation stays spelled out.
+    "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True, l2_norm=True,
+                        linear_gate=True),
+    # The CUDA graphs cannot run here, so only what is known to run there: SkipSimplifiedLayerNormalization
+    # is what the 0.18.0 builder's CUDA exports use; QuickGelu has CUDA kernels; packing and the L2 norm
+    # are a MatMul / RMSNormalization-23 like the graphs' others. RotaryEmbedding-23 on CUDA (and on the
+    # packed [N, X] layout of paged graphs) and LinearAttentionGate next to paged GatedDeltaNet were not
+    # run, so those stay spelled out.
     "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True),
 }
 
