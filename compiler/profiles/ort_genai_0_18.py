@@ -14,6 +14,13 @@ from types import MappingProxyType
 from ..ir import AttentionMode
 from . import OrtGenaiProfile
 
+# mtpc sets none of these but provider_options (emit/genai_config.py): each session option tried
+# measured no better than the runtime's own choice, in decode tok/s of a 512-wide 8-layer float32
+# package on the 2-core machine: graph_optimization_level ORT_ENABLE_BASIC 0.87x onnxruntime's
+# default ORT_ENABLE_ALL; intra_op_num_threads is the runtime's (one per core) unless the user sets
+# it. "session.intra_op.allow_spinning": "0" was 1.65x (float32) and 2.1x (int4) at 2 threads, but
+# on a machine loaded 4x over its cores, where spinning workers only steal time; 0.95x at 1 thread.
+# An idle machine was not available to show it does not cost latency there, so it is left unset.
 _SESSION_OPTIONS = {
     "log_id": "string",
     "enable_profiling": "string",
