@@ -44,7 +44,8 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     head_file = DataFile(og_head.filename + ".data") if og_head is not None else None
 
     def kernels(cfg: DecoderConfig):
-        return fused_kernels(cfg.execution_provider, packed_tokens=cfg.attention is AttentionMode.PAGED)
+        return fused_kernels(cfg.execution_provider, packed_tokens=cfg.attention is AttentionMode.PAGED,
+                             io_dtype=ir.precision.io_dtype)
 
     built: list[tuple[str, BuiltGraph]] = []
     main_data = GraphData(ir.main.filename, DataFile(ir.main.filename + ".data"), head_file, is_shareable)

@@ -33,7 +33,7 @@ def store(arch):
 
 def _package(arch, store, out, kernels):
     original = onnx_graphs.fused_kernels
-    onnx_graphs.fused_kernels = lambda provider, packed_tokens=False: kernels
+    onnx_graphs.fused_kernels = lambda provider, **_: kernels
     try:
         emit(make_ir(arch), store, out)
     finally:
@@ -66,6 +66,19 @@ def test_cpu_graphs_use_every_fusion(arch, store, tmp_path):
     # Per layer: the packed input projections (q/k/v, or qkv/z/a/b), the output projection, packed
     # gate/up and down; then the LM head.
     assert main_ops.count("MatMul") == 4 * len(arch.layer_kinds) + 1
+
+
+def test_cpu_float16_graphs_keep_the_kernels_that_do_not_round_more(arch, store, tmp_path):
+    # onnxruntime computes much of a float16 graph in float32 on CPU; the fused ops with float16
+    # kernels would round where the basic-op graph does not (profiles/kernels.py).
+    kernels = fused_kernels("cpu", io_dtype="float16")
+    assert not (kernels.skip_norm or kernels.rotary or kernels.packed_projections)
+    assert kernels.silu and kernels.linear_gate
+    out = tmp_path / "pkg"
+    emit(make_ir(arch, io_dtype="float16"), store, out)
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+    assert {"QuickGelu", "LinearAttentionGate"} <= ops
+    assert not ops & {"SkipSimplifiedLayerNormalization", "RotaryEmbedding"}
 
 
 def test_unknown_provider_gets_the_basic_op_graph():
