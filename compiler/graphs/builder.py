@@ -49,10 +49,6 @@ class GraphData:
     shared: DataFile | None = None
     to_shared: Callable[[str], bool] = lambda name: False
 
-    @staticmethod
-    def alone(graph_relpath: str) -> "GraphData":
-        return GraphData(graph_relpath, DataFile(graph_relpath + ".data"))
-
 
 class GraphBuilder:
     def __init__(self, graph_name: str, params: ParameterSource, data: GraphData,
