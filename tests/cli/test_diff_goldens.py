@@ -173,9 +173,13 @@ def test_io_dtype_change_on_64_layers_is_grouped_and_fits_a_comment(case_dir, ca
     assert f'~ model.onnx:/outputs[name=present.{{0..63}}.*]/dtype: "float32" -> "float16" ×{len(present)}' in lines
     assert f"~ model.onnx:/ops/Cast: {ops(a)['Cast']} -> {ops(b)['Cast']}" in lines
     assert_op_rows("model.onnx", a, b, lines)
-    # Grouped: hundreds of changes, a page of rows; the Markdown is far below GitHub's limit.
+    # Grouped: thousands of changes, a few pages of rows; the Markdown is far below GitHub's limit. On
+    # cpu a float16 graph keeps fewer fused kernels than a float32 one (profiles/kernels.py), so the
+    # diff also shows the kernel swap in every layer; the residual chain's rows name two neighbouring
+    # layers each (`/layers.N/input_layernorm` reads `/layers.N-1/...`), which the grouping does not
+    # fold: about 340 rows, 120 before the fused kernels.
     changes = int(re.search(r"(\d+) differences", lines[-1]).group(1))
-    assert changes > 2000 and len(lines) < 120
+    assert changes > 2000 and len(lines) < 400
     assert comment_length(md) <= GITHUB_COMMENT_LIMIT and "Cut to fit" not in md
     plan = plan_outputs(case_dir, capsys)
     assert f"  ~ model.onnx  (change, major: interface changed: {claimed('inputs', inputs)}, {claimed('outputs', outputs)})" in plan
