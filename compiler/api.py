@@ -166,7 +166,7 @@ def _spec_side(path: Path):
     from .diffing import to_plain
     from .driver import build
 
-    result = build(path)
+    result = build(path, defer=True)
     result.close()  # only the IR and the in-memory files are compared: no weights are read
     ir = to_plain(result.ir)
     # Where the spec file lives is not a difference in what it means.

@@ -207,7 +207,7 @@ def _check_spec(path: Path, offline: bool) -> list[Reported]:
 
     # build() runs the contract checks itself, in memory, as the gate compile passes before writing:
     # what it finds in a package of ours is a bug (exit 3), raised from here like any other.
-    build(path).close()
+    build(path, defer=True).close()
     return []
 
 

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import yaml
 
-from .validation import json_pointer
+from .validation import json_pointer, read_yaml
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 STRUCTURED_SUFFIXES = (".json", ".yaml", ".yml")
@@ -236,7 +236,7 @@ def digest(chunks: Iterable[bytes]) -> str:
 
 def parse_structured(relpath: str, data: bytes):
     text = data.decode("utf-8")
-    return json.loads(text) if relpath.endswith(".json") else yaml.safe_load(text)
+    return json.loads(text) if relpath.endswith(".json") else read_yaml(text)
 
 
 def diff_files(old: FileSet, new: FileSet) -> list[Change]:

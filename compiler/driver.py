@@ -97,8 +97,14 @@ def build(
     *,
     progress: Progress = lambda message: None,
     observer: Callable[[str, PassResult], None] | None = None,
+    defer: bool = False,
 ) -> Build:
-    """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read."""
+    """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read.
+
+    `defer`: leave `deferred` artifacts (a tokenizer.json converted from a GGUF vocabulary) unmade
+    until read, and their own checks undone, for a verb that writes nothing (`check SPEC`, `plan`,
+    `diff`); by default they are made here and checked with the rest, as `compile` needs.
+    """
     pipeline = default_pipeline(observer)
     ir, info = build_ir(spec_path, pipeline)
     from .provenance import record
@@ -109,6 +115,8 @@ def build(
         for name, emitter in EMITTERS:
             progress(f"emitting {name}")
             artifacts.extend(emitter(ir, ctx))
+        if not defer:
+            artifacts = [replace(a, content=a.read(), chunks=None, deferred=False) if a.deferred else a for a in artifacts]
         seen: set[str] = set()
         for art in artifacts:
             if art.relpath in seen:

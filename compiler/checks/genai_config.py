@@ -9,8 +9,6 @@ main-graph initializer of that dtype and shape.
 
 from __future__ import annotations
 
-from onnx import TensorProto
-
 from ..contracts import PAGED_INPUT_NAMES
 from ..validation import json_pointer
 from .graphs import Graph, Tensor
@@ -267,6 +265,8 @@ def _check_shared_entry(c: Checker, rel: str, base: list, entry: dict, main: Gra
 
 def _type_name(data_type: int | None) -> str:
     try:
+        from onnx import TensorProto
+
         return TensorProto.DataType.Name(data_type)
     except (ValueError, TypeError):
         return "unknown"

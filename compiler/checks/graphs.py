@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-import onnx
-from onnx import TensorProto
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported by read_graph: `mtpc inspect` and the CLI's start-up need no onnx
+    import onnx
 
 
 @dataclass(frozen=True)
@@ -59,16 +60,17 @@ class Graph:
     packed_readers: dict[str, PackedReader] = field(default_factory=dict)
 
 
-# Types packed several to a byte; the others take whole bytes (numpy's itemsize).
-_PACKED_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4, TensorProto.INT2: 2, TensorProto.UINT2: 2}
-_UNSIZED = {TensorProto.UNDEFINED, TensorProto.STRING, TensorProto.FLOAT6E2M3, TensorProto.FLOAT6E3M2}
-
-
-def _stored_bytes(init: onnx.TensorProto) -> int | None:
+def _stored_bytes(init: "onnx.TensorProto") -> int | None:
     """Bytes the initializer's dims and type take in a data file; None where that is not fixed."""
-    if init.data_type in _UNSIZED:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto
+
+    # Types packed several to a byte; the others take whole bytes (numpy's itemsize).
+    packed_bits = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4, TensorProto.INT2: 2, TensorProto.UINT2: 2}
+    if init.data_type in (TensorProto.UNDEFINED, TensorProto.STRING, TensorProto.FLOAT6E2M3, TensorProto.FLOAT6E3M2):
         return None
-    bits = _PACKED_BITS.get(init.data_type)
+    bits = packed_bits.get(init.data_type)
     if bits is None:
         try:
             bits = 8 * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
@@ -77,7 +79,9 @@ def _stored_bytes(init: onnx.TensorProto) -> int | None:
     return -(-math.prod(init.dims) * bits // 8)
 
 
-def _tensor_from_value_info(vi: onnx.ValueInfoProto) -> Tensor:
+def _tensor_from_value_info(vi: "onnx.ValueInfoProto") -> Tensor:
+    import onnx
+
     t = vi.type.tensor_type
     dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "undefined"
     shape = None
@@ -87,6 +91,8 @@ def _tensor_from_value_info(vi: onnx.ValueInfoProto) -> Tensor:
 
 
 def read_graph(data: bytes, relpath: str) -> Graph:
+    import onnx
+
     model = onnx.load_model_from_string(data)
     g = model.graph
     initializers = {}
@@ -106,7 +112,9 @@ def read_graph(data: bytes, relpath: str) -> Graph:
     return Graph(relpath, inputs, outputs, initializers, tuple(external), types, _packed_readers(g))
 
 
-def _packed_readers(g: onnx.GraphProto) -> dict[str, PackedReader]:
+def _packed_readers(g: "onnx.GraphProto") -> dict[str, PackedReader]:
+    import onnx
+
     readers: dict[str, PackedReader] = {}
     for node in g.node:
         if node.op_type != "MatMulNBits" or len(node.input) < 2 or node.input[1] in readers:

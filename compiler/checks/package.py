@@ -61,6 +61,9 @@ def folder(relpath: str) -> str:
 class PackageFile:
     read: Callable[[], bytes]
     size: Callable[[], int | None]  # None: not known without producing the bytes
+    # Bytes not produced yet, and not needed by any other file's check (an in-memory tokenizer.json
+    # of a verb that writes nothing): the checks of the file itself are left to `compile`.
+    deferred: bool = False
 
 
 Files = dict[str, PackageFile]
@@ -81,7 +84,7 @@ def artifact_files(artifacts) -> Files:
     A streamed artifact (a weights file) is measured by the size its layout declares, so
     checking never produces it; one that declares none is not measured.
     """
-    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes) for a in artifacts}
+    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes, getattr(a, "deferred", False)) for a in artifacts}
 
 
 @dataclass
@@ -282,7 +285,7 @@ def check_tokenizer(c: Checker) -> None:
     """A package's `tokenizer.json`, when it ships one, loads: JSON with a `model` object, and in `tokenizers`."""
     from ..tokenizer_json import tokenizer_json_problem
 
-    if TOKENIZER_JSON in c.files:
+    if TOKENIZER_JSON in c.files and not c.files[TOKENIZER_JSON].deferred:
         problem = tokenizer_json_problem(c.files[TOKENIZER_JSON].read())
         if problem is not None:
             c.add(TOKENIZER_JSON, "", problem)

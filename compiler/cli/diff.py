@@ -6,8 +6,6 @@ from pathlib import Path
 
 from ..api import diff
 from ..diagnostics import ExitCode
-from ..diff_render import markdown, text
-from ..diff_report import DiffReport
 from .report import console, verb_parser, out, print_json
 
 HELP = "semantic diff of two package directories or two specs"
@@ -50,6 +48,9 @@ def compute(old: Path, new: Path):
 
 
 def run(args) -> int:
+    from ..diff_render import markdown, text  # onnx (the graph diff): only when there is something to diff
+    from ..diff_report import DiffReport
+
     report = DiffReport(args.old, args.new, tuple(compute(Path(args.old), Path(args.new))))
     say = console(args)
     for name in sorted(report.by_file):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..checks import is_runtime_package
 from ..diagnostics import ExitCode, MtpcError
-from ..diffing import to_plain
-from ..ir import SourceRef
 from .report import err, verb_parser, out, print_json
+
+if TYPE_CHECKING:
+    from ..ir import SourceRef
 
 HELP = "describe a GGUF file or Hugging Face checkpoint: architecture, dims, layer kinds, storage, MTP head"
 EPILOG = """\
@@ -30,7 +31,10 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def source_ref(path: Path) -> SourceRef:
+def source_ref(path: Path) -> "SourceRef":
+    from ..checks import is_runtime_package
+    from ..ir import SourceRef
+
     if not path.exists():
         raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
     if path.is_file() and path.suffix.lower() == ".gguf":
@@ -52,6 +56,7 @@ def source_ref(path: Path) -> SourceRef:
 
 def run(args) -> int:
     from .. import sources
+    from ..diffing import to_plain
 
     ref = source_ref(Path(args.source))
     info = sources.describe(ref)

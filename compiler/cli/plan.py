@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+from typing import TYPE_CHECKING
 
 from ..diagnostics import MtpcError
-from ..diff_render import markdown
-from ..diff_report import DiffReport
-from ..diffing import ADDED, CHANGED, REMOVED, Change, diff_files, digest, file_chunks, to_plain
-from ..output import check_destination
 from ..api import default_output
+
+if TYPE_CHECKING:  # imported by `run`: every `mtpc` run builds this verb's parser, and onnx is a second
+    from ..diff_report import DiffReport
+    from ..diffing import Change
 from .report import console, verb_parser, existing_file, out, print_json
 
 HELP = "show what compile would create, change or remove, and what each pass did"
@@ -44,8 +44,10 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def file_plan(artifacts, against: Path) -> tuple[list[tuple[str, str]], list[Change]]:
+def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Change]]":
     """(relpath, action) for every file compile would touch, sorted by path, and what changes in them."""
+    from ..diffing import ADDED, CHANGED, REMOVED, Change, diff_files, digest, file_chunks
+
     planned: list[tuple[str, str]] = []
     changes: list[Change] = []
     names = set()
@@ -75,6 +77,8 @@ def file_plan(artifacts, against: Path) -> tuple[list[tuple[str, str]], list[Cha
 
 
 def destination_refusal(against: Path) -> dict | None:
+    from ..output import check_destination
+
     """Why `compile -o AGAINST` would refuse to write there (None when it would not), and whether --force helps."""
     try:
         check_destination(against)
@@ -88,12 +92,17 @@ def destination_refusal(against: Path) -> dict | None:
 
 
 def run(args) -> int:
+    from ..diff_render import markdown
+    from ..diff_report import DiffReport
+    from ..diffing import to_plain
+    from ..validation import dump_yaml
+
     from ..driver import build
 
     spec = existing_file(args.spec, "spec")
     snapshots: list[tuple[str, object]] = []
     observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
-    result = build(spec, progress=console(args), observer=observer)
+    result = build(spec, defer=True, progress=console(args), observer=observer)
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
         files, changes = file_plan(result.artifacts, against)
@@ -124,7 +133,7 @@ def run(args) -> int:
             out(f"    - {line}")
     for name, ir in snapshots:
         out(f"--- IR after {name} ---")
-        out(yaml.safe_dump(ir, sort_keys=True, allow_unicode=True).rstrip())
+        out(dump_yaml(ir, sort_keys=True, allow_unicode=True).rstrip())
     for note in result.ir.notes:
         out(f"note: {note}")
     if refusal is not None:

@@ -13,17 +13,18 @@ run: a later one may read what an earlier one recorded in the `EmitContext`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..graphs.initializers import StoredTensor
-from ..ir import ModelIR
-from ..sources import SourceInfo
-from ..weights import WeightStore
+if TYPE_CHECKING:  # the emitters pull in onnx_ir (and sympy): imported only when a package is built
+    from ..graphs.initializers import StoredTensor
+    from ..ir import ModelIR
+    from ..sources import SourceInfo
+    from ..weights import WeightStore
 
 Progress = Callable[[str], None]
 
 # The tensors of one `.onnx.data` file that another graph may borrow, by initializer name.
-DataLayout = dict[str, StoredTensor]
+DataLayout = "dict[str, StoredTensor]"
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class Artifact:
     # A streamed file's length, known from its layout before any chunk is produced (None: not known).
     # Lets the contract checks measure external data against its file without reading the weights.
     size: int | None = None
+    # Bytes that cost real work to make and that no other file depends on (a GGUF vocabulary turned
+    # into tokenizer.json): produced only when read. The in-memory checks of a verb that writes
+    # nothing (`check SPEC`, `plan`, `diff SPEC`) leave them unread; `compile` reads them first.
+    deferred: bool = False
 
     @property
     def nbytes(self) -> int | None:
@@ -90,24 +95,32 @@ class EmitContext:
             self._weights = None
 
 
-Emitter = Callable[[ModelIR, EmitContext], list[Artifact]]
+Emitter = Callable[["ModelIR", EmitContext], list[Artifact]]
 
-# The emitter modules import the names above, so they are imported only now.
-from .onnx_graphs import emit_onnx_graphs  # noqa: E402
-from .genai_config import emit_genai_config  # noqa: E402
-from .inference_metadata import emit_inference_metadata  # noqa: E402
-from .tokenizer import emit_tokenizer  # noqa: E402
-from .quantization_report import emit_quantization_report  # noqa: E402
-from .model_card import emit_model_card  # noqa: E402
-from .provenance import emit_provenance  # noqa: E402
 
-# In running order: onnx_graphs records the data layouts genai_config reads.
-EMITTERS: tuple[tuple[str, Emitter], ...] = (
-    ("onnx_graphs", emit_onnx_graphs),
-    ("genai_config", emit_genai_config),
-    ("inference_metadata", emit_inference_metadata),
-    ("tokenizer", emit_tokenizer),
-    ("quantization_report", emit_quantization_report),
-    ("model_card", emit_model_card),
-    ("provenance", emit_provenance),
-)
+def __getattr__(name: str):
+    """`EMITTERS`, imported on first use: the metadata verbs (and `checks`, which reads this module's
+    file names) never build a graph, so they need not import the graph builders and onnx_ir."""
+    if name != "EMITTERS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # The emitter modules import the names above, so they are imported only now.
+    from .onnx_graphs import emit_onnx_graphs
+    from .genai_config import emit_genai_config
+    from .inference_metadata import emit_inference_metadata
+    from .tokenizer import emit_tokenizer
+    from .quantization_report import emit_quantization_report
+    from .model_card import emit_model_card
+    from .provenance import emit_provenance
+
+    # In running order: onnx_graphs records the data layouts genai_config reads.
+    emitters: tuple[tuple[str, Emitter], ...] = (
+        ("onnx_graphs", emit_onnx_graphs),
+        ("genai_config", emit_genai_config),
+        ("inference_metadata", emit_inference_metadata),
+        ("tokenizer", emit_tokenizer),
+        ("quantization_report", emit_quantization_report),
+        ("model_card", emit_model_card),
+        ("provenance", emit_provenance),
+    )
+    globals()["EMITTERS"] = emitters
+    return emitters

@@ -16,13 +16,10 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-import jinja2
-import yaml
-
 from ..contracts import BATCH
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR, TensorSpec
-from ..validation import read_yaml
+from ..validation import dump_yaml, read_yaml
 from . import Artifact, EmitContext
 from .speculator import SpeculatorConfig, contract_findings, speculator_findings
 
@@ -346,13 +343,15 @@ def _to_yaml(mapping: dict) -> str:
     # A top-level section that is itself a leaf would come out as one flow map (`{key: value}`),
     # which cannot share a document with the other sections, so that one is written in block style.
     for flow in (None, False):
-        text = yaml.safe_dump(mapping, sort_keys=False, default_flow_style=flow, width=4096, allow_unicode=True)
+        text = dump_yaml(mapping, sort_keys=False, default_flow_style=flow, width=4096, allow_unicode=True)
         if not text.startswith("{"):
             return text.rstrip("\n")
     raise AssertionError("block style never starts with a flow mapping")
 
 
 def _render(template: str, **context) -> str:
+    import jinja2
+
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True
     )

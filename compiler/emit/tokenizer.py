@@ -12,6 +12,7 @@ onnxruntime-genai 0.18.0 (whose built-in tokenizer reads `tokenizer.json` +
 from __future__ import annotations
 
 from ..ir import Architecture, ModelIR
+from ..sources import DeferredFiles
 from ..tokenizer_json import added_token, byte_level_bpe, dump
 from . import Artifact, EmitContext
 
@@ -20,6 +21,13 @@ _BYTE_ORDER = (*range(0x20, 0x7F), 0x0A, 0x09, 0x0D, *(b for b in range(256) if 
 
 
 def emit_tokenizer(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
+    if isinstance(ctx.info.tokenizer, DeferredFiles):
+        # Built from the source's metadata on first read (a second for a 248k-token vocabulary).
+        info = ctx.info
+        return [
+            Artifact(relpath, chunks=lambda relpath=relpath: iter([dict(info.tokenizer_files)[relpath]]), deferred=True)
+            for relpath in sorted(info.tokenizer.names)
+        ]
     files = ctx.info.tokenizer_files
     if not files and ir.source.kind == "synthetic":
         files = synthetic_tokenizer_files(ir.architecture)

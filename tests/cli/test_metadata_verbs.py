@@ -1,0 +1,149 @@
+"""The metadata verbs do only the work their answer needs (issue 10, instant metadata verbs).
+
+No timings are asserted (bench/ measures them); what is asserted is the work itself: which
+modules a run imports, how often the source's header is walked, whether the tokenizer is
+converted, and that libyaml's dumper writes exactly the pure-Python dumper's bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtpc.driver import build
+from mtpc.sources import gguf as gguf_source
+from mtpc.sources import gguf_tokenizer
+from mtpc.validation import dump_yaml
+from tests.fixtures.arch import tiny_arch
+from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
+
+HEAVY = ("onnx_ir", "onnxruntime", "onnxruntime_genai", "onnx", "sympy", "torch")
+
+PROBE = """
+import json, sys
+from mtpc.cli.main import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules)}), file=sys.stderr)
+""" % (HEAVY,)
+
+
+def _loaded(*argv: str) -> tuple[int, list[str]]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    result = json.loads(done.stderr.strip().splitlines()[-1])
+    return result["code"], result["loaded"]
+
+
+@pytest.fixture(scope="module")
+def gguf_spec(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("meta")
+    write_gguf(folder / "m.gguf", tiny_arch(vocab_size=300), types=MIXED_TYPES, tokenizer=True)
+    spec = folder / "spec.yaml"
+    spec.write_text("mtpc: 1\nname: meta\nsource: {gguf: m.gguf}\nquantization:\n  default: {keep: source}\n")
+    return spec
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["inspect", "--help"], ["schema"]])
+def test_help_and_schema_import_no_graph_or_runtime_library(argv):
+    code, loaded = _loaded(*argv)
+    assert code == 0
+    assert loaded == []
+
+
+def test_inspect_imports_no_graph_or_runtime_library(gguf_spec):
+    code, loaded = _loaded("inspect", str(gguf_spec.parent / "m.gguf"))
+    assert code == 0
+    assert loaded == []
+
+
+def test_check_spec_imports_no_runtime(gguf_spec):
+    # The graphs are still built with onnx_ir to check them in memory; the runtimes are never needed.
+    code, loaded = _loaded("check", str(gguf_spec))
+    assert code == 0
+    assert not {"onnxruntime", "onnxruntime_genai", "torch"} & set(loaded)
+
+
+def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
+    made = []
+
+    class Counting(gguf_source.GGUFHeader):
+        def __init__(self, path):
+            made.append(path)
+            super().__init__(path)
+
+    monkeypatch.setattr(gguf_source, "GGUFHeader", Counting)
+    monkeypatch.setattr(gguf_source, "_last_header", None)
+    build(gguf_spec, defer=True).close()
+    assert len(made) == 1
+
+
+def test_a_rewritten_gguf_is_read_afresh(tmp_path):
+    path = write_gguf(tmp_path / "a.gguf", tiny_arch(), seed=0)
+    first = gguf_source._open(str(path))
+    assert gguf_source._open(str(path)) is first
+    write_gguf(tmp_path / "b.gguf", tiny_arch(num_layers=2), seed=1)
+    (tmp_path / "b.gguf").replace(path)
+    assert gguf_source._open(str(path)) is not first
+    assert gguf_source._open(str(path)).metadata["qwen35.block_count"] == 3
+
+
+def test_check_and_plan_leave_the_tokenizer_unconverted_and_compile_converts_and_checks_it(gguf_spec, monkeypatch):
+    calls = []
+    real = gguf_tokenizer._build
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(gguf_tokenizer, "_build", counting)
+    monkeypatch.setattr(gguf_source, "_last_header", None)
+    with build(gguf_spec, defer=True) as deferred:
+        names = sorted(a.relpath for a in deferred.artifacts)
+        assert {"tokenizer.json", "tokenizer_config.json"} <= set(names)
+    assert calls == []
+    with build(gguf_spec) as eager:
+        assert [a.relpath for a in eager.artifacts] == names
+        files = {a.relpath: a for a in eager.artifacts}
+        assert files["tokenizer.json"].content is not None and not files["tokenizer.json"].deferred
+        tokenizer = json.loads(files["tokenizer.json"].content)
+    assert calls == [1]
+    assert tokenizer["model"]["type"] == "BPE" and len(tokenizer["model"]["vocab"]) >= 256
+    # Read on demand, a deferred tokenizer gives the same bytes.
+    with build(gguf_spec, defer=True) as again:
+        assert {a.relpath: a for a in again.artifacts}["tokenizer.json"].read() == files["tokenizer.json"].content
+
+
+TRICKY = {
+    "plain": "text", "quoted": "yes", "colon": "a: b", "hash": "# not a comment", "empty": "", "null": None,
+    "unicode": "héllo — ✓", "newline": "two\nlines", "tab": "a\tb", "leading space": " x", "number-like": "1e3",
+    "floats": [0.0, -1.5, 1e-06, 3.4028234663852886e38, float("inf")], "ints": [0, -1, 2**40], "bools": [True, False],
+    "nested": {"list": [{"a": 1}, {"b": [1, 2]}], "empty_map": {}, "empty_list": []},
+    "long": "word " * 2000,
+}
+
+
+@pytest.mark.parametrize("flow", [None, False, True])
+def test_libyaml_dumper_writes_the_pure_python_dumpers_bytes(flow):
+    assert hasattr(yaml, "CSafeDumper"), "PyYAML without libyaml: the C dumper this test compares is missing"
+    options = dict(sort_keys=False, default_flow_style=flow, width=4096, allow_unicode=True)
+    assert dump_yaml(TRICKY, **options) == yaml.safe_dump(TRICKY, **options)
+    options = dict(sort_keys=True, allow_unicode=True)
+    assert dump_yaml(TRICKY, **options) == yaml.safe_dump(TRICKY, **options)
+
+
+def test_emitted_metadata_is_what_the_pure_python_dumper_writes(monkeypatch, tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("mtpc: 1\nname: y\nsource: {synthetic: {seed: 0}}\ntargets:\n  onnx_genai: {layout: workflow}\n")
+    with build(spec) as fast:
+        ours = {a.relpath: a.read() for a in fast.artifacts if a.relpath.endswith(".yaml")}
+    monkeypatch.setattr("mtpc.validation._SAFE_DUMPER", yaml.SafeDumper)
+    with build(spec) as slow:
+        pure = {a.relpath: a.read() for a in slow.artifacts if a.relpath.endswith(".yaml")}
+    assert ours and ours == pure
