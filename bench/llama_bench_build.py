@@ -1,16 +1,14 @@
 """llama.cpp's `llama-bench`, built once per machine from the llama-cpp-python sdist the tests use.
 
-    python bench/llama_bench_build.py          # prints the binary's path; builds it first if absent
+    python bench/llama_bench_build.py          # prints the binaries' paths; builds them first if absent
 
 The sdist (same version and sha256 as tests/clients/llama_cpp.py) vendors llama.cpp's C++
 sources under `vendor/llama.cpp/`. We configure it with cmake (CPU only, native
-instructions, no curl, no tests or server) and build just the `llama-bench` target, which
-takes a while on two cores, so the result is cached outside the repository:
+instructions, no curl, no tests or server) and build just `llama-bench` and `llama-quantize`
+(which makes the Q4_0 file from the converter's output), which takes a while on two cores,
+so the result is cached outside the repository:
 
-    ${MTPC_BENCH_CACHE:-~/.cache/mtpc-bench}/llama.cpp-<version>/bin/llama-bench
-
-The build happens in a temporary folder beside the cache that is renamed into place only
-when it succeeded, so an interrupted build leaves no half binary behind.
+    ${MTPC_BENCH_CACHE:-~/.cache/mtpc-bench}/llama.cpp-<version>/bin/{llama-bench,llama-quantize}
 """
 
 from __future__ import annotations
@@ -34,54 +32,67 @@ CMAKE_OPTIONS = [
 ]
 
 
+TARGETS = ("llama-bench", "llama-quantize")
+
+
 def cache_dir() -> Path:
     root = Path(os.environ.get("MTPC_BENCH_CACHE") or Path.home() / ".cache" / "mtpc-bench")
     return root / f"llama.cpp-{llama_cpp.VERSION}"
 
 
-def binary() -> Path:
-    return cache_dir() / "bin" / "llama-bench"
+def binary(name: str = "llama-bench") -> Path:
+    return cache_dir() / "bin" / name
+
+
+def llama_tools(log=sys.stderr) -> dict[str, Path]:
+    """The cached llama-bench and llama-quantize, built first if absent (minutes on two cores).
+
+    The build tree (`.llama.cpp-<version>-build` beside the cache) survives an interrupted
+    build, so the next run continues it; the binaries are copied into `bin/` only once both
+    are built, and `bin/` is what says the cache is complete.
+    """
+    tools = {name: binary(name) for name in TARGETS}
+    if all(path.is_file() for path in tools.values()):
+        return tools
+    cache = cache_dir()
+    work = cache.parent / f".{cache.name}-build"
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "src"
+    if not (src / "CMakeLists.txt").is_file():
+        with tempfile.TemporaryDirectory(dir=work) as download:
+            sdist = llama_cpp._download(Path(download))
+            prefix = f"llama_cpp_python-{llama_cpp.VERSION}/vendor/llama.cpp/"
+            staging = Path(download) / "src"
+            with tarfile.open(sdist, "r:gz") as archive:
+                for member in archive.getmembers():
+                    if member.isfile() and member.name.startswith(prefix):
+                        destination = staging / member.name[len(prefix):]
+                        destination.parent.mkdir(parents=True, exist_ok=True)
+                        with archive.extractfile(member) as source, open(destination, "wb") as out:
+                            shutil.copyfileobj(source, out)
+            shutil.rmtree(src, ignore_errors=True)
+            staging.rename(src)
+    build = work / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    jobs = str(os.cpu_count() or 1)
+    for command in (
+        ["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_OPTIONS],
+        ["cmake", "--build", str(build), "--target", *TARGETS, "-j", jobs],
+    ):
+        print("$ " + " ".join(command), file=log, flush=True)
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+    (cache / "bin").mkdir(parents=True, exist_ok=True)
+    for name, target in tools.items():
+        built = next(p for p in build.rglob(name) if p.is_file() and os.access(p, os.X_OK))
+        shutil.copy2(built, target.with_suffix(".partial"))
+        os.replace(target.with_suffix(".partial"), target)
+    return tools
 
 
 def llama_bench(log=sys.stderr) -> Path:
-    """The cached llama-bench, built first if absent (minutes on two cores; the log shows cmake's output)."""
-    target = binary()
-    if target.is_file():
-        return target
-    cache = cache_dir()
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    jobs = str(os.cpu_count() or 1)
-    with tempfile.TemporaryDirectory(prefix=f".{cache.name}-", dir=cache.parent) as work:
-        work_dir = Path(work)
-        sdist = llama_cpp._download(work_dir)
-        prefix = f"llama_cpp_python-{llama_cpp.VERSION}/vendor/llama.cpp/"
-        src = work_dir / "src"
-        with tarfile.open(sdist, "r:gz") as archive:
-            for member in archive.getmembers():
-                if member.isfile() and member.name.startswith(prefix):
-                    destination = src / member.name[len(prefix):]
-                    destination.parent.mkdir(parents=True, exist_ok=True)
-                    with archive.extractfile(member) as source, open(destination, "wb") as out:
-                        shutil.copyfileobj(source, out)
-        build = work_dir / "build"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        for command in (
-            ["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_OPTIONS],
-            ["cmake", "--build", str(build), "--target", "llama-bench", "-j", jobs],
-        ):
-            print("$ " + " ".join(command), file=log, flush=True)
-            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
-        built = next(p for p in build.rglob("llama-bench") if p.is_file())
-        staging = work_dir / "cache"
-        (staging / "bin").mkdir(parents=True)
-        shutil.copy2(built, staging / "bin" / "llama-bench")
-        try:
-            staging.rename(cache)
-        except OSError:  # another run got there first
-            if not target.is_file():
-                raise
-    return target
+    return llama_tools(log)["llama-bench"]
 
 
 if __name__ == "__main__":
-    print(llama_bench())
+    for tool in llama_tools().values():
+        print(tool)

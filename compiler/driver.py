@@ -98,18 +98,23 @@ def build(
     progress: Progress = lambda message: None,
     observer: Callable[[str, PassResult], None] | None = None,
     defer: bool = False,
+    jobs: int | None = None,
 ) -> Build:
     """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read.
 
     `defer`: leave `deferred` artifacts (a tokenizer.json converted from a GGUF vocabulary) unmade
     until read, and their own checks undone, for a verb that writes nothing (`check SPEC`, `plan`,
-    `diff`); by default they are made here and checked with the rest, as `compile` needs.
+    `diff`); by default they are made here and checked with the rest, as `compile` needs. `jobs`:
+    threads producing weights while a data file streams (default: every available core); the bytes
+    are the same for any value.
     """
     pipeline = default_pipeline(observer)
     ir, info = build_ir(spec_path, pipeline)
     from .provenance import record
 
     ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress, provenance=record(ir, spec_path))
+    if jobs is not None:
+        ctx.jobs = jobs
     artifacts: list[Artifact] = []
     try:
         for name, emitter in EMITTERS:

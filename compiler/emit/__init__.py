@@ -12,6 +12,7 @@ run: a later one may read what an earlier one recorded in the `EmitContext`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -60,6 +61,14 @@ def _quiet(message: str) -> None:
     pass
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 @dataclass
 class EmitContext:
     """What emitters may use besides the IR.
@@ -71,6 +80,8 @@ class EmitContext:
     info: SourceInfo
     weights_factory: Callable[[], WeightStore]
     progress: Progress = _quiet
+    # Weights produced in parallel while a data file streams (`DataFile.chunks`); the bytes are the same for any value.
+    jobs: int = field(default_factory=available_cores)
     # Data file (package path) -> its shareable tensors; written by onnx_graphs, read by genai_config.
     data_layouts: dict[str, DataLayout] = field(default_factory=dict)
     # Graph (package path) -> the data file it reads its shareable tensors from, when not its own

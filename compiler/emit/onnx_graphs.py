@@ -64,6 +64,6 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
         artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
         data = graph.data
         if data.groups:
-            artifacts.append(Artifact(data.relpath, chunks=data.chunks, size=data.size))
+            artifacts.append(Artifact(data.relpath, chunks=lambda data=data: data.chunks(ctx.jobs), size=data.size))
         ctx.data_layouts[data.relpath] = {k: v for k, v in data.layout().items() if is_shareable(k)}
     return artifacts

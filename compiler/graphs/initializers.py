@@ -10,8 +10,10 @@ single weight, whatever the model size.
 from __future__ import annotations
 
 import posixpath
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import onnx_ir as oir
@@ -115,11 +117,13 @@ class DataFile:
             location, p.offset, p.length, tensor.dtype, shape=oir.Shape(tensor.shape), name=tensor.name
         )
 
-    def chunks(self) -> Iterator[bytes | memoryview]:
-        """The file's bytes, produced one group at a time."""
+    def chunks(self, jobs: int = 1) -> Iterator[bytes | memoryview]:
+        """The file's bytes, produced one group at a time; with `jobs` > 1, that many groups are
+        produced ahead in threads while the one before them is written (numpy's copies, casts and
+        quantization arithmetic release the GIL). The bytes are the same for any `jobs`: every group
+        is produced by the same function and they are written in registration order."""
         written = 0
-        for group in self.groups:
-            arrays = group.produce()
+        for group, arrays in zip(self.groups, _produced(self.groups, jobs)):
             if len(arrays) != len(group.tensors):
                 raise AssertionError(f"{group.tensors[0].name}: produced {len(arrays)} arrays")
             for tensor, array in zip(group.tensors, arrays):
@@ -138,6 +142,32 @@ class DataFile:
                 p = self.placements[t.name]
                 out[t.name] = StoredTensor(p.offset, p.length, int(t.dtype), t.shape)
         return out
+
+
+def _produced(groups: Iterable[InitializerGroup], jobs: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """Each group's arrays, in order; at most `jobs` produced ahead of the one being consumed."""
+    if jobs <= 1:
+        for group in groups:
+            yield group.produce()
+        return
+    pending: deque = deque()
+    queued = iter(groups)
+    with ThreadPoolExecutor(jobs, thread_name_prefix="mtpc-data") as pool:
+        try:
+            for group in queued:
+                pending.append(pool.submit(group.produce))
+                if len(pending) == jobs:
+                    break
+            while pending:
+                arrays = pending.popleft().result()
+                following = next(queued, None)
+                if following is not None:
+                    pending.append(pool.submit(following.produce))
+                yield arrays
+                del arrays  # written: let it go before the next one is waited for
+        finally:  # the writer stopped early (an error, an interrupt): start nothing more
+            for future in pending:
+                future.cancel()
 
 
 def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> memoryview:

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 import onnx_ir as oir
 
+from ..arrays import transposed
 from ..contracts import quantized_names
 from ..diagnostics import MtpcError
 from ..ir import QuantizationPlan, WeightDecision
@@ -72,6 +73,12 @@ class ParameterSource:
         error = np.abs(stored.dequantize() - self.store.read_float(canonical)).max(initial=0)
         self.requantization_error[canonical] = float(error)
 
+    def _read_rows(self, canonical: str):
+        """The weight as `read` gives it, or row by row where the store can (`HFWeightStore.read_rows`:
+        bfloat16 widened only where it is copied)."""
+        read_rows = getattr(self.store, "read_rows", None)
+        return read_rows(canonical) if read_rows is not None else self.store.read(canonical)
+
     def _decision(self, canonical: str) -> WeightDecision:
         decision = self._decisions.get(canonical)
         if decision is None:
@@ -100,14 +107,18 @@ class ParameterSource:
             planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
 
             def produce_float() -> tuple[np.ndarray, ...]:
-                w = materialize(self.store.read(canonical), None, symmetric=True)
-                return (np.asarray(w).T,)
+                w = self._read_rows(canonical)
+                if isinstance(w, QuantizedTensor):
+                    w = materialize(w, None, symmetric=True)
+                # Transposed tile by tile straight into the stored dtype: one output, no temporaries.
+                return (transposed(w, self.io_dtype.numpy()),)
 
             return LinearParams(n, k, InitializerGroup(planned, produce_float), None)
         planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
 
         def produce_quantized() -> tuple[np.ndarray, ...]:
-            w = materialize(self.store.read(canonical), form, symmetric=not form.has_zero_points)
+            # Quantized a few rows at a time (quant.quantize_linear), so a float source is never whole in float32.
+            w = materialize(self._read_rows(canonical), form, symmetric=not form.has_zero_points)
             if not isinstance(w, QuantizedTensor):
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
             self._measure(canonical, decision, w)

@@ -15,6 +15,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..arrays import Bfloat16Rows
 from ..diagnostics import SourceError
 from ..ir import Architecture, SourceRef, SourceTensor
 from ..weights import TensorInfo, Weight, canonical_shapes
@@ -305,6 +306,13 @@ class HFWeightStore:
     def read(self, name: str) -> Weight:
         filename, hf_name = self._entries[name]
         return to_canonical_value(name, self._files[filename].read(hf_name))
+
+    def read_rows(self, name: str) -> "Weight | Bfloat16Rows":
+        """`read`, except that a bfloat16 tensor stored as is comes as `Bfloat16Rows`: widened where it
+        is copied (transposed, quantized a few rows at a time), so its float32 copy never exists whole."""
+        filename, hf_name = self._entries[name]
+        bits = None if needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
+        return Bfloat16Rows(bits) if bits is not None else self.read(name)
 
     def read_float(self, name: str) -> np.ndarray:
         value = self.read(name)

@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 import numpy as np
 
+from ..arrays import widen_bfloat16
 from ..diagnostics import SourceError
 
 _NUMPY_DTYPES = {
@@ -126,8 +127,20 @@ class SafetensorsFile:
             return np.zeros(shape, np.float32 if code == "BF16" else dtype)
         view = self._mapped()[begin:end].view(dtype).reshape(shape)
         if code == "BF16":
-            return (view.astype(np.uint32) << 16).view(np.float32)
+            return widen_bfloat16(view)
         return view
+
+    def read_bfloat16_bits(self, name: str) -> np.ndarray | None:
+        """A BF16 tensor's raw bits (uint16, a read-only memmap view), for widening where they are
+        written (`mtpc.arrays`); None for any other dtype."""
+        entry = self._entries[name]
+        if entry["dtype"] != "BF16":
+            return None
+        begin, end = entry["data_offsets"]
+        shape = tuple(entry["shape"])
+        if end == begin:
+            return np.zeros(shape, np.uint16)
+        return self._mapped()[begin:end].view(_NUMPY_DTYPES["BF16"]).reshape(shape)
 
     def _mapped(self) -> np.memmap:
         if self._map is None:

@@ -1,0 +1,304 @@
+"""mtpc against the real competitors, measured in one run: one table of ratios.
+
+    pip install -e '.[bench]'
+    python bench/vs_builder.py [--size medium] [--json FILE] [--with-27b]
+
+Competitors: onnxruntime-genai 0.18.0's model builder (`onnxruntime_genai.models.builder`, from
+its wheel; needs torch and transformers) on the same Hugging Face checkpoint, and llama.cpp's
+own decode (`llama-bench -p 0 -n 128`, built once from the llama-cpp-python 0.3.36 sdist by
+bench/llama_bench_build.py and cached outside the repository) on the same GGUF files.
+
+1. A seeded Qwen3.5 checkpoint with an MTP head is written as bfloat16 safetensors with a
+   tiny byte-level tokenizer (`compile_bench.SIZES`; the default `medium` is 156M parameters).
+2. Compile, each in a fresh process timed from outside with its peak RSS sampled from /proc:
+   `mtpc compile` and the builder, at fp32 and int4 (block 32, each tool's CPU defaults),
+   and `cp -r CHECKPOINT && sync` as the disk floor.
+3. Decode tok/s in onnxruntime-genai (128 greedy steps after an 8-token prompt, best of 2,
+   `intra_op_num_threads` 1 and 2) of each package.
+4. llama.cpp's converter writes a Q8_0 and a BF16 GGUF of the same checkpoint; llama-quantize
+   makes Q4_0 from the BF16 one. mtpc compiles each with `keep: source`; og's decode of those
+   packages against `llama-bench -p 0 -n 128 -t 1,2` on the very same files.
+5. Metadata verbs (`--help`, `inspect`, `check SPEC`, `plan`, `diff SPEC SPEC`) on a
+   27B-shaped sparse GGUF (bench/sparse_source.py: real header and vocabulary, no weights).
+6. `--with-27b`: that GGUF written dense (~17 GB of real bytes), compiled with keep: source,
+   against `cp && sync` of the file, with peak anonymous memory.
+
+Every number comes from this run on this machine; the ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.compile_bench import SAMPLE_INTERVAL_S, SIZES, _status_bytes, architecture, tree_bytes  # noqa: E402
+
+PY = sys.executable
+DECODE_STEPS = 128
+PROMPT = list(range(10, 18))
+THREADS = (1, 2)
+INT4 = "quantization:\n  default: {bits: 4, block_size: 32}\n"
+KEEP = "quantization:\n  default: {keep: source}\n"
+
+
+# ----------------------------------------------------------------------------- measuring a process
+
+
+def run(argv: list[str], *, ok: tuple[int, ...] = (0,), env: dict | None = None, cwd: Path | None = None) -> dict:
+    """Wall seconds, peak RSS (highest VmHWM seen) and peak anonymous memory of a command's process."""
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    peak_rss = peak_anon = 0
+    while child.poll() is None:
+        peak_rss = max(peak_rss, _status_bytes(child.pid, "VmHWM") or 0)
+        peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
+        time.sleep(SAMPLE_INTERVAL_S)
+    stdout, stderr = child.communicate()
+    wall = time.perf_counter() - start
+    if child.returncode not in ok:
+        raise SystemExit(f"failed (exit {child.returncode}): {' '.join(map(str, argv))}\n{stderr[-4000:]}")
+    return {"wall_s": wall, "peak_rss": peak_rss, "peak_anon": peak_anon, "stdout": stdout}
+
+
+def best_wall(argv: list[str], repeat: int = 3, **kw) -> float:
+    return min(run(argv, **kw)["wall_s"] for _ in range(repeat))
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def write_checkpoint(folder: Path, size: str) -> Path:
+    from mtpc.emit.tokenizer import synthetic_tokenizer_files
+    from tests.fixtures.checkpoints import write_hf_checkpoint
+
+    arch = architecture(size)
+    ckpt = write_hf_checkpoint(folder / "checkpoint", arch, seed=0, float_dtype="BF16")
+    for relpath, content in synthetic_tokenizer_files(arch):
+        (ckpt / relpath).write_bytes(content)
+    return ckpt
+
+
+def spec(folder: Path, name: str, source: str, quantization: str = "") -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f"mtpc: 1\nname: {name}\nsource: {source}\n{quantization}"
+        "targets:\n  onnxruntime_genai: {execution_provider: cpu}\n"
+    )
+    return path
+
+
+def gguf_files(folder: Path, ckpt: Path) -> dict[str, Path]:
+    """Q8_0 from llama.cpp's converter; Q4_0 by llama-quantize from its BF16 output."""
+    from bench.llama_bench_build import llama_tools
+    from tests.clients import llama_cpp
+
+    out = {"Q8_0": folder / "model-q8_0.gguf", "BF16": folder / "model-bf16.gguf"}
+    llama_cpp.convert(ckpt, {"q8_0": out["Q8_0"], "bf16": out["BF16"]})
+    out["Q4_0"] = folder / "model-q4_0.gguf"
+    run([str(llama_tools()["llama-quantize"]), str(out["BF16"]), str(out["Q4_0"]), "Q4_0"])
+    out.pop("BF16").unlink()
+    return out
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def decode_child(package: Path, threads: int) -> None:
+    """Prints the tok/s of 128 greedy decode steps in onnxruntime-genai (run as `--decode PKG N`)."""
+    import onnxruntime_genai as og
+
+    config = package / "genai_config.json"
+    doc = json.loads(config.read_text())
+    options = doc["model"]["decoder"].setdefault("session_options", {})
+    options.update(intra_op_num_threads=threads, inter_op_num_threads=1)
+    # The builder's packages list `shared_initializers`, which onnxruntime-genai 0.18.0 on CPU cannot
+    # load ("GetMemoryInfo for CPU should not be used"); the graphs hold those tensors themselves.
+    for section in (doc["model"]["decoder"], doc["model"].get("mtp") or {}):
+        section.pop("shared_initializers", None)
+    config.write_text(json.dumps(doc, indent=4))
+    model = og.Model(str(package))
+    best = 0.0
+    for _ in range(2):
+        params = og.GeneratorParams(model)
+        length = len(PROMPT) + DECODE_STEPS + 1
+        params.set_search_options(do_sample=False, max_length=length, min_length=length)
+        generator = og.Generator(model, params)
+        generator.append_tokens(PROMPT)
+        start = time.perf_counter()
+        for _ in range(DECODE_STEPS):
+            generator.generate_next_token()
+        best = max(best, DECODE_STEPS / (time.perf_counter() - start))
+    print(json.dumps({"tok_s": best}))
+
+
+def og_decode(package: Path, threads: int) -> float:
+    return json.loads(run([PY, __file__, "--decode", str(package), str(threads)])["stdout"].strip().splitlines()[-1])["tok_s"]
+
+
+def llama_decode(gguf: Path) -> dict[int, float]:
+    from bench.llama_bench_build import llama_bench
+
+    argv = [str(llama_bench()), "-m", str(gguf), "-p", "0", "-n", str(DECODE_STEPS), "-t", ",".join(map(str, THREADS)),
+            "-o", "json"]
+    rows = json.loads(run(argv)["stdout"])
+    return {int(r["n_threads"]): float(r["avg_ts"]) for r in rows}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def compile_rows(work: Path, ckpt: Path) -> tuple[dict, dict, dict]:
+    """Compile measurements, packages (for decoding) and the cp floor."""
+    measured, packages = {}, {}
+    copy = work / "copy"
+    floor = run(["sh", "-c", f"cp -r '{ckpt}' '{copy}' && sync"])
+    shutil.rmtree(copy)
+    for label, quant, precision in (("fp32", "", "fp32"), ("int4", INT4, "int4")):
+        s = spec(work, f"mtpc-{label}", "{hf: checkpoint}", quant)
+        out = work / f"mtpc-{label}"
+        print(f"compiling {label} with mtpc", file=sys.stderr)
+        measured[("mtpc", label)] = run([PY, "-m", "mtpc", "compile", str(s), "-o", str(out), "-q"])
+        measured[("mtpc", label)]["bytes"] = tree_bytes(out)
+        packages[("mtpc", label)] = out
+        out = work / f"builder-{label}"
+        print(f"compiling {label} with the 0.18.0 builder", file=sys.stderr)
+        measured[("builder", label)] = run([PY, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out),
+                                            "-p", precision, "-e", "cpu", "-c", str(work / "builder-cache")])
+        measured[("builder", label)]["bytes"] = tree_bytes(out)
+        packages[("builder", label)] = out
+    return measured, packages, floor
+
+
+def metadata_times(work: Path) -> dict[str, float]:
+    from bench.sparse_source import architecture_27b, write
+
+    gguf = write(work / "q27.gguf", architecture_27b())
+    a = spec(work, "q27", f"{{gguf: {gguf.name}}}", KEEP)
+    b = spec(work, "q27b", f"{{gguf: {gguf.name}}}", "quantization:\n  default: {keep: source}\n"
+             "  overrides: [{match: lm_head.weight, bits: 8, block_size: 32}]\n")
+    mtpc = [PY, "-m", "mtpc"]
+    return {
+        "mtpc --help": best_wall([*mtpc, "--help"]),
+        "inspect": best_wall([*mtpc, "inspect", str(gguf)]),
+        "check SPEC": best_wall([*mtpc, "check", str(a)]),
+        "plan": best_wall([*mtpc, "plan", str(a), "-q", "--against", str(work / "none")]),
+        "diff SPEC SPEC": best_wall([*mtpc, "diff", str(a), str(b)], ok=(0, 1)),  # 1: they differ, as they should
+    }
+
+
+def big_compile(work: Path) -> dict:
+    from bench.sparse_source import architecture_27b, write
+
+    gguf = write(work / "q27-dense.gguf", architecture_27b(), dense=True)
+    size = gguf.stat().st_size
+    floor = run(["sh", "-c", f"cp '{gguf}' '{work / 'q27-copy.gguf'}' && sync"])
+    (work / "q27-copy.gguf").unlink()
+    s = spec(work, "q27-keep", f"{{gguf: {gguf.name}}}", KEEP)
+    compiled = run([PY, "-m", "mtpc", "compile", str(s), "-o", str(work / "q27-pkg"), "-q"])
+    shutil.rmtree(work / "q27-pkg")
+    gguf.unlink()
+    return {"copy_s": floor["wall_s"], "compile_s": compiled["wall_s"], "peak_anon": compiled["peak_anon"], "gguf_bytes": size}
+
+
+def table(results: dict) -> str:
+    rows = []
+
+    def add(name: str, ratio: float | None, goal: str, ok: bool | None) -> None:
+        verdict = "" if ok is None else ("met" if ok else "missed")
+        rows.append(f"| {name} | {'' if ratio is None else f'{ratio:.2f}'} | {goal} | {verdict} |")
+
+    m = results["compile"]
+    for label in ("fp32", "int4"):
+        r = m[("mtpc", label)]["wall_s"] / m[("builder", label)]["wall_s"]
+        add(f"compile wall {label}, mtpc / builder", r, "<= 0.40", r <= 0.4)
+    r = m[("mtpc", "fp32")]["wall_s"] / results["copy_s"]
+    add("compile wall fp32, mtpc / `cp -r && sync`", r, "<= 2.0", r <= 2.0)
+    for label in ("fp32", "int4"):
+        r = m[("mtpc", label)]["peak_rss"] / m[("builder", label)]["peak_rss"]
+        add(f"compile peak RSS {label}, mtpc / builder", r, "<= 0.40", r <= 0.4)
+    for label in ("fp32", "int4"):
+        r = m[("mtpc", label)]["bytes"] / m[("builder", label)]["bytes"]
+        add(f"package bytes {label}, mtpc / builder", r, "<= 1.01", r <= 1.01)
+    for (label, threads), (ours, theirs) in sorted(results["decode"].items()):
+        add(f"decode tok/s {label}, {threads} thread{'s' * (threads > 1)}, mtpc / builder", ours / theirs, ">= 1.0",
+            ours >= theirs)
+    for (qtype, threads), (ours, theirs) in sorted(results["llama"].items()):
+        add(f"decode tok/s {qtype} GGUF, {threads} thread{'s' * (threads > 1)}, mtpc (og) / llama.cpp", ours / theirs,
+            ">= 1.0", ours >= theirs)
+    lines = ["| measure | ratio | goal | |", "|---|---:|---|---|", *rows, "", "| metadata verb (27B-shaped sparse GGUF) | seconds | goal | |",
+             "|---|---:|---|---|"]
+    for verb, seconds in results["verbs"].items():
+        goal = 0.15 if verb == "mtpc --help" else 0.3
+        lines.append(f"| {verb} | {seconds:.2f} | <= {goal} | {'met' if seconds <= goal else 'missed'} |")
+    if "big" in results:
+        big = results["big"]
+        r = big["compile_s"] / big["copy_s"]
+        lines += ["", "| 27B-shaped Q4_0 GGUF, keep: source | value | goal | |", "|---|---:|---|---|",
+                  f"| compile / `cp && sync` | {r:.2f} | <= 2.0 | {'met' if r <= 2 else 'missed'} |",
+                  f"| peak anonymous memory GiB | {big['peak_anon'] / 2**30:.2f} | <= 1.0 | "
+                  f"{'met' if big['peak_anon'] <= 2**30 else 'missed'} |"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="medium")
+    parser.add_argument("--with-27b", action="store_true", help="also compile a dense 27B-shaped Q4_0 GGUF (~17 GB)")
+    parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--decode", nargs=2, metavar=("PACKAGE", "THREADS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.decode:
+        decode_child(Path(args.decode[0]), int(args.decode[1]))
+        return 0
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mtpc-vs-") as tmp:
+        work = Path(tmp)
+        print(f"writing the {args.size} checkpoint", file=sys.stderr)
+        ckpt = write_checkpoint(work, args.size)
+        results["compile"], packages, floor = compile_rows(work, ckpt)
+        results["copy_s"] = floor["wall_s"]
+        results["decode"] = {}
+        for label in ("fp32", "int4"):
+            for threads in THREADS:
+                print(f"decoding {label} at {threads} threads", file=sys.stderr)
+                results["decode"][(label, threads)] = (og_decode(packages[("mtpc", label)], threads),
+                                                       og_decode(packages[("builder", label)], threads))
+        for package in packages.values():
+            shutil.rmtree(package)
+        print("llama.cpp: converting, quantizing, decoding", file=sys.stderr)
+        results["llama"] = {}
+        for qtype, gguf in gguf_files(work, ckpt).items():
+            out = work / f"gguf-{qtype}"
+            run([PY, "-m", "mtpc", "compile", str(spec(work, f"gguf-{qtype}", f"{{gguf: {gguf.name}}}", KEEP)), "-o",
+                 str(out), "-q"])
+            theirs = llama_decode(gguf)
+            for threads in THREADS:
+                results["llama"][(qtype, threads)] = (og_decode(out, threads), theirs[threads])
+            shutil.rmtree(out)
+        print("metadata verbs on the 27B-shaped sparse GGUF", file=sys.stderr)
+        results["verbs"] = metadata_times(work)
+        if args.with_27b:
+            print("27B-shaped dense Q4_0 GGUF: writing, copying, compiling", file=sys.stderr)
+            results["big"] = big_compile(work)
+    print(f"mtpc vs onnxruntime-genai 0.18.0's builder and llama.cpp, size {args.size}, "
+          f"{os.cpu_count()} cores; one run, every ratio measured in it")
+    print(table(results))
+    if args.json:
+        flat = {k: {" ".join(map(str, key)): value for key, value in v.items()} if isinstance(v, dict) else v
+                for k, v in results.items()}
+        Path(args.json).write_text(json.dumps(flat, indent=2, sort_keys=True, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Array copies at the speed of memory: bfloat16 widening and transposes, written into their output.
+
+A compile moves every weight once: read from the memory-mapped checkpoint, maybe widened
+from bfloat16 and transposed into MatMul's `[K, N]`, then written. numpy's one-liners for
+these make temporaries (`(bits.astype(uint32) << 16)` makes two, each as large as the
+float32 result) and `np.ascontiguousarray(w.T)` walks one side of a large matrix a column
+at a time, missing the cache on every element. Here each output is allocated once and filled
+in tiles small enough to stay in cache.
+
+Every function gives exactly the bytes of the plain numpy expression it replaces
+(tests/test_arrays.py holds them to that).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Rows of the source per transposed tile (measured best of 32..512 on x86-64): the tile is read
+# sequentially and written as 512-byte runs into each output row, so both sides stream through the cache.
+_TILE_ROWS = 128
+# Rows widened at a time when only widening (no transpose): a few MB, whatever the tensor.
+_WIDEN_ELEMENTS = 1 << 20
+
+
+def widen_bfloat16(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 values of raw bfloat16 bits (uint16): each is the upper half of its float32, exactly.
+
+    Written straight into `out` (or a new array): the low halves are zeroed and the high halves
+    copied, with no temporary the size of the tensor.
+    """
+    if out is None:
+        out = np.empty(bits.shape, np.float32)
+    low, high = (0, 1) if np.little_endian else (1, 0)
+    flat_bits = bits.reshape(-1)
+    flat = out.reshape(-1).view(np.uint16).reshape(-1, 2)  # views: `out` is contiguous
+    step = _WIDEN_ELEMENTS
+    for start in range(0, flat.shape[0], step):
+        flat[start : start + step, low] = 0
+        flat[start : start + step, high] = flat_bits[start : start + step]
+    return out
+
+
+class Bfloat16Rows:
+    """A `[N, K]` bfloat16 matrix that widens to float32 only the rows asked for (`w[a:b]`).
+
+    Quantizing reads a weight a few rows at a time; over this it never holds the whole float32
+    copy (5 GB for a 27B model's LM head), only the rows of the chunk at hand.
+    """
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, bits: np.ndarray):
+        self.bits = bits
+        self.shape = bits.shape
+        self.ndim = bits.ndim
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return widen_bfloat16(self.bits[rows])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        full = widen_bfloat16(self.bits)
+        return full if dtype is None else full.astype(dtype, copy=False)
+
+
+def transposed(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """`np.ascontiguousarray(np.asarray(w).T.astype(dtype))` for a 2-D `w`, tile by tile into one output.
+
+    A `Bfloat16Rows` is widened tile by tile on the way (its float32 copy never exists whole).
+    """
+    dtype = np.dtype(dtype)
+    n, k = w.shape
+    out = np.empty((k, n), dtype)
+    if isinstance(w, Bfloat16Rows) and dtype == np.float32:
+        low, high = (0, 1) if np.little_endian else (1, 0)
+        halves = out.view(np.uint16).reshape(k, n, 2)
+        for start in range(0, n, _TILE_ROWS):
+            stop = min(start + _TILE_ROWS, n)
+            halves[:, start:stop, low] = 0
+            halves[:, start:stop, high] = w.bits[start:stop].T
+        return out
+    for start in range(0, n, _TILE_ROWS):
+        stop = min(start + _TILE_ROWS, n)
+        out[:, start:stop] = w[start:stop].T  # the cast, if any, happens in this copy
+    return out

@@ -1,0 +1,45 @@
+"""`mtpc.arrays` gives exactly the bytes of the plain numpy expressions it replaces."""
+
+import numpy as np
+import pytest
+
+from mtpc.arrays import Bfloat16Rows, transposed, widen_bfloat16
+
+
+def _bits(shape, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(shape).astype(np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)
+    # Every class of value bfloat16 holds: zeros of both signs, infinities, NaNs, subnormals.
+    special = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x807F], np.uint16)
+    flat = bits.reshape(-1)
+    flat[: min(len(special), flat.size)] = special[: flat.size]
+    return bits
+
+
+def _numpy_widened(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (300, 129), (2, 3, 4), ()])
+def test_widen_bfloat16_is_the_upper_half_of_each_float32(shape):
+    bits = _bits(shape)
+    assert widen_bfloat16(bits).tobytes() == _numpy_widened(bits).tobytes()
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (129, 257), (300, 64), (64, 300)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_transposed_matches_numpy(shape, dtype):
+    w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    assert transposed(w, dtype).tobytes() == np.ascontiguousarray(w.T.astype(dtype)).tobytes()
+    bits = _bits(shape, seed=2)
+    want = np.ascontiguousarray(_numpy_widened(bits).T.astype(dtype))
+    assert transposed(Bfloat16Rows(bits), dtype).tobytes() == want.tobytes()
+
+
+def test_bfloat16_rows_widen_only_the_rows_asked_for():
+    bits = _bits((10, 6))
+    rows = Bfloat16Rows(bits)
+    assert rows.shape == (10, 6) and len(rows) == 10
+    assert rows[2:5].tobytes() == _numpy_widened(bits[2:5]).tobytes()
+    assert np.asarray(rows).tobytes() == _numpy_widened(bits).tobytes()
