@@ -32,6 +32,7 @@ def load_schema(name: str) -> dict:
     return json.loads(resources.files("mtpc.schemas").joinpath(name).read_text(encoding="utf-8"))
 
 
+@lru_cache(maxsize=None)
 def validator(name: str) -> "jsonschema.Draft202012Validator":
     import jsonschema
 

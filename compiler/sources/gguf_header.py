@@ -34,6 +34,7 @@ _VERSIONS = (2, 3)
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_NESTING = 4  # arrays of arrays: llama.cpp writes none; a bound keeps a hostile header from recursing
 _INTEGER_TYPES = frozenset((0, 1, 2, 3, 4, 5, 10, 11))
+_U64 = struct.Struct("<Q")
 
 
 class _Truncated(Exception):
@@ -148,19 +149,23 @@ class GGUFHeader:
     def _array(self, element: int, count: int, depth: int = 0):
         if element == _STRING:
             self._count(count, 8, f"{self._field} (an array of strings)")
-            offsets = np.empty(count, np.int64)
-            lengths = np.empty(count, np.int64)
+            # A chain of length prefixes, walked in plain Python lists (a 248k-token vocabulary and its
+            # merges are half a million steps; numpy item assignment would double their cost).
+            offsets, lengths = [0] * count, [0] * count
             buf, pos, end = self._buf, self._pos, len(self._buf)
-            for i in range(count):
-                if pos + 8 > end:
-                    raise _Truncated
-                length = int.from_bytes(buf[pos : pos + 8], "little")
-                if length > end - pos - 8:
-                    raise _Truncated
-                offsets[i], lengths[i] = pos + 8, length
-                pos += 8 + length
+            unpack = _U64.unpack_from
+            try:
+                for i in range(count):
+                    (length,) = unpack(buf, pos)
+                    pos += 8
+                    offsets[i], lengths[i] = pos, length
+                    pos += length
+            except (struct.error, OverflowError):  # a length prefix past the end of the file
+                raise _Truncated from None
+            if pos > end:  # the last string runs past the end (every earlier one is followed by a prefix)
+                raise _Truncated
             self._pos = pos
-            return LazyStrings(buf, offsets, lengths)
+            return LazyStrings(buf, np.array(offsets, np.int64), np.array(lengths, np.int64))
         if element in _NUMPY:
             dtype = np.dtype(_NUMPY[element]).newbyteorder("<")
             self._count(count, dtype.itemsize, f"{self._field} (an array)")

@@ -147,3 +147,34 @@ def test_emitted_metadata_is_what_the_pure_python_dumper_writes(monkeypatch, tmp
     with build(spec) as slow:
         pure = {a.relpath: a.read() for a in slow.artifacts if a.relpath.endswith(".yaml")}
     assert ours and ours == pure
+
+
+@pytest.mark.parametrize("victim", ["genai_config.json", "quantization.json"])
+def test_a_schema_violation_the_checks_now_validate_alone_is_still_a_bug_in_mtpc(monkeypatch, tmp_path, victim):
+    """The driver leaves these files' schemas to the contract checks (one validation, not two)."""
+    import dataclasses
+
+    from mtpc import driver
+    from mtpc.diagnostics import ExitCode, MtpcError
+
+    def corrupting(emitter):
+        def emit(ir, ctx):
+            out = []
+            for art in emitter(ir, ctx):
+                if art.relpath == victim:
+                    doc = json.loads(art.content)
+                    doc["not_a_field_of_the_schema"] = {"a": "mapping, where the schema allows only plain values"}
+                    art = dataclasses.replace(art, content=json.dumps(doc).encode())
+                out.append(art)
+            return out
+
+        return emit
+
+    monkeypatch.setattr(driver, "EMITTERS", tuple((name, corrupting(e)) for name, e in driver.EMITTERS))
+    spec = tmp_path / "s.yaml"
+    spec.write_text("mtpc: 1\nname: bad\nsource: {synthetic: {seed: 0}}\n")
+    with pytest.raises(MtpcError) as caught:
+        build(spec)
+    assert caught.value.exit_code is ExitCode.INTERNAL
+    assert any(victim in (d.path or "") and "not_a_field_of_the_schema" in (d.path or "") + d.message
+               for d in caught.value.diagnostics)
