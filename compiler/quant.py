@@ -40,8 +40,11 @@ def quantize_linear(w: np.ndarray, bits: int, block_size: int, *, symmetric: boo
     rows = max(1, _CHUNK_ELEMENTS // (k_blocks * block_size))
     for start in range(0, n, rows):
         chunk = np.asarray(w[start : start + rows], dtype=np.float32)
-        blocks = np.zeros((chunk.shape[0], k_blocks * block_size), np.float32)
-        blocks[:, :k] = chunk
+        if k % block_size:  # the last block is padded with zeros
+            blocks = np.zeros((chunk.shape[0], k_blocks * block_size), np.float32)
+            blocks[:, :k] = chunk
+        else:
+            blocks = chunk
         blocks = blocks.reshape(-1, k_blocks, block_size)
         here = slice(start, start + chunk.shape[0])
         if symmetric:
@@ -56,7 +59,12 @@ def quantize_linear(w: np.ndarray, bits: int, block_size: int, *, symmetric: boo
             zero_points[here] = zero
             zero = zero[..., None]
         scales[here] = scale
-        codes = np.clip(np.rint(blocks / scale[..., None]) + zero, 0, 2**bits - 1).astype(np.uint8)
+        # The same operations as clip(rint(blocks / scale) + zero), done in place in one temporary.
+        codes = np.divide(blocks, scale[..., None])
+        np.rint(codes, out=codes)
+        codes += zero
+        np.clip(codes, 0, 2**bits - 1, out=codes)
+        codes = codes.astype(np.uint8)
         data[here] = pack_codes(codes, bits)  # element 2i in the low nibble at 4 bits
     packed_zero_points = None if zero_points is None else pack_codes(zero_points, bits)
     return QuantizedTensor(bits, block_size, (n, k), data, scales, packed_zero_points, f"int{bits}")
