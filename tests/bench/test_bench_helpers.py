@@ -1,0 +1,44 @@
+"""The bench helpers that need no competitor: the 27B-shaped sparse GGUF and the verdicts of the table."""
+
+import os
+
+from bench.sparse_source import architecture_27b, write
+from bench.vs_builder import table
+from mtpc import sources
+from mtpc.ir import SourceRef
+
+
+def test_the_sparse_27b_gguf_has_the_full_header_and_no_weight_bytes(tmp_path):
+    path = write(tmp_path / "q27.gguf", architecture_27b())
+    claimed, on_disk = path.stat().st_size, os.stat(path).st_blocks * 512
+    assert claimed > 15e9 and on_disk < 50e6
+    info = sources.describe(SourceRef("gguf", str(path)))
+    arch = info.architecture
+    assert (arch.hidden_size, arch.num_layers, arch.vocab_size, arch.mtp_num_layers) == (5120, 64, 248320, 1)
+    assert dict(info.storage)["attn_q"] == "Q4_0" and set(info.tokenizer_names) == {"tokenizer.json", "tokenizer_config.json"}
+
+
+def _measured(wall: float, rss: int, size: int) -> dict:
+    return {"wall_s": wall, "peak_rss": rss, "bytes": size}
+
+
+def test_the_table_says_met_or_missed_against_each_goal():
+    results = {
+        "compile": {
+            ("mtpc", "fp32"): _measured(2.0, 100, 1010), ("builder", "fp32"): _measured(10.0, 1000, 1000),
+            ("mtpc", "int4"): _measured(5.0, 100, 900), ("builder", "int4"): _measured(10.0, 100, 1000),
+        },
+        "copy_s": 1.0,
+        "decode": {("fp32", 1): (10.0, 10.0), ("fp32", 2): (9.0, 10.0)},
+        "llama": {("Q4_0", 1): (12.0, 10.0)},
+        "verbs": {"mtpc --help": 0.1, "inspect": 0.5},
+    }
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table(results).splitlines() if line.startswith("| ")}
+    assert rows["compile wall fp32, mtpc / builder"].endswith("| 0.20 | <= 0.40 | met |")
+    assert rows["compile wall int4, mtpc / builder"].endswith("| 0.50 | <= 0.40 | missed |")
+    assert rows["compile wall fp32, mtpc / `cp -r && sync`"].endswith("| 2.00 | <= 2.0 | met |")
+    assert rows["compile peak RSS int4, mtpc / builder"].endswith("| 1.00 | <= 0.40 | missed |")
+    assert rows["package bytes fp32, mtpc / builder"].endswith("| 1.01 | <= 1.01 | met |")
+    assert rows["decode tok/s fp32, 2 threads, mtpc / builder"].endswith("| 0.90 | >= 1.0 | missed |")
+    assert rows["decode tok/s Q4_0 GGUF, 1 thread, mtpc (og) / llama.cpp"].endswith("| 1.20 | >= 1.0 | met |")
+    assert rows["inspect"].endswith("| 0.50 | <= 0.3 | missed |") and rows["mtpc --help"].endswith("met |")
