@@ -35,7 +35,7 @@ from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
 from mtpc.ir import Architecture, LayerKind, LinearAttentionDims, Rope, TokenIds  # noqa: E402
 from mtpc.weights import canonical_shapes  # noqa: E402
-from tests.fixtures.gguf_writer import MIXED_TYPES, add_metadata, gguf_name  # noqa: E402
+from tests.fixtures.gguf_writer import MIXED_TYPES, _bytes_to_unicode, add_metadata, gguf_name  # noqa: E402
 
 TYPES = MIXED_TYPES + (("token_embd.weight", QT.Q8_0), ("output.weight", QT.Q8_0))
 
@@ -65,13 +65,7 @@ def architecture_27b() -> Architecture:
 
 def vocabulary(arch: Architecture) -> tuple[list[str], list[int], list[str]]:
     """Byte-level BPE of the architecture's size: every byte, then two- and three-byte merges, specials last."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
+    chars = _bytes_to_unicode()
     base = [chars[b] for b in range(256)]
     specials = {arch.tokens.bos: "<|im_start|>", arch.tokens.eos[0]: "<|endoftext|>"}
     n_regular = arch.vocab_size - len(specials) - 2  # room at the end for the specials and two spare ids
