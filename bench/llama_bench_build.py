@@ -13,6 +13,7 @@ so the result is cached outside the repository:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -57,6 +58,16 @@ def llama_tools(log=sys.stderr) -> dict[str, Path]:
     cache = cache_dir()
     work = cache.parent / f".{cache.name}-build"
     work.mkdir(parents=True, exist_ok=True)
+    with open(work / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second caller waits, then finds the binaries
+        if all(path.is_file() for path in tools.values()):
+            return tools
+        _build(work, tools)
+    return tools
+
+
+def _build(work: Path, tools: dict[str, Path]) -> None:
+    cache = cache_dir()
     src = work / "src"
     if not (src / "CMakeLists.txt").is_file():
         with tempfile.TemporaryDirectory(dir=work) as download:
@@ -86,7 +97,6 @@ def llama_tools(log=sys.stderr) -> dict[str, Path]:
         built = next(p for p in build.rglob(name) if p.is_file() and os.access(p, os.X_OK))
         shutil.copy2(built, target.with_suffix(".partial"))
         os.replace(target.with_suffix(".partial"), target)
-    return tools
 
 
 def llama_bench(log=sys.stderr) -> Path:

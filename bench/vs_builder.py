@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        og_decode(packages[("builder", label)], threads))
         for package in packages.values():
             shutil.rmtree(package)
+        print("metadata verbs on the 27B-shaped sparse GGUF", file=sys.stderr)
+        results["verbs"] = metadata_times(work)
         print("llama.cpp: converting, quantizing, decoding", file=sys.stderr)
         results["llama"] = {}
         for qtype, gguf in gguf_files(work, ckpt).items():
@@ -285,8 +287,6 @@ def main(argv: list[str] | None = None) -> int:
             for threads in THREADS:
                 results["llama"][(qtype, threads)] = (og_decode(out, threads), theirs[threads])
             shutil.rmtree(out)
-        print("metadata verbs on the 27B-shaped sparse GGUF", file=sys.stderr)
-        results["verbs"] = metadata_times(work)
         if args.with_27b:
             print("27B-shaped dense Q4_0 GGUF: writing, copying, compiling", file=sys.stderr)
             results["big"] = big_compile(work)
