@@ -43,3 +43,24 @@ def test_bfloat16_rows_widen_only_the_rows_asked_for():
     assert rows.shape == (10, 6) and len(rows) == 10
     assert rows[2:5].tobytes() == _numpy_widened(bits[2:5]).tobytes()
     assert np.asarray(rows).tobytes() == _numpy_widened(bits).tobytes()
+
+
+def test_a_bfloat16_weight_is_quantized_a_few_rows_at_a_time_to_the_same_bytes():
+    from mtpc.quant import quantize_linear
+
+    class NeverWhole(Bfloat16Rows):
+        def __array__(self, dtype=None, copy=None):
+            raise AssertionError("the whole float32 copy was asked for")
+
+        def __getitem__(self, rows):
+            assert rows.stop - rows.start < self.shape[0], "all rows at once"
+            return super().__getitem__(rows)
+
+    values = np.random.default_rng(3).standard_normal((4096, 96)).astype(np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # finite weights; more rows than one chunk holds
+    for symmetric in (True, False):
+        chunked = quantize_linear(NeverWhole(bits), 4, 32, symmetric=symmetric)
+        whole = quantize_linear(_numpy_widened(bits), 4, 32, symmetric=symmetric)
+        assert chunked.data.tobytes() == whole.data.tobytes() and chunked.scales.tobytes() == whole.scales.tobytes()
+        if not symmetric:
+            assert chunked.zero_points.tobytes() == whole.zero_points.tobytes()
