@@ -23,7 +23,6 @@ from pathlib import PurePosixPath
 from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA, SIDECAR
 from ..validation import json_pointer
-from ..sources.hf import TOKENIZER_FILES  # what a Hugging Face checkpoint ships for its tokenizer, and mtpc copies
 from .package import TOKENIZER_JSON, Checker, folder
 
 SIDECAR_GRAPH = f"{SIDECAR}.onnx"
@@ -71,6 +70,10 @@ def _head_folder(c: Checker, root: dict, configs: dict[str, dict]) -> None:
 
 
 def _tokenizer(c: Checker) -> None:
+    # What a Hugging Face checkpoint ships for its tokenizer, and mtpc copies; imported here, as the
+    # reader pulls in numpy, which `mtpc --help` (every verb's parser imports the checks) need not pay.
+    from ..sources.hf import TOKENIZER_FILES
+
     present = [name for name in TOKENIZER_FILES if name in c.files]
     if not present:
         c.add(TOKENIZER_JSON, "", "is missing, with every other tokenizer file: onnxruntime-genai runs the package on "

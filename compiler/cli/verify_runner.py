@@ -12,9 +12,10 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
+from ..lazy_import import lazy_module
 from ..diagnostics import ExitCode, MtpcError
+
+np = lazy_module("numpy")  # imported when a package is verified, not by every `mtpc` run (`--help` builds this verb's parser)
 
 _STATE_PAIRS = (
     ("past_key_names", "present_key_names"),

@@ -7,7 +7,9 @@ rounding of the weights (see `tolerance_for`).
 
 from __future__ import annotations
 
-import numpy as np
+from ..lazy_import import lazy_module
+
+np = lazy_module("numpy")  # imported when a package is verified, not by every `mtpc` run (`--help` builds this verb's parser)
 
 
 def tolerance_for(ir, weights, atol: float | None):
