@@ -13,7 +13,7 @@ import json
 import re
 from collections import Counter
 
-from ..ir import HeadContract, ModelIR
+from ..ir import AttentionMode, HeadContract, ModelIR
 from ..quant import requantization_notes
 from . import Artifact, EmitContext
 
@@ -108,7 +108,20 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> str:
         )
         lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in {declared}")
     lines.append("- `quantization.json`: how each weight is stored, and the spec rule that chose it")
-    if ir.targets.onnxruntime_genai is not None:
+    ort_target = ir.targets.onnxruntime_genai
+    if ort_target is not None and ort_target.attention is AttentionMode.PAGED:
+        # A paged package is driven by onnxruntime-genai's paged engine on its execution provider;
+        # the Generator / MtpGenerator loop below is the dense path and is not what runs it.
+        lines += [
+            "",
+            "## Run with onnxruntime-genai",
+            "",
+            f"This package uses paged attention on the `{ort_target.execution_provider}` execution provider: "
+            "onnxruntime-genai's paged engine (`og.Engine`) schedules its requests"
+            + (", drafting with the head named in `model.mtp`." if ort_head is not None else "."),
+            "It cannot run on a CPU; mtpc's README says what has been verified for paged packages.",
+        ]
+    elif ort_target is not None:
         lines += [
             "",
             "## Run with onnxruntime-genai",

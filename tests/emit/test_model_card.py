@@ -12,7 +12,7 @@ from mtpc.emit.inference_metadata import emit_inference_metadata
 from mtpc.emit.model_card import emit_model_card
 from mtpc.ir import OnnxGenaiTarget
 from tests.fixtures.arch import tiny_arch
-from tests.passes.ir_factory import compiled
+from tests.passes.ir_factory import CUDA_PAGED, compiled
 
 
 def card(ir, facts=()) -> str:
@@ -29,6 +29,14 @@ def test_card_with_head_shows_how_to_run_speculative_decoding():
     assert 'og.MtpGenerator(model, og.Model("mtp"), params)' in text
     assert "max_draft_tokens=4" in text
     assert "mtpc check ." in text
+
+
+def test_paged_card_names_the_engine_and_offers_no_dense_snippet():
+    """A paged package runs in onnxruntime-genai's paged engine on its GPU provider, not in the dense loop."""
+    text = card(compiled(ort=CUDA_PAGED))
+    assert "```python" not in text and "MtpGenerator" not in text
+    assert "paged attention on the `cuda` execution provider" in text
+    assert "`og.Engine`" in text and "drafting with the head named in `model.mtp`" in text
 
 
 def test_card_is_deterministic_and_has_no_absolute_paths():
