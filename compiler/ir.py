@@ -24,6 +24,7 @@ from .ir_weights import (  # noqa: F401
     WeightDecision,
     WeightRole,
 )
+from .ir_moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
 
 
 class LayerKind(str, enum.Enum):
@@ -129,7 +130,7 @@ class UnusableHead:
 class Architecture:
     """What the source checkpoint is, independent of how we build it."""
 
-    family: str  # "qwen35"
+    family: str  # "qwen35" | "qwen35moe"
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int
@@ -144,6 +145,8 @@ class Architecture:
     linear_attention: LinearAttentionDims | None = None
     sliding_window: int | None = None
     tie_word_embeddings: bool = False
+    # The sparse FFN that replaces every layer's MLP (the MTP block's too); None for dense models.
+    moe: MoeDims | None = None
     # Number of usable MTP blocks the source ships (0 = none).
     mtp_num_layers: int = 0
     # Set when the source declares a head that cannot be built (then mtp_num_layers is 0).

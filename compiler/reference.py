@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import Architecture, LayerKind
+from .reference_moe import sparse_moe
 from .weights import WeightStore
 
 
@@ -197,6 +198,13 @@ def mlp(w: _Weights, prefix: str, x: np.ndarray) -> np.ndarray:
     return w.linear(hidden, p + "down_proj.weight")
 
 
+def feed_forward(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray) -> np.ndarray:
+    """The layer's FFN: the dense MLP, or the sparse MoE block of a MoE family (`reference_moe`)."""
+    if arch.moe is not None:
+        return sparse_moe(w, arch.moe, prefix, x)
+    return mlp(w, prefix, x)
+
+
 def _positions(batch: int, start: int, count: int) -> np.ndarray:
     return np.broadcast_to(start + np.arange(count), (batch, count))
 
@@ -250,7 +258,7 @@ class Qwen35Reference:
             else:
                 raise NotImplementedError(f"reference has no {kind.value} layer")
             x = x + mixed
-            x = x + mlp(w, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps))
+            x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps))
         post = rms_norm(x, w["norm.weight"], arch.rms_norm_eps)
         logits = post @ w["lm_head.weight"].T
         return logits, post, x, DecoderState(state.length + s, kv, conv, recurrent)
@@ -306,6 +314,6 @@ class MtpHeadReference:
             w, arch, prefix, rms_norm(x, w[prefix + "input_layernorm.weight"], eps), positions, kv_state
         )
         x = x + mixed
-        x = x + mlp(w, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps))
+        x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps))
         out = rms_norm(x, w["mtp.norm.weight"], eps)
         return out @ w["lm_head.weight"].T, out, new_kv

@@ -16,6 +16,12 @@ never care where a tensor came from:
 - value heads are in *grouped* order (value head j uses key head j // (Hv/Hk)).
 
 `lm_head.weight` is always present (a tied source returns the embedding).
+
+A MoE layer (`Architecture.moe`) has, in place of `mlp.{gate,up,down}_proj.weight`:
+`mlp.gate.weight` `[E, H]` (the router), the routed experts stacked per projection
+`mlp.experts.{gate,up}_proj.weight` `[E, I, H]` and `mlp.experts.down_proj.weight` `[E, H, I]`
+(each expert's slice in nn.Linear layout), the shared expert
+`mlp.shared_expert.{gate,up,down}_proj.weight` and its gate `mlp.shared_expert_gate.weight` `[1, H]`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Iterable, Protocol, Union
 
 import numpy as np
 
-from .ir import Architecture, LayerKind
+from .ir import Architecture, LayerKind, MoeDims
 
 
 @dataclass(frozen=True)
@@ -171,10 +177,12 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
         )
 
     def mlp_and_norms(p: str) -> None:
+        shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)})
+        if arch.moe is not None:
+            shapes.update(moe_shapes(p, h, arch.moe))
+            return
         shapes.update(
             {
-                p + "input_layernorm.weight": (h,),
-                p + "post_attention_layernorm.weight": (h,),
                 p + "mlp.gate_proj.weight": (inter, h),
                 p + "mlp.up_proj.weight": (inter, h),
                 p + "mlp.down_proj.weight": (h, inter),
@@ -210,3 +218,19 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
         for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
             shapes[norm] = (h,)
     return shapes
+
+
+def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, ...]]:
+    """The canonical tensors of one sparse MoE FFN under `prefix` (a layer's, ending in ".")."""
+    e, i, s = moe.num_experts, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
+    p = prefix + "mlp."
+    return {
+        p + "gate.weight": (e, hidden),
+        p + "experts.gate_proj.weight": (e, i, hidden),
+        p + "experts.up_proj.weight": (e, i, hidden),
+        p + "experts.down_proj.weight": (e, hidden, i),
+        p + "shared_expert.gate_proj.weight": (s, hidden),
+        p + "shared_expert.up_proj.weight": (s, hidden),
+        p + "shared_expert.down_proj.weight": (hidden, s),
+        p + "shared_expert_gate.weight": (1, hidden),
+    }

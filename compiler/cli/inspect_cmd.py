@@ -87,7 +87,11 @@ def run(args) -> int:
     line("architecture", f"{arch.family}")
     line("layers", f"{arch.num_layers} ({arch.layer_kind_summary(word_separator='_')})")
     line("layer kinds", f"{' '.join(k.value.split('_')[0] for k in arch.layer_kinds)}")
-    line("hidden size", f"{arch.hidden_size}  (intermediate {arch.intermediate_size})")
+    if arch.moe is None:
+        line("hidden size", f"{arch.hidden_size}  (intermediate {arch.intermediate_size})")
+    else:
+        line("hidden size", f"{arch.hidden_size}")
+        line("experts", arch.moe.summary())
     line("attention", f"{arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}")
     if arch.linear_attention is not None:
         la = arch.linear_attention

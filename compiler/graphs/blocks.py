@@ -381,10 +381,10 @@ def mlp(b: GraphBuilder, x: oir.Value, prefix: str) -> oir.Value:
         return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
 
 
-def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer) -> Residual:
-    """Pre-norm double residual: x + mixer(norm(x)), then + mlp(norm(.)). The MLP's output is left
-    pending on the stream, for the next norm to add (`add_norm`)."""
+def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer, ffn=mlp) -> Residual:
+    """Pre-norm double residual: x + mixer(norm(x)), then + ffn(norm(.)) (the MLP, or `moe.sparse_moe`).
+    The FFN's output is left pending on the stream, for the next norm to add (`add_norm`)."""
     h, stream = add_norm(b, stream, prefix + "input_layernorm.weight", eps, "input_layernorm")
     h, stream = add_norm(b, Residual(stream.base, mixer(h)), prefix + "post_attention_layernorm.weight", eps,
                          "post_attention_layernorm")
-    return Residual(stream.base, mlp(b, h, prefix))
+    return Residual(stream.base, ffn(b, h, prefix))

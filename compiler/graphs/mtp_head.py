@@ -23,6 +23,7 @@ from ..ir import DecoderConfig, HeadContract, ModelIR
 from .blocks import Residual, add_norm, cast, embed, gated_attention, lm_head, project, residual_block, rms_norm, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
+from .moe import feed_forward
 from .parameters import ParameterSource
 from .qwen35 import Progress, has_position_rows
 from .roles import input_name, output_name
@@ -66,7 +67,7 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
         return out
 
     with b.scope("mtp/layers.0"):
-        stream = residual_block(b, Residual(x), HEAD_LAYER, eps, mixer)
+        stream = residual_block(b, Residual(x), HEAD_LAYER, eps, mixer, feed_forward(arch))
     with b.scope("mtp"):
         normed, _ = add_norm(b, stream, "mtp.norm.weight", eps, "norm")
     outputs[output_name(cfg, "hidden_states")] = normed

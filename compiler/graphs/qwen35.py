@@ -11,6 +11,7 @@ from ..ir import LayerKind, ModelIR, SeedHidden, TensorSpec
 from .blocks import Residual, add_norm, cast, embed, gated_attention, gated_delta_net, lm_head, residual_block, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
+from .moe import feed_forward
 from .parameters import ParameterSource
 from .roles import input_name, output_name
 from .sequence import sequence_ops
@@ -35,6 +36,7 @@ def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: 
     positions = contract.input(input_name(cfg, "position_ids"))
     rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
     outputs: dict[str, oir.Value] = {}
+    ffn = feed_forward(arch)
 
     for i, kind in enumerate(arch.layer_kinds):
         progress(f"{cfg.filename}: layer {i} ({kind.value})")
@@ -66,7 +68,7 @@ def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: 
             # Lowering accepts only the layer kinds above for this family.
             raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the Qwen3.5 graph builder")
         with b.scope(f"layers.{i}"):
-            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer)
+            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer, ffn)
 
     normed, stream = add_norm(b, stream, "norm.weight", arch.rms_norm_eps, "norm")
     logits_name = output_name(cfg, "logits")

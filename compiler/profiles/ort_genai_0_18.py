@@ -259,5 +259,7 @@ PROFILE = OrtGenaiProfile(
     # model with fixed (conv / recurrent) state: PagedCacheManager::MaxDraftTokensPerStep.
     max_state_update_capacity=8,
     # `model.type` is not checked at parse; a wrong one fails late with a poor error.
-    model_types=MappingProxyType({"qwen35": "qwen3_5_text"}),
+    # Embeddings in the graph (input_ids in): `qwen3_5_text`, and `qwen3_5_moe_text` for the MoE family,
+    # as the 0.18.0 builder writes them (`qwen3_5` / `qwen3_5_moe` take inputs_embeds).
+    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text"}),
 )

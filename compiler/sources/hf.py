@@ -21,6 +21,7 @@ from ..ir import Architecture, SourceRef, SourceTensor
 from ..weights import TensorInfo, Weight, canonical_shapes
 from . import SourceInfo
 from .hf_config import Config, architecture, read_json
+from .hf_experts import Entry, ExpertTensor, group_experts, parts_of
 from .mtp_head import head_verdict
 from ..tokenizer_json import tokenizer_json_problem
 from .card_facts import hf_card_facts
@@ -134,16 +135,17 @@ def _open_files(directory: Path, files: dict[str, list[str]]) -> dict[str, Safet
     return opened
 
 
-def _canonical_entries(files: dict[str, list[str]], tied: bool) -> dict[str, tuple[str, str]]:
-    """canonical name -> (file name, HF name); `mtp.*` kept, vision tensors dropped."""
-    entries: dict[str, tuple[str, str]] = {}
+def _canonical_entries(files: dict[str, list[str]], tied: bool, where: Path) -> dict[str, Entry | ExpertTensor]:
+    """canonical name -> (file name, HF name), or the HF tensors of stacked experts (`hf_experts`);
+    `mtp.*` kept, vision tensors dropped."""
+    entries: dict[str, Entry] = {}
     for filename in sorted(files):
         for hf_name in files[filename]:
             name = canonical_name(hf_name)
             if name is None or (tied and name == "lm_head.weight"):
                 continue
             entries[name] = (filename, hf_name)
-    return entries
+    return group_experts(entries, str(where))
 
 
 def describe(ref: SourceRef) -> SourceInfo:
@@ -155,7 +157,7 @@ def describe(ref: SourceRef) -> SourceInfo:
     arch = architecture(cfg, directory)
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
-    entries = _canonical_entries(listed, arch.tie_word_embeddings)
+    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
     facts: list[tuple[str, object]] = [
         ("architectures", ", ".join(cfg.doc["architectures"])),
         ("format", "safetensors"),
@@ -168,8 +170,9 @@ def describe(ref: SourceRef) -> SourceInfo:
         facts.append(("mtp_note", arch.unusable_head.reason))
     _check_dtypes(files, entries)
     storage: dict[str, set[str]] = {}
-    for name, (filename, hf_name) in entries.items():
-        storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
+    for name, value in entries.items():
+        for filename, hf_name in parts_of(value):
+            storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
     tokenizer = _tokenizer_files(directory)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings)
     return SourceInfo(
@@ -186,9 +189,9 @@ def describe(ref: SourceRef) -> SourceInfo:
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 
 
-def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, tuple[str, str]]) -> None:
+def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor]) -> None:
     """Every weight of the text model and head is stored as a float type; the first that is not is named."""
-    for name, (filename, hf_name) in sorted(entries.items()):
+    for filename, hf_name in sorted(p for value in entries.values() for p in parts_of(value)):
         code = files[filename].dtype_code(hf_name)
         if code not in WEIGHT_DTYPES:
             raise SourceError(
@@ -237,14 +240,15 @@ def check(ref: SourceRef, info: SourceInfo) -> list[str]:
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
     arch = info.architecture
-    store = HFWeightStore(files, _canonical_entries(listed, arch.tie_word_embeddings), arch.tie_word_embeddings)
+    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
     try:
         return shape_problems(directory, arch, store)
     finally:
         store.close()
 
 
-def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, tuple[str, str]]) -> Architecture:
+def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
     """`arch` with the MTP blocks that can be built, judged from the `mtp.*` tensors present (`mtp_head`)."""
     field, _ = cfg.lookup("mtp_num_hidden_layers")
     one_block = {n for n in canonical_shapes(replace(arch, mtp_num_layers=1)) if n.startswith("mtp.")}
@@ -273,7 +277,7 @@ def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
     arch = info.architecture
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
-    entries = _canonical_entries(listed, arch.tie_word_embeddings)
+    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
     _check_dtypes(files, entries)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings)
     problems = shape_problems(directory, arch, store)
@@ -285,7 +289,7 @@ def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
 class HFWeightStore:
     """Canonical view of HF safetensors: memory-mapped, converting norms and A_log on read."""
 
-    def __init__(self, files: dict[str, SafetensorsFile], entries: dict[str, tuple[str, str]], tied: bool):
+    def __init__(self, files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor], tied: bool):
         self._files = files
         self._entries = dict(entries)
         if tied and "embed_tokens.weight" in self._entries:
@@ -298,13 +302,20 @@ class HFWeightStore:
         return sorted(self._entries)
 
     def info(self, name: str) -> TensorInfo:
-        filename, hf_name = self._entries[name]
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            filename, hf_name = value.parts[0]
+            return TensorInfo(name, value.shape(self._files), self._files[filename].value_dtype(hf_name).name)
+        filename, hf_name = value
         st = self._files[filename]
         dtype = "float32" if needs_conversion(name) else st.value_dtype(hf_name).name
         return TensorInfo(name, st.shape(hf_name), dtype)
 
     def read(self, name: str) -> Weight:
-        filename, hf_name = self._entries[name]
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            return value.read(self._files)
+        filename, hf_name = value
         return to_canonical_value(name, self._files[filename].read(hf_name))
 
     def read_rows(self, name: str) -> "Weight | Bfloat16Rows":

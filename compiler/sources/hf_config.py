@@ -10,12 +10,14 @@ import json
 from pathlib import Path
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, TokenIds
+from ..ir import Architecture, LayerKind, LinearAttentionDims, MoeDims, Rope, TokenIds
 from .layer_layout import Declared, layer_kinds
 
 # Far past any real model (Qwen3.5's largest has 64); the bound keeps a hostile config from sizing lists.
 MAX_LAYERS = 10_000
-SUPPORTED_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
+DENSE_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
+SUPPORTED_ARCHITECTURES = DENSE_ARCHITECTURES + MOE_ARCHITECTURES
 
 
 class Config:
@@ -205,10 +207,12 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
         field_tie, tie = cfg.lookup("tie_word_embeddings")
     if tie is not None and not isinstance(tie, bool):
         raise cfg.fail(field_tie, f"must be true or false, not {tie!r}")
+    moe = _moe(cfg, num_layers) if any(a in MOE_ARCHITECTURES for a in archs) else None
     return Architecture(
-        family="qwen35",
+        family="qwen35moe" if moe is not None else "qwen35",
         hidden_size=hidden,
-        intermediate_size=cfg.int("intermediate_size"),
+        # A MoE config has no dense FFN width; the experts' stands in where one is shown.
+        intermediate_size=moe.expert_intermediate_size if moe is not None else cfg.int("intermediate_size"),
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
@@ -221,4 +225,29 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
         linear_attention=linear,
         tie_word_embeddings=bool(tie),
         mtp_num_layers=cfg.int("mtp_num_hidden_layers", 0),
+        moe=moe,
+    )
+
+
+def _moe(cfg: Config, num_layers: int) -> MoeDims:
+    """Qwen3.5-MoE's sparse FFN; every layer is sparse (a config saying otherwise is refused, named)."""
+    experts = cfg.int("num_experts")
+    top_k = cfg.int("num_experts_per_tok")
+    if experts == 0 or not 0 < top_k <= experts:
+        raise cfg.fail(cfg.text_prefix + "num_experts_per_tok", f"({top_k}) must be between 1 and num_experts ({experts})")
+    expert_size = cfg.int("moe_intermediate_size")
+    field, dense_layers = cfg.lookup("mlp_only_layers")
+    if dense_layers:
+        raise cfg.fail(field, f"lists dense layers {dense_layers!r}; Qwen3.5-MoE makes every layer sparse")
+    field, step = cfg.lookup("decoder_sparse_step")
+    if step not in (None, 1):
+        raise cfg.fail(field, f"is {step!r}; Qwen3.5-MoE makes every layer sparse (step 1)")
+    field, norm = cfg.lookup("norm_topk_prob")
+    if norm is False:
+        raise cfg.fail(field, "is false; Qwen3.5-MoE renormalizes the top-k routing weights")
+    return MoeDims(
+        num_experts=experts,
+        top_k=top_k,
+        expert_intermediate_size=expert_size,
+        shared_expert_intermediate_size=cfg.int("shared_expert_intermediate_size", expert_size),
     )

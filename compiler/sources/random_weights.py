@@ -90,15 +90,43 @@ def _linear_attention_layer(prefix: str, arch: Architecture, seed: int, nscale: 
 
 def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float) -> dict[str, np.ndarray]:
     h, inter = arch.hidden_size, arch.intermediate_size
-    return {
+    out = {
         prefix + "input_layernorm.weight": _offset_norm(prefix + "input_layernorm.weight", seed, h, nscale),
         prefix + "post_attention_layernorm.weight": _offset_norm(
             prefix + "post_attention_layernorm.weight", seed, h, nscale
         ),
-        prefix + "mlp.gate_proj.weight": _linear(prefix + "mlp.gate_proj.weight", seed, inter, h),
-        prefix + "mlp.up_proj.weight": _linear(prefix + "mlp.up_proj.weight", seed, inter, h),
-        prefix + "mlp.down_proj.weight": _linear(prefix + "mlp.down_proj.weight", seed, h, inter),
     }
+    if arch.moe is not None:
+        out.update(_sparse_moe(prefix + "mlp.", arch, seed))
+        return out
+    out.update(
+        {
+            prefix + "mlp.gate_proj.weight": _linear(prefix + "mlp.gate_proj.weight", seed, inter, h),
+            prefix + "mlp.up_proj.weight": _linear(prefix + "mlp.up_proj.weight", seed, inter, h),
+            prefix + "mlp.down_proj.weight": _linear(prefix + "mlp.down_proj.weight", seed, h, inter),
+        }
+    )
+    return out
+
+
+def _sparse_moe(p: str, arch: Architecture, seed: int) -> dict[str, np.ndarray]:
+    """A MoE FFN one tensor per expert, as transformers saves it. The router is drawn wide (N(0, 4/H))
+    so tokens prefer different experts by clear margins."""
+    moe = arch.moe
+    assert moe is not None
+    h, i, s = arch.hidden_size, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
+    out = {p + "gate.weight": 2.0 * _linear(p + "gate.weight", seed, moe.num_experts, h)}
+    for e in range(moe.num_experts):
+        q = f"{p}experts.{e}."
+        out[q + "gate_proj.weight"] = _linear(q + "gate_proj.weight", seed, i, h)
+        out[q + "up_proj.weight"] = _linear(q + "up_proj.weight", seed, i, h)
+        out[q + "down_proj.weight"] = _linear(q + "down_proj.weight", seed, h, i)
+    q = p + "shared_expert."
+    out[q + "gate_proj.weight"] = _linear(q + "gate_proj.weight", seed, s, h)
+    out[q + "up_proj.weight"] = _linear(q + "up_proj.weight", seed, s, h)
+    out[q + "down_proj.weight"] = _linear(q + "down_proj.weight", seed, h, s)
+    out[p + "shared_expert_gate.weight"] = _linear(p + "shared_expert_gate.weight", seed, 1, h)
+    return out
 
 
 def raw_hf_tensors(
@@ -153,6 +181,21 @@ def canonical_tensors(arch: Architecture, raw: dict[str, np.ndarray]) -> dict[st
             out[name] = value
     if arch.tie_word_embeddings:
         out["lm_head.weight"] = out["embed_tokens.weight"]
+    return _stack_experts(out)
+
+
+def _stack_experts(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`mlp.experts.<e>.<proj>.weight` tensors stacked into canonical `mlp.experts.<proj>.weight` `[E, ...]`."""
+    out: dict[str, np.ndarray] = {}
+    stacks: dict[str, dict[int, np.ndarray]] = {}
+    for name, value in tensors.items():
+        parts = name.split(".")
+        if len(parts) > 4 and parts[-4] == "experts" and parts[-3].isdigit():
+            stacks.setdefault(".".join(parts[:-3] + parts[-2:]), {})[int(parts[-3])] = value
+        else:
+            out[name] = value
+    for name, by_expert in stacks.items():
+        out[name] = np.stack([by_expert[e] for e in range(len(by_expert))])
     return out
 
 
