@@ -102,7 +102,16 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "HV": lin.num_value_heads,
         "DV": lin.value_head_dim,
         "CK": lin.conv_kernel,
+        **_moe_dims(arch),
     }
+
+
+def _moe_dims(arch: Architecture) -> dict[str, int]:
+    if arch.moe is None:
+        return {}
+    moe = arch.moe
+    return {"E": moe.num_experts, "EI": moe.expert_intermediate_size, "SI": moe.shared_expert_intermediate_size,
+            "ONE": 1}
 
 
 def _layout(meta: Metadata) -> _Layout:

@@ -11,7 +11,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, Keys
 
 from ..diagnostics import SourceError
-from ..ir import Architecture, LayerKind, LinearAttentionDims, Rope, TokenIds
+from ..ir import Architecture, LayerKind, LinearAttentionDims, MoeDims, Rope, TokenIds
 from .gguf_header import GGUFHeader
 from .gguf_names import GGUFNames
 from .layer_layout import CONVERTER_PLACEHOLDER_INTERVAL, Declared, layer_kinds
@@ -31,6 +31,11 @@ _EXPECTED = {
     Keys.LLM.EMBEDDING_LENGTH: "count",
     Keys.LLM.CONTEXT_LENGTH: "count",
     Keys.LLM.FEED_FORWARD_LENGTH: "count or array of counts",
+    Keys.LLM.EXPERT_COUNT: "count",
+    Keys.LLM.EXPERT_USED_COUNT: "count",
+    Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: "count",
+    Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: "count",
+    Keys.LLM.EXPERT_WEIGHTS_NORM: "boolean",
     Keys.Attention.HEAD_COUNT: "count or array of counts",
     Keys.Attention.HEAD_COUNT_KV: "count or array of counts",
     Keys.Attention.KEY_LENGTH: "count",
@@ -171,10 +176,11 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
     eos = int(meta.get(Keys.Tokenizer.EOS_ID, 0, required=False))
     eot = meta.get(Keys.Tokenizer.EOT_ID, None, required=False)
     eos_ids = (eos,) if eot is None or int(eot) == eos else (eos, int(eot))
+    moe = _moe(meta) if names.family == "qwen35moe" else None
     arch = Architecture(
         family=names.family,
         hidden_size=int(meta.get(Keys.LLM.EMBEDDING_LENGTH)),
-        intermediate_size=meta.uniform(Keys.LLM.FEED_FORWARD_LENGTH),
+        intermediate_size=meta.uniform(Keys.LLM.FEED_FORWARD_LENGTH) if moe is None else moe.expert_intermediate_size,
         num_attention_heads=meta.uniform(Keys.Attention.HEAD_COUNT),
         num_key_value_heads=meta.uniform(Keys.Attention.HEAD_COUNT_KV),
         head_dim=head_dim,
@@ -202,8 +208,25 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
         ),
         tie_word_embeddings="output.weight" not in tensor_shapes(header),
         mtp_num_layers=nextn,
+        moe=moe,
     )
     return arch, n_main
+
+
+def _moe(meta: Metadata) -> MoeDims:
+    """The sparse FFN: llama.cpp's qwen35moe graph routes softmax -> top-k -> renormalized, every block."""
+    experts = meta.positive(Keys.LLM.EXPERT_COUNT)
+    top_k = meta.positive(Keys.LLM.EXPERT_USED_COUNT)
+    if top_k > experts:
+        key = Keys.LLM.EXPERT_USED_COUNT.format(arch=meta.arch)
+        raise SourceError(f"{meta.path}: GGUF metadata key {key!r} ({top_k}) is more than the {experts} experts")
+    if meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM, True, required=False) in (False, 0):
+        key = Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=meta.arch)
+        raise SourceError(f"{meta.path}: GGUF metadata key {key!r} is false; Qwen3.5-MoE renormalizes its routing")
+    expert_size = meta.positive(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH)
+    shared = int(meta.get(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, expert_size, required=False))
+    return MoeDims(num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
+                   shared_expert_intermediate_size=shared)
 
 
 # Not in every gguf-py release's `Keys` yet: llama.cpp's converter writes it from HF `layer_types`.

@@ -12,13 +12,15 @@ Symbolic dimensions (resolved by `mtpc.sources.gguf` from the metadata):
   `2 * key_dim + value_dim`, VD value dim, HV value heads, DV value head dim,
   CK conv kernel, H2 `2 * H`.
 
-A new architecture (qwen35moe, qwen3next) adds its own `GGUFNames` entry.
+MoE blocks (qwen35moe) add E experts, EI expert FFN width, SI shared-expert width and ONE (1).
+
+A new architecture (qwen3next, ...) adds its own `GGUFNames` entry.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class Transform(str, enum.Enum):
@@ -119,4 +121,22 @@ QWEN35 = GGUFNames(
     nextn_fallback=((Rule("nextn.shared_head_norm.weight", "mtp.norm.weight", ("H",)), "output_norm.weight"),),
 )
 
-ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35}
+# Qwen3.5-MoE: the same blocks with the sparse FFN in place of the MLP, the nextn block's included.
+# The converter stacks the experts per projection ([E, I, H] / [E, H, I] in numpy order) and keeps
+# the shared expert's gate as a [1, H] linear.
+QWEN35MOE = replace(
+    QWEN35,
+    family="qwen35moe",
+    ffn=(
+        Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
+        Rule("ffn_gate_exps.weight", "mlp.experts.gate_proj.weight", ("E", "EI", "H")),
+        Rule("ffn_up_exps.weight", "mlp.experts.up_proj.weight", ("E", "EI", "H")),
+        Rule("ffn_down_exps.weight", "mlp.experts.down_proj.weight", ("E", "H", "EI")),
+        Rule("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ("SI", "H")),
+        Rule("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ("SI", "H")),
+        Rule("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", ("H", "SI")),
+        Rule("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", ("ONE", "H")),
+    ),
+)
+
+ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE}
