@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.reference import MtpHeadReference, Qwen35Reference
 from tests.clients import hf_transformers
 from tests.fixtures.fitted_head import PROMPTS
@@ -48,6 +49,15 @@ def moe_transformers_greedy(moe_arch) -> dict[tuple[int, ...], list[int]]:
 @pytest.fixture(scope="session")
 def moe_release(moe_workdir, moe_arch) -> Path:
     return write_moe_release_checkpoint(moe_workdir / "release", moe_arch)
+
+
+@pytest.fixture(scope="session")
+def moe_release_with_tokenizer(moe_workdir, moe_arch) -> Path:
+    """The release checkpoint with a tiny byte-level tokenizer (llama.cpp's converter and the builder need one)."""
+    folder = write_moe_release_checkpoint(moe_workdir / "release-tokenizer", moe_arch)
+    for relpath, content in synthetic_tokenizer_files(moe_arch):
+        (folder / relpath).write_bytes(content)
+    return folder
 
 
 def compile_moe(workdir: Path, name: str, source: str, extra: str = "") -> Path:

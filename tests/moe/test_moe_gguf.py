@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.ir import SourceRef
 from mtpc.sources import gguf
 from tests.clients import llama_cpp
 from tests.fixtures.fitted_head import PROMPTS, simulate_speculative
-from tests.fixtures.moe_checkpoints import fitted_moe_store, write_moe_release_checkpoint
+from tests.fixtures.moe_checkpoints import fitted_moe_store
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
@@ -26,15 +25,12 @@ from .conftest import compile_moe
 
 
 @pytest.fixture(scope="session")
-def moe_gguf(moe_workdir, moe_arch):
-    folder = write_moe_release_checkpoint(moe_workdir / "llama-cpp-input", moe_arch)
-    for relpath, content in synthetic_tokenizer_files(moe_arch):
-        (folder / relpath).write_bytes(content)
+def moe_gguf(moe_workdir, moe_release_with_tokenizer):
     try:
         llama_cpp.converter_tree()
     except llama_cpp.ConverterUnavailable as error:  # fail, never skip: without it nothing here is tested
         pytest.fail(f"llama.cpp's converter is needed and could not be had: {error}", pytrace=False)
-    return llama_cpp.convert(folder, {"f32": moe_workdir / "moe-f32.gguf"})["f32"]
+    return llama_cpp.convert(moe_release_with_tokenizer, {"f32": moe_workdir / "moe-f32.gguf"})["f32"]
 
 
 @pytest.fixture(scope="session")
