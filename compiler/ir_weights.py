@@ -69,6 +69,7 @@ class WeightRole(str, enum.Enum):
     LINEAR = "linear"  # a MatMul operand: float or MatMulNBits
     EMBEDDING = "embedding"  # a Gather table: float or GatherBlockQuantized
     TENSOR = "tensor"  # norms, conv kernels, gate vectors: always float
+    EXPERTS = "experts"  # a MoE layer's stacked routed experts `[E, N, K]`: float for MoE, or QMoE blocks
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,43 @@ def embedding_form(info: TensorInfo, scheme: QuantScheme, requested: bool = Fals
     return replace(form, has_zero_points=True)
 
 
+def expert_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
+    """The form a MoE layer's stacked experts `[E, N, K]` take under `scheme` (None: float, for the MoE op).
+
+    QMoE reads symmetric 4- or 8-bit blocks along K with its default zero point, laid out as
+    MatMulNBits' (`quantize_experts`); a scheme asking for anything else, or blocks that do not
+    tile K, keeps the experts float; so does `keep: source` (a GGUF's 3-D expert blocks are read
+    dequantized: carrying them into QMoE is not built yet).
+    """
+    if scheme.keep_source or scheme.bits is None:
+        return None
+    size = scheme.block_size
+    if scheme.bits not in (4, 8) or not scheme.symmetric or size < 16 or size & (size - 1) or info.shape[-1] % size:
+        return None
+    return QuantForm(scheme.bits, size, False)
+
+
+def quantize_experts(w: np.ndarray, form: QuantForm) -> tuple[np.ndarray, np.ndarray]:
+    """Stacked experts `[E, N, K]` -> QMoE's (weights `[E, N, K * bits / 8]` uint8, scales `[E, N, K / block]`).
+
+    Each expert is quantized as a MatMulNBits weight (`quantize_linear`, symmetric): QMoE's CPU kernel
+    reads the same packing (low bits first) and default zero point `2**(bits-1)`.
+    """
+    e, n, k = w.shape
+    data = np.empty((e, n, k * form.bits // 8), np.uint8)
+    scales = np.empty((e, n, k // form.block_size), np.float32)
+    for expert in range(e):
+        q = quantize_linear(w[expert], form.bits, form.block_size)
+        data[expert] = q.data.reshape(n, -1)
+        scales[expert] = q.scales
+    return data, scales
+
+
+def dequantize_experts(w: np.ndarray, form: QuantForm) -> np.ndarray:
+    """The float32 values QMoE computes with for experts `w` stored in `form`."""
+    return np.stack([quantize_linear(expert, form.bits, form.block_size).dequantize() for expert in w])
+
+
 def embedding_requested(plan: QuantizationPlan, name: str) -> bool:
     """A float embedding is quantized only on request: when an override (not the default) decides it."""
     return plan.deciding_override(name) is not None

@@ -66,6 +66,10 @@ class AsBuiltWeights:
             decision = self._table.get(name)
             if decision is None or decision.form is None:
                 return self._store.read_float(name)
+            if decision.role is WeightRole.EXPERTS:
+                from ..quant import dequantize_experts
+
+                return dequantize_experts(self._store.read_float(name), decision.form)
             embedding = decision.role is WeightRole.EMBEDDING
             symmetric = self._plan.scheme_for(name).symmetric if embedding else not decision.form.has_zero_points
             return materialize(self._store.read(name), decision.form, symmetric=symmetric).dequantize()

@@ -23,7 +23,7 @@ SCHEMA = "quantization"
 FORMAT_VERSION = 1
 
 # The op that reads a block-quantized weight of each role (a TENSOR is always float).
-_OPS = {WeightRole.LINEAR: "MatMulNBits", WeightRole.EMBEDDING: "GatherBlockQuantized"}
+_OPS = {WeightRole.LINEAR: "MatMulNBits", WeightRole.EMBEDDING: "GatherBlockQuantized", WeightRole.EXPERTS: "QMoE"}
 
 
 def stored(w: WeightDecision) -> dict:
@@ -36,7 +36,7 @@ def stored(w: WeightDecision) -> dict:
     if "kind" in fields or "accuracy_level" in fields:
         raise AssertionError(f"QuantForm field names collide with the report's own: {sorted(fields)}")
     entry = {"kind": _OPS[w.role], **fields}
-    if w.role is WeightRole.LINEAR:
+    if w.role in (WeightRole.LINEAR, WeightRole.EXPERTS):
         entry["accuracy_level"] = w.accuracy_level
     return entry
 

@@ -10,6 +10,11 @@ sigmoid gate are explicit ops: the op has no shared expert, and `GatedAdd` appli
 on CPU.
 
     y = MoE(x, x @ router^T) + sigmoid(x @ shared_gate^T) * shared_mlp(x)
+
+Experts the weight table quantizes go to `QMoE` instead: symmetric 4- / 8-bit blocks along K in
+MatMulNBits' packing (`quant.quantize_experts`), `[E, N, K * bits / 8]` weights and
+`[E, N, K / block]` scales, which its CPU kernel reads with the default zero point (measured:
+tests/moe/test_moe_op.py). With accuracy_level 0 the 4-bit kernel keeps float activations.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Callable
 import numpy as np
 import onnx_ir as oir
 
-from ..ir import Architecture, MoeDims
+from ..diagnostics import MtpcError
+from ..ir import Architecture, MoeDims, QuantForm
+from ..quant import quantize_experts
 from .blocks import initializer_name, mlp, project, silu
 from .builder import MS, GraphBuilder
 from .initializers import InitializerGroup, PlannedTensor
@@ -41,17 +48,48 @@ def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return np.stack([gate, up], axis=2).reshape(e, 2 * i, h)
 
 
-def _expert_weights(b: GraphBuilder, p: str) -> tuple[oir.Value, oir.Value]:
-    """FC1 (interleaved gate/up) and FC2 (down) of the routed experts, float in the I/O dtype."""
+def _expert_forms(b: GraphBuilder, p: str) -> QuantForm | None:
+    """The routed experts' stored form (the IR's weight table): None for float MoE, else QMoE blocks.
+
+    Gate and up are one FC1 input, and QMoE takes one block form for FC1 and FC2, so all three must agree.
+    """
+    names = [p + f"experts.{proj}_proj.weight" for proj in ("gate", "up", "down")]
+    decisions = [b.params.decision(n) for n in names]
+    if len({(d.form, d.accuracy_level) for d in decisions}) != 1:
+        forms = ", ".join(f"{d.name}: {d.result}" for d in decisions)
+        raise MtpcError.single(
+            f"a MoE layer's experts are stored in one form, but the quantization rules give {forms}",
+            hint="give mlp.experts.* one rule", path="quantization",
+        )
+    return decisions[0].form
+
+
+def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oir.Value | None, ...]:
+    """FC1 (interleaved gate/up) and FC2 (down) of the routed experts: (fc1, fc1 scales, fc2, fc2 scales),
+    float in the I/O dtype without scales, or QMoE's packed blocks."""
     store = b.params.store
     gate_name, up_name, down_name = (p + f"experts.{proj}_proj.weight" for proj in ("gate", "up", "down"))
     e, i, h = store.info(gate_name).shape
-    fc1 = PlannedTensor(initializer_name(p + "experts.gate_up_proj.weight"), b.io_dtype, (e, 2 * i, h))
-    fc2 = PlannedTensor(initializer_name(down_name), b.io_dtype, (e, h, i))
-    (w1,) = b.weights(InitializerGroup((fc1,), lambda: (interleave_gate_up(store.read_float(gate_name),
-                                                                           store.read_float(up_name)),)))
-    (w2,) = b.weights(InitializerGroup((fc2,), lambda: (store.read_float(down_name),)))
-    return w1, w2
+    fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
+
+    def fc1() -> np.ndarray:
+        return interleave_gate_up(store.read_float(gate_name), store.read_float(up_name))
+
+    def fc2() -> np.ndarray:
+        return store.read_float(down_name)
+
+    if form is None:
+        (w1,) = b.weights(InitializerGroup((PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), lambda: (fc1(),)))
+        (w2,) = b.weights(InitializerGroup((PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),), lambda: (fc2(),)))
+        return w1, None, w2, None
+    values = []
+    for name, produce, (n, k) in ((fc1_name, fc1, (2 * i, h)), (fc2_name, fc2, (h, i))):
+        planned = (
+            PlannedTensor(name.removesuffix(".weight") + ".qweight", oir.DataType.UINT8, (e, n, k * form.bits // 8)),
+            PlannedTensor(name.removesuffix(".weight") + ".scales", b.io_dtype, (e, n, k // form.block_size)),
+        )
+        values += b.weights(InitializerGroup(planned, lambda produce=produce: quantize_experts(produce(), form)))
+    return tuple(values)
 
 
 def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.Value:
@@ -60,10 +98,16 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.
         logits = project(b, x, p + "gate.weight", "router/MatMul")
         logits = b.op("Reshape", [logits, b.i64(f"router_shape_{moe.num_experts}", [-1, moe.num_experts])],
                       name="router/Reshape")
-        fc1, fc2 = _expert_weights(b, p)
+        form = _expert_forms(b, p)
+        fc1, scales1, fc2, scales2 = _expert_weights(b, p, form)
         attrs = {"k": moe.top_k, "activation_type": "swiglu", "swiglu_fusion": 1, "activation_alpha": 1.0,
                  "activation_beta": 0.0, "normalize_routing_weights": int(moe.normalize_top_k)}
-        routed = b.op("MoE", [x, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
+        if form is None:
+            routed = b.op("MoE", [x, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
+        else:
+            accuracy = b.params.decision(p + "experts.gate_proj.weight").accuracy_level
+            attrs.update(expert_weight_bits=form.bits, block_size=form.block_size, accuracy_level=accuracy)
+            routed = b.op("QMoE", [x, logits, fc1, scales1, None, fc2, scales2], attrs, name="QMoE", domain=MS)
     with b.scope("shared_expert"):
         s = p + "shared_expert."
         gate = silu(b, project(b, x, s + "gate_proj.weight", "gate_proj/MatMul"), "act")

@@ -79,6 +79,10 @@ class ParameterSource:
         read_rows = getattr(self.store, "read_rows", None)
         return read_rows(canonical) if read_rows is not None else self.store.read(canonical)
 
+    def decision(self, canonical: str) -> WeightDecision:
+        """How the IR's weight table stores `canonical` (every weight the graphs use is in it)."""
+        return self._decision(canonical)
+
     def _decision(self, canonical: str) -> WeightDecision:
         decision = self._decisions.get(canonical)
         if decision is None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..ir import ModelIR, QuantForm, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
 from ..profiles import matmulnbits_accuracy_level
-from ..quant import embedding_form, embedding_requested, requantization_notes, resolved_form
+from ..quant import embedding_form, embedding_requested, expert_form, requantization_notes, resolved_form
 from ..weights import TensorInfo
 from . import PassResult
 
@@ -55,6 +55,8 @@ def profile_accuracy(ir: ModelIR) -> int:
 def role_of(tensor: SourceTensor) -> WeightRole:
     if tensor.name.endswith("embed_tokens.weight"):
         return WeightRole.EMBEDDING
+    if len(tensor.shape) == 3 and ".mlp.experts." in f".{tensor.name}":
+        return WeightRole.EXPERTS
     return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
 
 
@@ -84,6 +86,8 @@ def decide(
             form = _NEAREST
     elif role is WeightRole.EMBEDDING:
         form = embedding_form(info, scheme, embedding_requested(plan, tensor.name))
+    elif role is WeightRole.EXPERTS:
+        form = expert_form(info, scheme)
     else:
         form = None
     if form is not None:
@@ -94,7 +98,7 @@ def decide(
     else:
         lossless = (tensor.encoding, io_dtype) in _EXACT_FLOAT
     accuracy = 0
-    if form is not None and role is WeightRole.LINEAR:
+    if form is not None and role in (WeightRole.LINEAR, WeightRole.EXPERTS):
         accuracy = profile_accuracy if scheme.accuracy_level is None else scheme.accuracy_level
         if scheme.accuracy_level is None and profile_accuracy:
             rule += f", accuracy_level from the {provider} profile"
