@@ -93,6 +93,8 @@ class WeightDecision:
             return self.io_dtype
         if self.role is WeightRole.EMBEDDING:
             return f"int{self.form.bits} GatherBlockQuantized block {self.form.block_size}"
+        if self.role is WeightRole.EXPERTS:
+            return f"int{self.form.bits} QMoE block {self.form.block_size} accuracy {self.accuracy_level}"
         return f"int{self.form.bits} MatMulNBits block {self.form.block_size} accuracy {self.accuracy_level}"
 
 
