@@ -141,9 +141,14 @@ def expert_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
 
     QMoE reads symmetric 4- or 8-bit blocks along K with its default zero point, laid out as
     MatMulNBits' (`quantize_experts`); a scheme asking for anything else, or blocks that do not
-    tile K, keeps the experts float; so does `keep: source` (a GGUF's 3-D expert blocks are read
-    dequantized: carrying them into QMoE is not built yet).
+    tile K, keeps the experts float. A source's blocks with the default zero point and no offsets
+    (GGUF Q4_0, Q8_0, Q5_0, Q6_K expert stacks) are carried as stored when the scheme keeps the source
+    or asks for their bits and block size; other source types are dequantized (and re-quantized if
+    the scheme asks, which `requantization_notes` reports).
     """
+    if info.quantized and info.bits is not None and info.block_size is not None and not info.has_zero_points \
+            and not info.block_offsets and _keeps_encoding(info.bits, info.block_size, scheme):
+        return QuantForm(info.bits, info.block_size, False)  # the source's blocks, carried as stored
     if scheme.keep_source or scheme.bits is None:
         return None
     size = scheme.block_size
@@ -152,25 +157,35 @@ def expert_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
     return QuantForm(scheme.bits, size, False)
 
 
-def quantize_experts(w: np.ndarray, form: QuantForm) -> tuple[np.ndarray, np.ndarray]:
-    """Stacked experts `[E, N, K]` -> QMoE's (weights `[E, N, K * bits / 8]` uint8, scales `[E, N, K / block]`).
+def expert_blocks(weight: Weight, form: QuantForm, shape: tuple[int, int, int]) -> QuantizedTensor:
+    """Stacked experts `[E, N, K]` in `form`, as one `[E * N, K]` MatMulNBits-layout weight.
 
-    Each expert is quantized as a MatMulNBits weight (`quantize_linear`, symmetric): QMoE's CPU kernel
-    reads the same packing (low bits first) and default zero point `2**(bits-1)`.
+    The source's own blocks when they are that form with the default zero point (a GGUF's Q4_0 /
+    Q8_0 expert stacks, `gguf` reads them as rows `[E * N, K]`), else the float values quantized
+    symmetric (`quantize_linear`; rows are independent, so the stack is quantized expert by expert).
+    QMoE's CPU kernel reads this packing (low bits first) and default zero point `2**(bits-1)`.
     """
-    e, n, k = w.shape
-    data = np.empty((e, n, k * form.bits // 8), np.uint8)
-    scales = np.empty((e, n, k // form.block_size), np.float32)
-    for expert in range(e):
-        q = quantize_linear(w[expert], form.bits, form.block_size)
-        data[expert] = q.data.reshape(n, -1)
-        scales[expert] = q.scales
-    return data, scales
+    if (
+        isinstance(weight, QuantizedTensor)
+        and (weight.bits, weight.block_size) == (form.bits, form.block_size)
+        and weight.zero_points is None
+        and weight.block_offsets is None
+    ):
+        return weight
+    floats = weight.dequantize() if isinstance(weight, QuantizedTensor) else np.asarray(weight, np.float32)
+    return quantize_linear(floats.reshape(-1, shape[-1]), form.bits, form.block_size)
 
 
-def dequantize_experts(w: np.ndarray, form: QuantForm) -> np.ndarray:
-    """The float32 values QMoE computes with for experts `w` stored in `form`."""
-    return np.stack([quantize_linear(expert, form.bits, form.block_size).dequantize() for expert in w])
+def quantize_experts(weight: Weight, form: QuantForm, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """QMoE's (weights `[E, N, K * bits / 8]` uint8, scales `[E, N, K / block]`) for stacked experts."""
+    e, n, _ = shape
+    q = expert_blocks(weight, form, shape)
+    return q.data.reshape(e, n, -1), q.scales.reshape(e, n, -1)
+
+
+def dequantize_experts(weight: Weight, form: QuantForm, shape: tuple[int, int, int]) -> np.ndarray:
+    """The float32 values QMoE computes with for experts stored in `form`."""
+    return expert_blocks(weight, form, shape).dequantize().reshape(shape)
 
 
 def embedding_requested(plan: QuantizationPlan, name: str) -> bool:

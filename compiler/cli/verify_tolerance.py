@@ -69,7 +69,7 @@ class AsBuiltWeights:
             if decision.role is WeightRole.EXPERTS:
                 from ..quant import dequantize_experts
 
-                return dequantize_experts(self._store.read_float(name), decision.form)
+                return dequantize_experts(self._store.read(name), decision.form, self._store.info(name).shape)
             embedding = decision.role is WeightRole.EMBEDDING
             symmetric = self._plan.scheme_for(name).symmetric if embedding else not decision.form.has_zero_points
             return materialize(self._store.read(name), decision.form, symmetric=symmetric).dequantize()
@@ -110,6 +110,12 @@ def rounds_activations(ir, weights) -> bool:
         level = ir.quantization.scheme_for(name).accuracy_level
         return profile_accuracy(ir) if level is None else level
 
+    from ..ir import WeightRole
+
+    # QMoE's 8-bit CPU kernel quantizes activations to int8 at every accuracy level.
+    if any(w.role is WeightRole.EXPERTS and w.form is not None and (w.form.bits == 8 or w.accuracy_level > 0)
+           for w in ir.weights):
+        return True
     return any(
         accuracy_level(name) > 0
         and resolved_form(info, ir.quantization.scheme_for(name)) is not None

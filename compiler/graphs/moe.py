@@ -72,23 +72,30 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oi
     e, i, h = store.info(gate_name).shape
     fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
 
-    def fc1() -> np.ndarray:
-        return interleave_gate_up(store.read_float(gate_name), store.read_float(up_name))
-
-    def fc2() -> np.ndarray:
-        return store.read_float(down_name)
-
     if form is None:
-        (w1,) = b.weights(InitializerGroup((PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), lambda: (fc1(),)))
-        (w2,) = b.weights(InitializerGroup((PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),), lambda: (fc2(),)))
+        def fc1() -> tuple[np.ndarray, ...]:
+            return (interleave_gate_up(store.read_float(gate_name), store.read_float(up_name)),)
+
+        (w1,) = b.weights(InitializerGroup((PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), fc1))
+        (w2,) = b.weights(InitializerGroup((PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),),
+                                           lambda: (store.read_float(down_name),)))
         return w1, None, w2, None
+
+    def blocks(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return quantize_experts(store.read(name), form, store.info(name).shape)
+
+    def fc1_blocks() -> tuple[np.ndarray, ...]:
+        # Interleaving rows commutes with quantizing them: each row's blocks are its own.
+        (gate, gate_scales), (up, up_scales) = blocks(gate_name), blocks(up_name)
+        return interleave_gate_up(gate, up), interleave_gate_up(gate_scales, up_scales)
+
     values = []
-    for name, produce, (n, k) in ((fc1_name, fc1, (2 * i, h)), (fc2_name, fc2, (h, i))):
+    for name, produce, (n, k) in ((fc1_name, fc1_blocks, (2 * i, h)), (fc2_name, lambda: blocks(down_name), (h, i))):
         planned = (
             PlannedTensor(name.removesuffix(".weight") + ".qweight", oir.DataType.UINT8, (e, n, k * form.bits // 8)),
             PlannedTensor(name.removesuffix(".weight") + ".scales", b.io_dtype, (e, n, k // form.block_size)),
         )
-        values += b.weights(InitializerGroup(planned, lambda produce=produce: quantize_experts(produce(), form)))
+        values += b.weights(InitializerGroup(planned, produce))
     return tuple(values)
 
 

@@ -233,6 +233,9 @@ def _source_tensor(layout: _Layout, tensors: dict[str, GGUFTensorInfo], name: st
 def _carried(layout: _Layout, entry: _Entry, qtype: QT, op: str) -> CarryOver | None:
     """The exact block form `read` hands the tensor out in, or None when it reads as float (dequantized)."""
     form = carry_over(qtype, op)
+    if form is not None and len(entry.gguf_shape) == 3 and ".mlp.experts." in f".{entry.canonical}":
+        # A MoE layer's expert stack, read as rows [E * N, K]: QMoE takes blocks with the default zero point only.
+        return form if not form.has_zero_points and not form.block_offsets else None
     if form is None or len(entry.gguf_shape) != 2:
         return None
     if entry.transform is Transform.VALUE_COLUMNS:
@@ -369,7 +372,8 @@ class GGUFWeightStore:
         op = _op_for(name)
         if _carried(self._layout, entry, tensor.type, op) is None:
             return self.read_float(name)
-        n, k = entry.gguf_shape
+        *rows, k = entry.gguf_shape
+        n = int(np.prod(rows))  # an expert stack [E, N, K] is E * N rows
         quantized = to_quantized_tensor(self._data(tensor), tensor.type, n, k, op)
         if entry.transform is Transform.NONE:
             return quantized

@@ -5,11 +5,20 @@ The release-layout checkpoint (head experts fused) with a tiny tokenizer goes th
 gguf-py reads the result to pin the names and keys mtpc relies on, and the package compiled from
 the GGUF must give transformers' greedy tokens, and MTP the same tokens with the same drafts as
 the numpy rendition of speculative decoding.
+
+The converter's q8_0 output stores the expert stacks as Q8_0 blocks; with `keep: source` they go
+into QMoE as stored (8-bit codes shifted by 128, the block scales), which the package's bytes must
+show against gguf-py's own dequantization, and the package decodes with MTP equal to its greedy.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import onnx
+from gguf.quants import dequantize
 import pytest
 from gguf import GGUFReader
 
@@ -25,12 +34,18 @@ from .conftest import compile_moe
 
 
 @pytest.fixture(scope="session")
-def moe_gguf(moe_workdir, moe_release_with_tokenizer):
+def moe_ggufs(moe_workdir, moe_release_with_tokenizer) -> dict[str, Path]:
     try:
         llama_cpp.converter_tree()
     except llama_cpp.ConverterUnavailable as error:  # fail, never skip: without it nothing here is tested
         pytest.fail(f"llama.cpp's converter is needed and could not be had: {error}", pytrace=False)
-    return llama_cpp.convert(moe_release_with_tokenizer, {"f32": moe_workdir / "moe-f32.gguf"})["f32"]
+    outputs = {t: moe_workdir / f"moe-{t}.gguf" for t in ("f32", "q8_0")}
+    return llama_cpp.convert(moe_release_with_tokenizer, outputs)
+
+
+@pytest.fixture(scope="session")
+def moe_gguf(moe_ggufs) -> Path:
+    return moe_ggufs["f32"]
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +98,46 @@ def test_mtp_decoding_equals_greedy(moe_gguf_models, moe_transformers_greedy, mo
     expected = simulate_speculative(moe_reference, moe_head_reference, list(prompt), STEPS, max_draft)
     assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
     assert run.accepted > 0 and run.rejected > 0, run
+
+
+@pytest.fixture(scope="session")
+def q8_0_package(moe_workdir, moe_ggufs) -> Path:
+    return compile_moe(moe_workdir, "moe-q8_0", f"{{gguf: {moe_ggufs['q8_0'].name}}}",
+                       "quantization:\n  default: {keep: source}\n")
+
+
+def _initializers(path: Path) -> dict[str, np.ndarray]:
+    model = onnx.load(str(path), load_external_data=True)
+    return {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def test_q8_0_experts_are_carried_into_qmoe_as_stored(moe_ggufs, q8_0_package, moe_arch):
+    reader = GGUFReader(moe_ggufs["q8_0"])
+    tensors = {t.name: t for t in reader.tensors}
+    report = json.loads((q8_0_package / "quantization.json").read_text())
+    experts = [w for w in report["weights"] if w["role"] == "experts"]
+    assert {(w["source"], w["stored"]["kind"], w["stored"]["bits"], w["lossless"]) for w in experts} == {
+        ("Q8_0", "QMoE", 8, True)
+    }
+    for graph, block, prefix in (("model.onnx", 2, "model.layers.2"), ("mtp/mtp.onnx", moe_arch.num_layers, "mtp.layers.0")):
+        values = _initializers(q8_0_package / graph)
+        for proj, gguf_names in (("gate_up_proj", ("ffn_gate_exps", "ffn_up_exps")), ("down_proj", ("ffn_down_exps",))):
+            codes = values[f"{prefix}.mlp.experts.{proj}.qweight"].astype(np.float32) - 128
+            scales = values[f"{prefix}.mlp.experts.{proj}.scales"]
+            stored = (codes.reshape(*scales.shape, 32) * scales[..., None]).reshape(codes.shape)
+            expected = [dequantize(tensors[f"blk.{block}.{n}.weight"].data, tensors[f"blk.{block}.{n}.weight"].tensor_type)
+                        for n in gguf_names]
+            if proj == "gate_up_proj":
+                np.testing.assert_array_equal(stored[:, 0::2], expected[0].reshape(stored[:, 0::2].shape))
+                np.testing.assert_array_equal(stored[:, 1::2], expected[1].reshape(stored[:, 1::2].shape))
+            else:
+                np.testing.assert_array_equal(stored, expected[0].reshape(stored.shape))
+
+
+@pytest.mark.parametrize("max_draft", [1, 3])
+def test_q8_0_package_mtp_equals_its_greedy(q8_0_package, max_draft):
+    main_model, head = decoding.load(q8_0_package), decoding.load(q8_0_package / "mtp")
+    prompt = list(PROMPTS[1])  # PROMPTS[0]'s int8-activation greedy continuation reaches eos at once
+    greedy = decoding.greedy(main_model, prompt, STEPS)
+    assert len(greedy) == STEPS
+    assert decoding.speculative(main_model, head, prompt, STEPS, max_draft).tokens == greedy
