@@ -19,13 +19,13 @@ from mtpc.diagnostics import SourceError
 from mtpc.ir import SourceRef
 from mtpc.sources import hf
 from tests.clients import hf_transformers
-from tests.fixtures.fitted_head import PROMPTS, simulate_speculative
+from tests.fixtures.fitted_head import PROMPTS
 from tests.fixtures.moe_checkpoints import fitted_moe_store, write_transformers_checkpoint
 from tests.fixtures.safetensors_writer import write_safetensors
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS, files_of
 
-from .conftest import compile_moe
+from .conftest import check_speculative, compile_moe
 
 
 @pytest.fixture(scope="session")
@@ -56,12 +56,7 @@ def test_greedy_equals_transformers(moe_models, moe_transformers_greedy, moe_ref
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_mtp_decoding_equals_greedy(moe_models, moe_transformers_greedy, moe_reference, moe_head_reference, prompt,
                                     max_draft):
-    main_model, head = moe_models
-    run = decoding.speculative(main_model, head, list(prompt), STEPS, max_draft)
-    assert run.tokens == moe_transformers_greedy[prompt]
-    expected = simulate_speculative(moe_reference, moe_head_reference, list(prompt), STEPS, max_draft)
-    assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
-    assert run.accepted > 0 and run.rejected > 0, run
+    check_speculative(moe_models, moe_transformers_greedy[prompt], moe_reference, moe_head_reference, prompt, max_draft)
 
 
 def test_text_only_moe_from_transformers_save_pretrained(moe_workdir, moe_arch, moe_transformers_greedy):
