@@ -9,6 +9,9 @@ the main decoder, then
 - drop: state groups, linear-attention (conv) metadata, sliding window;
 - keep: hidden size, attention heads, execution provider and session options.
 
+The head's FFN is the architecture's: a Qwen3.5-MoE head block is sparse like every trunk layer
+(`Architecture.moe`, built by `graphs/moe.py`), and onnxruntime-genai's config has no key for it.
+
 It runs before `PagedIoRewrite`, so the main decoder is still dense here and
 every head is written dense; that pass packs onnxruntime_genai's head together
 with the main decoder (the head reads the target's block table).

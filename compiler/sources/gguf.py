@@ -26,7 +26,7 @@ from ..diagnostics import SourceError
 from ..ir import Architecture, LayerKind, QuantForm, SourceRef, SourceTensor
 from ..weights import QuantizedTensor, TensorInfo, Weight, unpack_codes
 from . import SourceInfo
-from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform
+from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform, moe_dims
 from .mtp_head import head_verdict
 from .card_facts import gguf_card_facts
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
@@ -102,16 +102,8 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "HV": lin.num_value_heads,
         "DV": lin.value_head_dim,
         "CK": lin.conv_kernel,
-        **_moe_dims(arch),
+        **moe_dims(arch.moe),
     }
-
-
-def _moe_dims(arch: Architecture) -> dict[str, int]:
-    if arch.moe is None:
-        return {}
-    moe = arch.moe
-    return {"E": moe.num_experts, "EI": moe.expert_intermediate_size, "SI": moe.shared_expert_intermediate_size,
-            "ONE": 1}
 
 
 def _layout(meta: Metadata) -> _Layout:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from ..ir import MoeDims
+
 
 class Transform(str, enum.Enum):
     """How a stored tensor differs from its canonical value, beyond GGUF's reversed ggml dims.
@@ -140,3 +142,11 @@ QWEN35MOE = replace(
 )
 
 ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE}
+
+
+def moe_dims(moe: MoeDims | None) -> dict[str, int]:
+    """The MoE blocks' symbolic dimensions (none for a dense model)."""
+    if moe is None:
+        return {}
+    return {"E": moe.num_experts, "EI": moe.expert_intermediate_size, "SI": moe.shared_expert_intermediate_size,
+            "ONE": 1}

@@ -44,6 +44,13 @@ def test_the_package_uses_the_moe_op_and_model_type(moe_package):
         assert (attrs["k"], attrs["normalize_routing_weights"], attrs["swiglu_fusion"]) == (2, 1, 1)
 
 
+def test_graphs_match_the_reference_for_prefill_and_steps(moe_workdir, moe_package, capsys):
+    assert main(["verify", str(moe_package), "--spec", str(moe_workdir / "moe-hf.yaml")]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    for line in ("main prefill logits", "main step logits", "mtp head logits", "mtp head hidden state"):
+        assert f"ok   {line}:" in out, out
+
+
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_equals_transformers(moe_models, moe_transformers_greedy, moe_reference, prompt):
     main_model, _ = moe_models
