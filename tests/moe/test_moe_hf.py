@@ -20,10 +20,11 @@ from mtpc.ir import SourceRef
 from mtpc.sources import hf
 from tests.clients import hf_transformers
 from tests.fixtures.fitted_head import PROMPTS
-from tests.fixtures.moe_checkpoints import fitted_moe_store, write_transformers_checkpoint
+from tests.fixtures.moe_checkpoints import fitted_moe_store, write_moe_release_checkpoint, write_transformers_checkpoint
 from tests.fixtures.safetensors_writer import write_safetensors
 from tests.runtime import decoding
-from tests.runtime.conftest import STEPS, files_of
+from mtpc.driver import build
+from tests.runtime.conftest import STEPS, compile_spec, files_of, write_spec
 
 from .conftest import check_speculative, compile_moe
 
@@ -67,11 +68,15 @@ def test_mtp_decoding_equals_greedy(moe_models, moe_transformers_greedy, moe_ref
 
 
 def test_text_only_moe_from_transformers_save_pretrained(moe_workdir, moe_arch, moe_transformers_greedy):
-    """A checkpoint transformers itself wrote, with no head: a MoE package with no trace of MTP."""
+    """A checkpoint transformers itself wrote, its head dropped: a MoE package with no trace of MTP."""
     folder = write_transformers_checkpoint(moe_workdir / "tf-text", moe_arch, with_mtp=False)
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["Qwen3_5MoeForCausalLM"] and "text_config" not in config
-    package = compile_moe(moe_workdir, "moe-text", f"{{hf: {folder.name}}}")
+    assert config["mtp_num_hidden_layers"] == 1  # declared, the weights gone
+    spec = write_spec(moe_workdir / "moe-text.yaml", "moe-text", f"{{hf: {folder.name}}}")
+    with build(spec) as result:
+        assert any("none of the head's tensors" in note for note in result.ir.notes), result.ir.notes
+    package = compile_spec(spec, moe_workdir / "pkg-moe-text")
     files = files_of(package)
     assert not any("mtp" in name for name in files), sorted(files)
     assert b"mtp" not in files["genai_config.json"] and b"speculative" not in files["genai_config.json"]
@@ -97,7 +102,7 @@ def test_per_expert_and_fused_head_layouts_read_alike(moe_workdir, moe_arch, moe
 
 
 def test_a_missing_expert_is_named(tmp_path, moe_arch):
-    from tests.fixtures.moe_checkpoints import fitted_moe_tensors, write_moe_release_checkpoint
+    from tests.fixtures.moe_checkpoints import fitted_moe_tensors
 
     folder = write_moe_release_checkpoint(tmp_path / "ckpt", moe_arch)
     tensors = {n: v for n, v in fitted_moe_tensors(moe_arch).items() if n != "model.language_model.layers.2.mlp.experts.5.up_proj.weight"}
@@ -114,3 +119,28 @@ def test_inspect_shows_experts_top_k_and_shared_expert(moe_release, capsys):
     assert main(["inspect", "--format", "json", str(moe_release)]) == 0
     moe = json.loads(capsys.readouterr().out)["architecture"]["moe"]
     assert (moe["num_experts"], moe["top_k"], moe["shared_expert_intermediate_size"]) == (8, 2, 64)
+
+
+def test_a_head_missing_its_expert_down_proj_is_incomplete(tmp_path, moe_arch):
+    from tests.fixtures.moe_checkpoints import HEAD, fitted_moe_tensors, fuse_experts
+
+    folder = write_moe_release_checkpoint(tmp_path / "ckpt", moe_arch)
+    tensors = fuse_experts(fitted_moe_tensors(moe_arch), HEAD + "mlp.", 8)
+    del tensors[HEAD + "mlp.experts.down_proj"]
+    write_safetensors(folder / "model.safetensors", tensors, float_dtype="F32")
+    unusable = hf.describe(SourceRef("hf", str(folder))).architecture.unusable_head
+    assert unusable is not None and not unusable.absent
+    assert "mtp.layers.0.mlp.experts.down_proj.weight" in unusable.reason
+
+
+def test_paged_moe_package_passes_the_static_checks(moe_workdir, moe_arch, moe_release, capsys):
+    """CUDA-only (PagedAttention), so checked statically here: the MoE op takes packed [num_tokens, H] rows."""
+    extra = "precision: {io_dtype: float16}\n"
+    spec = moe_workdir / "moe-paged.yaml"
+    spec.write_text(f"mtpc: 1\nname: moe-paged\nsource: {{hf: {moe_release.name}}}\n{extra}targets:\n"
+                    "  onnxruntime_genai: {execution_provider: cuda, attention: paged}\n")
+    package = compile_spec(spec, moe_workdir / "pkg-moe-paged")
+    assert main(["check", str(package)]) == 0, capsys.readouterr()
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "num_tokens"
+    assert sum(n.op_type == "MoE" for n in graph.node) == moe_arch.num_layers
