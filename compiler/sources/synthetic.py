@@ -13,6 +13,8 @@ def problems(spec: SyntheticSpec) -> list[tuple[tuple[str, ...], str]]:
     arch = spec.architecture
     out: list[tuple[tuple[str, ...], str]] = []
     heads, kv_heads = arch.num_attention_heads, arch.num_key_value_heads
+    if arch.moe is not None and arch.moe.top_k > arch.moe.num_experts:
+        out.append((("moe", "top_k"), f"top_k ({arch.moe.top_k}) must be at most num_experts ({arch.moe.num_experts})"))
     if heads % kv_heads:
         out.append((("num_key_value_heads",), f"num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})"))
     lin = arch.linear_attention

@@ -139,6 +139,8 @@ def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     at = ("source", "synthetic")
     built = synthetic_spec(settings)
     found = synthetic.problems(built)
+    if settings["architecture"] != "qwen35moe" and spec.get(at + ("moe",)) is not None:
+        found.append((("moe",), "moe sizes a sparse FFN, which only architecture: qwen35moe has"))
     out = [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in found]
     weights = synthetic_weight_count(built.architecture)
     if weights > MAX_SYNTHETIC_WEIGHTS:
@@ -168,6 +170,10 @@ def synthetic_weight_count(arch) -> int:
     attention = h * 2 * heads * hd + 2 * h * kv * hd + heads * hd * h
     linear = h * (la.conv_dim + la.value_dim + 2 * la.num_value_heads) + la.conv_dim * la.conv_kernel + h * la.value_dim
     mlp = 3 * h * inter
+    if arch.moe is not None:
+        moe = arch.moe
+        mlp = h * moe.num_experts + 3 * h * (moe.num_experts * moe.expert_intermediate_size
+                                             + moe.shared_expert_intermediate_size) + h
     total = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
     for kind in arch.layer_kinds:
         total += (attention if kind.value == "full_attention" else linear) + mlp

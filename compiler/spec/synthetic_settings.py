@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from ..ir import Architecture, LinearAttentionDims, Rope, SyntheticSpec, TokenIds, hybrid_layer_kinds
+from ..ir import Architecture, LinearAttentionDims, MoeDims, Rope, SyntheticSpec, TokenIds, hybrid_layer_kinds
 
 
 def synthetic_spec(settings: dict) -> SyntheticSpec:
     lin, rope, tokens = settings["linear_attention"], settings["rope"], settings["tokens"]
     eos = tokens["eos"]
+    moe = None
+    if settings["architecture"] == "qwen35moe":
+        sizes = settings["moe"]
+        moe = MoeDims(
+            num_experts=sizes["num_experts"],
+            top_k=sizes["top_k"],
+            expert_intermediate_size=sizes["expert_intermediate_size"],
+            shared_expert_intermediate_size=sizes["shared_expert_intermediate_size"],
+        )
     architecture = Architecture(
         family=settings["architecture"],
         hidden_size=settings["hidden_size"],
-        intermediate_size=settings["intermediate_size"],
+        intermediate_size=settings["intermediate_size"] if moe is None else moe.expert_intermediate_size,
         num_attention_heads=settings["num_attention_heads"],
         num_key_value_heads=settings["num_key_value_heads"],
         head_dim=settings["head_dim"],
@@ -35,6 +44,7 @@ def synthetic_spec(settings: dict) -> SyntheticSpec:
         ),
         tie_word_embeddings=settings["tie_word_embeddings"],
         mtp_num_layers=settings["mtp_num_layers"],
+        moe=moe,
     )
     return SyntheticSpec(
         architecture=architecture,
