@@ -15,14 +15,16 @@ from tests.fixtures.moe_checkpoints import tiny_moe_arch
 ORT_CPU = 'targets:\n  onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense}\n'
 
 
-def _spec(tmp_path: Path, synthetic: str) -> Path:
+def _spec(tmp_path: Path, synthetic: str, extra: str = "") -> Path:
     path = tmp_path / "moe.yaml"
-    path.write_text(f"mtpc: 1\nname: syn-moe\nsource:\n  synthetic: {synthetic}\n{ORT_CPU}", encoding="utf-8")
+    path.write_text(f"mtpc: 1\nname: syn-moe\nsource:\n  synthetic: {synthetic}\n{extra}{ORT_CPU}", encoding="utf-8")
     return path
 
 
-def test_synthetic_moe_compiles_and_verifies(tmp_path, capsys):
-    spec = _spec(tmp_path, "{seed: 0, architecture: qwen35moe, moe: {num_experts: 8, top_k: 2}}")
+@pytest.mark.parametrize("io_dtype", ["float32", "float16"])  # the CPU MoE kernel takes both
+def test_synthetic_moe_compiles_and_verifies(tmp_path, capsys, io_dtype):
+    spec = _spec(tmp_path, "{seed: 0, architecture: qwen35moe, moe: {num_experts: 8, top_k: 2}}",
+                 f"precision: {{io_dtype: {io_dtype}}}\n")
     with build(spec) as built:
         arch = built.ir.architecture
         assert arch.family == "qwen35moe" and arch.moe == MoeDims(8, 2, 32, 64)
