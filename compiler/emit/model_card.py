@@ -87,6 +87,7 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> str:
         f"- {arch.num_layers} layers: {arch.layer_kind_summary()}",
         f"- hidden size {arch.hidden_size}, {arch.num_attention_heads} attention heads, "
         f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}",
+        *([f"- mixture of experts in every layer: {arch.moe.summary()}"] if arch.moe is not None else []),
         f"- vocabulary {arch.vocab_size}, context length {arch.context_length}",
         f"- I/O dtype {ir.precision.io_dtype}, logits {ir.precision.effective_logits_dtype}; weights {_weights(ir)}",
         "",
