@@ -9,6 +9,8 @@ the numpy rendition of speculative decoding.
 The converter's q8_0 output stores the expert stacks as Q8_0 blocks; with `keep: source` they go
 into QMoE as stored (8-bit codes shifted by 128, the block scales), which the package's bytes must
 show against gguf-py's own dequantization, and the package decodes with MTP equal to its greedy.
+Q4_0 expert stacks (the f32 file's, re-encoded by gguf-py's quantizer) go into int4 QMoE as stored
+and, with float activations, decode as the numpy reference on the file's dequantized values.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import numpy as np
 import onnx
 from gguf.quants import dequantize
 import pytest
-from gguf import GGUFReader
+from gguf import GGMLQuantizationType as QT, GGUFReader
 
 from mtpc.ir import SourceRef
+from mtpc.reference import Qwen35Reference
 from mtpc.sources import gguf
 from tests.clients import llama_cpp
 from tests.fixtures.fitted_head import PROMPTS
+from tests.fixtures.gguf_requantize import requantize
 from tests.fixtures.moe_checkpoints import fitted_moe_store
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
@@ -136,3 +140,28 @@ def test_q8_0_package_mtp_equals_its_greedy(q8_0_package, max_draft):
     greedy = decoding.greedy(main_model, prompt, STEPS)
     assert len(greedy) == STEPS
     assert decoding.speculative(main_model, head, prompt, STEPS, max_draft).tokens == greedy
+
+
+@pytest.fixture(scope="session")
+def q4_0_experts_gguf(moe_workdir, moe_gguf) -> Path:
+    """The converter's f32 file with its expert stacks re-encoded Q4_0 by gguf-py (no llama-quantize here)."""
+    return requantize(moe_gguf, moe_workdir / "moe-q4_0-experts.gguf", ("blk.*.ffn_*_exps.weight",), QT.Q4_0)
+
+
+def test_q4_0_experts_decode_as_the_reference_on_the_files_values(moe_workdir, q4_0_experts_gguf, moe_arch):
+    """Q4_0 experts carried into int4 QMoE with float activations: og greedy equals the numpy reference
+    run on gguf-py's dequantization of the very file, and MTP equals greedy."""
+    package = compile_moe(moe_workdir, "moe-q4_0-experts", f"{{gguf: {q4_0_experts_gguf.name}}}",
+                          "quantization:\n  default: {keep: source, accuracy_level: 0}\n")
+    report = json.loads((package / "quantization.json").read_text())
+    experts = [w for w in report["weights"] if w["role"] == "experts"]
+    assert {(w["source"], w["stored"]["kind"], w["stored"]["bits"], w["lossless"]) for w in experts} == {
+        ("Q4_0", "QMoE", 4, True)
+    }
+    ref = SourceRef("gguf", str(q4_0_experts_gguf))
+    reference = Qwen35Reference(moe_arch, gguf.open_weights(ref, gguf.describe(ref)))
+    main_model, head = decoding.load(package), decoding.load(package / "mtp")
+    for prompt in PROMPTS:
+        greedy = decoding.greedy(main_model, list(prompt), STEPS)
+        assert greedy == reference.greedy(list(prompt), STEPS)
+        assert decoding.speculative(main_model, head, list(prompt), STEPS, 2).tokens == greedy
