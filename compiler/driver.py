@@ -99,13 +99,17 @@ def build(
     progress: Progress = lambda message: None,
     observer: Callable[[str, PassResult], None] | None = None,
     defer: bool = False,
+    defer_graphs: bool = False,
     jobs: int | None = None,
 ) -> Build:
     """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read.
 
     `defer`: leave `deferred` artifacts (a tokenizer.json converted from a GGUF vocabulary) unmade
     until read, and their own checks undone, for a verb that writes nothing (`check SPEC`, `plan`,
-    `diff`); by default they are made here and checked with the rest, as `compile` needs. `jobs`:
+    `diff`); by default they are made here and checked with the rest, as `compile` needs.
+    `defer_graphs` (with `defer`): the ONNX graphs too, built on first read (emit/graph_files.py); the
+    contract checks read their I/O from the IR's contracts, and the checks of what the graphs hold
+    (initializers, external data) are left to `compile`. `jobs`:
     threads producing weights while a data file streams (default: every available core); the bytes
     are the same for any value.
     """
@@ -116,6 +120,9 @@ def build(
     ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress, provenance=record(ir, spec_path))
     if jobs is not None:
         ctx.jobs = jobs
+    if defer_graphs and not defer:
+        raise ValueError("defer_graphs needs defer: compile builds the graphs it checks and writes")
+    ctx.defer_graphs = defer_graphs
     artifacts: list[Artifact] = []
     try:
         for name, emitter in EMITTERS:
@@ -171,8 +178,8 @@ def validate_artifact(art: Artifact) -> None:
 def check_contracts(artifacts: list[Artifact]) -> None:
     """The contract checks of `mtpc check`, over a package still in memory; a finding is a bug in mtpc.
 
-    Reads the configs and the graph protos, never the weights: a streamed data file is
-    measured by the size its layout declares.
+    Reads the configs and the graph protos (or, for graphs not built yet, their I/O contracts),
+    never the weights: a streamed data file is measured by the size its layout declares.
     """
     # Warnings (a package with no tokenizer, from a source that ships none) are the compile notes' to say.
     findings = [f for f in check_files(artifact_files(artifacts)) if f.blocking]

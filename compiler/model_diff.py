@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import hashlib
 
-import onnx
+from .lazy_import import lazy_module
+
+# Imported when a graph is first summarized: `plan` and `diff` import this module for what it says
+# of data files, and a plan that compares no graph needs no onnx.
+onnx = lazy_module("onnx")
 
 # The parts of a summary that make a graph's interface: what runs it must change when they do.
 INTERFACE = ("inputs", "outputs")

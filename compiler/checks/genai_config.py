@@ -248,7 +248,7 @@ def _check_shared_entry(c: Checker, rel: str, base: list, entry: dict, main: Gra
     if size is not None and start is not None and count is not None and start + count > size:
         c.add(rel, json_pointer(*base), f"offset {start} + length {count} ends at byte {start + count}, past the end of {data} ({size} bytes)")
     name = entry.get("name")
-    if main is None or not isinstance(name, str) or not name:
+    if main is None or main.interface_only or not isinstance(name, str) or not name:
         return
     init = main.initializers.get(name)
     if init is None:

@@ -2,7 +2,9 @@
 
 A graph is parsed from its `.onnx` bytes without its external data; an initializer stored
 externally is described by where it says its bytes are, so a data file can be measured by
-its size without being read.
+its size without being read. A graph not built yet (`check SPEC`, `plan`) is described by
+the I/O contract it is built to (`interface_graph`): its inputs and outputs only, so the
+checks of what it holds (initializers, external data) wait for its bytes, as in `compile`.
 """
 
 from __future__ import annotations
@@ -58,6 +60,18 @@ class Graph:
     initializer_types: dict[str, int] = field(default_factory=dict)  # name -> onnx TensorProto data type
     # Packed weight name -> the MatMulNBits node that reads it (the first, should several).
     packed_readers: dict[str, PackedReader] = field(default_factory=dict)
+    # Only the inputs and outputs are known (a graph not built yet): what it holds is not checked.
+    interface_only: bool = False
+
+
+def interface_graph(relpath: str, contract) -> Graph:
+    """A graph not built yet, as its I/O contract (`mtpc.ir.GraphContract`) declares it: the builder
+    declares exactly these inputs and binds exactly these outputs (tests/emit/test_graph_files.py
+    compares them with the built graph's, for every shipped spec)."""
+    def tensors(specs) -> dict[str, Tensor]:
+        return {t.name: Tensor(t.name, t.dtype, tuple(t.shape)) for t in specs}
+
+    return Graph(relpath, tensors(contract.inputs), tensors(contract.outputs), {}, (), interface_only=True)
 
 
 def _stored_bytes(init: "onnx.TensorProto") -> int | None:

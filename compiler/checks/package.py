@@ -19,7 +19,7 @@ import yaml
 
 from ..spec.suggest import closest
 from ..validation import errors as schema_errors, json_pointer, read_yaml
-from .graphs import ExternalTensor, Graph, read_graph
+from .graphs import ExternalTensor, Graph, interface_graph, read_graph
 from .positions import Positions, locate, positions
 
 
@@ -64,6 +64,8 @@ class PackageFile:
     # Bytes not produced yet, and not needed by any other file's check (an in-memory tokenizer.json
     # of a verb that writes nothing): the checks of the file itself are left to `compile`.
     deferred: bool = False
+    # A deferred ONNX graph's I/O contract (`mtpc.ir.GraphContract`): the checks read it in place of the graph.
+    interface: object | None = None
 
 
 Files = dict[str, PackageFile]
@@ -84,7 +86,8 @@ def artifact_files(artifacts) -> Files:
     A streamed artifact (a weights file) is measured by the size its layout declares, so
     checking never produces it; one that declares none is not measured.
     """
-    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes, getattr(a, "deferred", False)) for a in artifacts}
+    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes, getattr(a, "deferred", False), getattr(a, "interface", None))
+            for a in artifacts}
 
 
 @dataclass
@@ -131,6 +134,8 @@ class Checker:
         rel = self.resolve(file, where, ref, base)
         if rel is None:
             return None
+        if rel not in self._graphs and self.files[rel].deferred and self.files[rel].interface is not None:
+            self._graphs[rel] = interface_graph(rel, self.files[rel].interface)  # what it holds waits for compile
         if rel not in self._graphs:
             try:
                 graph = read_graph(self.files[rel].read(), rel)

@@ -63,10 +63,11 @@ def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Ch
             planned.append((art.relpath, UNCHANGED))
             continue
         planned.append((art.relpath, CHANGE))
-        if art.content is None:  # streamed weights: hashed once above, never held whole
+        if art.content is None and art.interface is None:  # streamed weights: hashed once above, never held whole
             changes.append(Change(art.relpath, (), CHANGED, old, new))
         else:
-            changes.extend(diff_files({art.relpath: lambda p=existing: file_chunks(p)}, {art.relpath: lambda a=art: iter([a.content])}))
+            # A deferred graph is a small file once built (above, to hash it): compared by meaning.
+            changes.extend(diff_files({art.relpath: lambda p=existing: file_chunks(p)}, {art.relpath: lambda a=art: iter([a.read()])}))
     if against.is_dir():
         for p in sorted(against.rglob("*")):
             rel = p.relative_to(against).as_posix()
@@ -102,7 +103,8 @@ def run(args) -> int:
     spec = existing_file(args.spec, "spec")
     snapshots: list[tuple[str, object]] = []
     observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
-    result = build(spec, defer=True, progress=console(args), observer=observer)
+    # The graphs are built only if their bytes are compared (DIR holds a file of that name).
+    result = build(spec, defer=True, defer_graphs=True, progress=console(args), observer=observer)
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
         files, changes = file_plan(result.artifacts, against)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:  # the emitters pull in onnx_ir (and sympy): imported only when a package is built
     from ..graphs.initializers import StoredTensor
-    from ..ir import ModelIR
+    from ..ir import GraphContract, ModelIR
     from ..sources import SourceInfo
     from ..weights import WeightStore
 
@@ -41,6 +41,9 @@ class Artifact:
     # into tokenizer.json): produced only when read. The in-memory checks of a verb that writes
     # nothing (`check SPEC`, `plan`, `diff SPEC`) leave them unread; `compile` reads them first.
     deferred: bool = False
+    # An ONNX graph left unbuilt (`build(..., defer_graphs=True)`): the I/O contract its graph is built to,
+    # which the contract checks read in place of the graph (tests/emit/test_graph_files.py holds the two equal).
+    interface: GraphContract | None = None
 
     @property
     def nbytes(self) -> int | None:
@@ -92,6 +95,9 @@ class EmitContext:
     requantization_error: dict[str, float] = field(default_factory=dict)
     # What `provenance.json` records (see mtpc.provenance); None when the IR was built without a spec.
     provenance: dict | None = None
+    # Leave the ONNX graphs unbuilt until their bytes are read (see emit/graph_files.py), for a verb that
+    # writes nothing; honoured only where no other emitter needs what building them records.
+    defer_graphs: bool = False
     _weights: WeightStore | None = field(default=None, init=False, repr=False)
 
     @property
@@ -115,7 +121,7 @@ def __getattr__(name: str):
     if name != "EMITTERS":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # The emitter modules import the names above, so they are imported only now.
-    from .onnx_graphs import emit_onnx_graphs
+    from .graph_files import emit_graph_files
     from .genai_config import emit_genai_config
     from .inference_metadata import emit_inference_metadata
     from .tokenizer import emit_tokenizer
@@ -125,7 +131,7 @@ def __getattr__(name: str):
 
     # In running order: onnx_graphs records the data layouts genai_config reads.
     emitters: tuple[tuple[str, Emitter], ...] = (
-        ("onnx_graphs", emit_onnx_graphs),
+        ("onnx_graphs", emit_graph_files),
         ("genai_config", emit_genai_config),
         ("inference_metadata", emit_inference_metadata),
         ("tokenizer", emit_tokenizer),

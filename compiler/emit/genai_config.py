@@ -49,6 +49,14 @@ def emit_genai_config(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     return artifacts
 
 
+def reads_data_layouts(ir: ModelIR) -> bool:
+    """Whether the configs depend on where the graph emitter lays the weights out: the
+    `shared_initializers` entries (offsets into a data file) a profile that shares them gets."""
+    target = ir.targets.onnxruntime_genai
+    return (target is not None and ir.head(HeadContract.ORT_GENAI) is not None
+            and ort_genai_profile(target.version).shares_initializers(target.execution_provider))
+
+
 def _artifact(relpath: str, doc: dict, profile: OrtGenaiProfile) -> Artifact:
     problems = profile.unaccepted(doc)
     if problems:

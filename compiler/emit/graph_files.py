@@ -1,0 +1,57 @@
+"""The ONNX graph files of a package, built now (`onnx_graphs`) or on first read.
+
+`compile` builds the graphs here and the contract checks read them. A verb that writes
+nothing (`check SPEC`, `plan`) asks for them deferred (`EmitContext.defer_graphs`): each
+`.onnx` becomes a deferred artifact carrying the I/O contract it is built to
+(`Artifact.interface`), and its data file a streamed one; reading either builds every
+graph once (onnx_ir is imported only then). The file names are the IR's (the builder
+writes one graph per decoder config, each with its own data file, the onnxruntime-genai
+head's shared with the main model's shareable tensors), and building checks it wrote
+exactly those, so a deferred package lists the files a built one holds.
+
+Deferring is declined where another emitter reads what building records: the
+`shared_initializers` genai_config writes from the data layouts.
+"""
+
+from __future__ import annotations
+
+from ..ir import GraphContract, HeadContract, ModelIR
+from . import Artifact, EmitContext
+from .genai_config import reads_data_layouts
+
+
+def graph_files(ir: ModelIR) -> list[tuple[str, str, GraphContract]]:
+    """(graph, its data file, its contract) for every graph the package holds, main model first."""
+    og_head = ir.head(HeadContract.ORT_GENAI)
+    files = [(ir.main.filename, ir.main.filename + ".data", ir.main.contract)]
+    for kind, cfg in ir.heads:
+        own = og_head.filename if kind is HeadContract.ORT_GENAI and og_head is not None else cfg.filename
+        files.append((cfg.filename, own + ".data", cfg.contract))
+    return files
+
+
+def emit_graph_files(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
+    if not ctx.defer_graphs or reads_data_layouts(ir):
+        from .onnx_graphs import emit_onnx_graphs
+
+        return emit_onnx_graphs(ir, ctx)
+    built: dict[str, Artifact] = {}
+    expected = graph_files(ir)
+
+    def made(relpath: str) -> Artifact:
+        if not built:
+            from .onnx_graphs import emit_onnx_graphs
+
+            artifacts = {a.relpath: a for a in emit_onnx_graphs(ir, ctx)}
+            names = sorted(name for graph, data, _ in expected for name in (graph, data))
+            if sorted(artifacts) != names:
+                raise AssertionError(f"the graph emitter wrote {sorted(artifacts)}, the deferred package listed {names}")
+            built.update(artifacts)
+        return built[relpath]
+
+    artifacts = []
+    for graph, data, contract in expected:
+        artifacts.append(Artifact(graph, chunks=lambda graph=graph: made(graph).iter_bytes(), deferred=True,
+                                  interface=contract))
+        artifacts.append(Artifact(data, chunks=lambda data=data: made(data).iter_bytes()))
+    return artifacts

@@ -1,0 +1,92 @@
+"""Graphs left unbuilt (`check SPEC`, `plan`): the files and I/O the contract checks read in their place
+are the built package's, for every shipped spec and valid case, so the shortcut cannot drift from
+what compile writes; and the checks run on that I/O still catch a config that disagrees with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mtpc import driver
+from mtpc.checks.graphs import interface_graph, read_graph
+from mtpc.diagnostics import ExitCode, MtpcError
+from mtpc.driver import build
+from mtpc.emit.genai_config import reads_data_layouts
+from mtpc.emit.graph_files import graph_files
+from tests.fixtures.arch import tiny_arch
+from tests.fixtures.corrupt import misnaming_input_ids
+from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = sorted((REPO / "specs").glob("*.yaml")) + sorted((REPO / "tests" / "cases" / "valid").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def gguf_spec(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("deferred")
+    write_gguf(folder / "m.gguf", tiny_arch(vocab_size=300), types=MIXED_TYPES, tokenizer=True)
+    spec = folder / "spec.yaml"
+    spec.write_text("mtpc: 1\nname: g\nsource: {gguf: m.gguf}\nquantization:\n  default: {keep: source}\n"
+                    "  overrides: [{match: embed_tokens.weight, bits: null}]\n")
+    return spec
+
+
+def _io(graph) -> tuple[list, list]:
+    return list(graph.inputs.items()), list(graph.outputs.items())
+
+
+@pytest.mark.parametrize("spec", [*SPECS, "gguf"], ids=lambda s: s if isinstance(s, str) else s.name)
+def test_a_deferred_package_lists_the_built_files_and_its_graphs_io(spec, gguf_spec):
+    spec = gguf_spec if spec == "gguf" else spec
+    with build(spec, defer=True) as built, build(spec, defer=True, defer_graphs=True) as deferred:
+        assert [a.relpath for a in deferred.artifacts] == [a.relpath for a in built.artifacts]
+        real = {a.relpath: a for a in built.artifacts}
+        graphs = [a for a in deferred.artifacts if a.relpath.endswith(".onnx")]
+        # Every graph, deferred or not (the paged ones are built either way), has its contract's I/O.
+        contracts = {graph: contract for graph, _, contract in graph_files(built.ir)}
+        assert sorted(contracts) == [a.relpath for a in graphs]
+        for rel, contract in contracts.items():
+            assert _io(interface_graph(rel, contract)) == _io(read_graph(real[rel].content, rel)), rel
+        if reads_data_layouts(deferred.ir):  # genai_config's shared_initializers need the layout: built as before
+            assert all(a.interface is None and a.content == real[a.relpath].content for a in graphs)
+            return
+        for art in graphs:
+            assert art.interface == contracts[art.relpath] and art.content is None and art.deferred
+        # Deferring the graphs changes no other file: configs, metadata and reports are the built ones, byte for byte.
+        for art in deferred.artifacts:
+            if art.content is not None:
+                assert art.content == real[art.relpath].content, art.relpath
+
+
+def test_reading_a_deferred_graph_builds_the_graphs_once_with_the_built_bytes(monkeypatch):
+    from mtpc.emit import onnx_graphs
+
+    spec = REPO / "specs" / "qwen35-tiny-mtp.yaml"
+    with build(spec) as built:
+        real = {a.relpath: a.read() for a in built.artifacts if a.relpath.endswith((".onnx", ".onnx.data"))}
+    calls = []
+    emit = onnx_graphs.emit_onnx_graphs
+    monkeypatch.setattr(onnx_graphs, "emit_onnx_graphs", lambda ir, ctx: calls.append(1) or emit(ir, ctx))
+    with build(spec, defer=True, defer_graphs=True) as deferred:
+        assert calls == []
+        read = {a.relpath: a.read() for a in deferred.artifacts if a.relpath in real}
+    assert calls == [1]
+    assert read == real
+
+
+def test_the_checks_on_a_deferred_graphs_io_still_fail_a_config_that_disagrees(monkeypatch):
+    monkeypatch.setattr(driver, "EMITTERS", misnaming_input_ids(driver.EMITTERS))
+    with pytest.raises(MtpcError) as caught:
+        build(REPO / "specs" / "qwen35-tiny-nohead.yaml", defer=True, defer_graphs=True)
+    assert caught.value.exit_code is ExitCode.INTERNAL
+    messages = [d.message for d in caught.value.diagnostics]
+    assert any("'input_idz' is not an input of model.onnx" in m for m in messages), messages
+    assert any("model.onnx input 'input_ids' is not named here" in m for m in messages), messages
+
+
+def test_compile_builds_the_graphs_it_checks():
+    with pytest.raises(ValueError):
+        build(REPO / "specs" / "qwen35-tiny-nohead.yaml", defer_graphs=True)
+    with build(REPO / "specs" / "qwen35-tiny-nohead.yaml") as built:
+        assert all(a.content is not None and a.interface is None for a in built.artifacts if a.relpath.endswith(".onnx"))
