@@ -18,8 +18,11 @@ the embedding and LM head onnx-genai's sidecar borrows exist in the target
 graph in a form it takes (a dense float embedding; a dense float LM head, or a
 MatMulNBits-packed one with `<prefix>.scales` beside it), file names are
 relative without '..'. A SPEC is compiled in memory (nothing written) and
-checked the same way; compile runs these checks too before it writes, so a
-finding in a spec's package is a bug in mtpc (exit 3).
+checked the same way, except that its ONNX graphs are not built: the configs
+are checked against the inputs and outputs the graphs are built to, and what
+only a built graph holds (borrowed initializers, external data) is checked by
+compile, which runs all these checks before it writes. A finding in a spec's
+package is a bug in mtpc (exit 3).
 A package must also be complete: every file its runtimes need is there (the head
 folder's genai_config.json, inference_metadata.yaml beside onnx-genai's sidecar,
 config.json's speculator_config for the workflow layout, each graph's external
