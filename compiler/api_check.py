@@ -5,6 +5,11 @@ warning (a package that runs, with a gap: no tokenizer) or a note (how a target 
 offline, without its checkpoint). `offline=True` never opens an hf or gguf source: such a
 spec is checked for all that needs no weights (schema, cross-field rules, targets) and gets a
 note saying what was not; a synthetic spec is checked in full either way.
+
+A spec's package is checked in memory without building its ONNX graphs: the configs are
+checked against the inputs and outputs the graphs are built to (the IR's contracts), and
+what only a built graph holds (borrowed initializers, external data) is left to `compile`,
+whose gate runs every check on the graphs it writes.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ nothing (`check SPEC`, `plan`) asks for them deferred (`EmitContext.defer_graphs
 `.onnx` becomes a deferred artifact carrying the I/O contract it is built to
 (`Artifact.interface`), and its data file a streamed one; reading either builds every
 graph once (onnx_ir is imported only then). The file names are the IR's (the builder
-writes one graph per decoder config, each with its own data file, the onnxruntime-genai
-head's shared with the main model's shareable tensors), and building checks it wrote
-exactly those, so a deferred package lists the files a built one holds.
+writes one graph per decoder config, each with a data file named after it), and building
+checks it wrote exactly those, so a deferred package lists the files a built one holds.
 
 Deferring is declined where another emitter reads what building records: the
 `shared_initializers` genai_config writes from the data layouts.
@@ -15,19 +14,16 @@ Deferring is declined where another emitter reads what building records: the
 
 from __future__ import annotations
 
-from ..ir import GraphContract, HeadContract, ModelIR
+from ..ir import GraphContract, ModelIR
 from . import Artifact, EmitContext
 from .genai_config import reads_data_layouts
 
 
 def graph_files(ir: ModelIR) -> list[tuple[str, str, GraphContract]]:
     """(graph, its data file, its contract) for every graph the package holds, main model first."""
-    og_head = ir.head(HeadContract.ORT_GENAI)
-    files = [(ir.main.filename, ir.main.filename + ".data", ir.main.contract)]
-    for kind, cfg in ir.heads:
-        own = og_head.filename if kind is HeadContract.ORT_GENAI and og_head is not None else cfg.filename
-        files.append((cfg.filename, own + ".data", cfg.contract))
-    return files
+    # Each graph's data file is named after it; the onnxruntime-genai head's also holds the tensors the
+    # main model shares with it, which adds no file.
+    return [(cfg.filename, cfg.filename + ".data", cfg.contract) for cfg in (ir.main, *(cfg for _, cfg in ir.heads))]
 
 
 def emit_graph_files(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
