@@ -9,14 +9,13 @@ from the least severe files, and a note says how many and where the rest is.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 
 import jinja2
 
 from .diff_groups import Group
 from .diff_report import MARKS, SEVERITIES, DiffReport
-from .diffing import ADDED, REMOVED, short_hashes, short_pair
+from .diffing import ADDED, REMOVED, short_pair, short_value
 
 # GitHub refuses a comment body longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -49,10 +48,7 @@ def text(report: DiffReport) -> list[str]:
 
 def cell(value: object) -> str:
     """A value in a Markdown table cell: inline code, hashes shortened, pipes escaped, long values cut."""
-    text_ = short_hashes(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
-    if len(text_) > 120:
-        text_ = text_[:117] + "..."
-    return "`" + text_.replace("|", "\\|").replace("`", "'") + "`"
+    return _code(short_value(value, limit=120))
 
 
 def _code(text_: str) -> str:

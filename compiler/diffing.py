@@ -90,16 +90,20 @@ def short_hashes(text: str) -> str:
     return _HASH.sub(r"\1…", text)
 
 
+def _as_shown(value: object) -> str:
+    return short_hashes(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+
+
 def short_value(value: object, limit: int = 80) -> str:
     """A value for people: JSON, hashes shortened, long values cut (the JSON output keeps them whole)."""
-    text = short_hashes(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+    text = _as_shown(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def short_pair(old: object, new: object, limit: int = 80) -> tuple[str, str]:
     """An old and a new value for people, both cut to show where they first differ (two long lines
     of a model card that differ near their end must not look alike)."""
-    a, b = (short_hashes(json.dumps(v, sort_keys=True, ensure_ascii=False, default=str)) for v in (old, new))
+    a, b = _as_shown(old), _as_shown(new)
     if len(a) <= limit and len(b) <= limit:
         return a, b
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
