@@ -141,10 +141,6 @@ class DiffReport:
     def summary(self) -> str:
         return summary(list(self.changes))
 
-    @property
-    def rows(self) -> int:
-        return sum(len(g) for g in self.groups.values())
-
     def to_json(self) -> dict:
         return {
             "old": self.old,
