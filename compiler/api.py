@@ -31,18 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .diagnostics import ExitCode, MtpcError
+from .api_check import PathLike, _usage
+from .diagnostics import ExitCode
 
 if TYPE_CHECKING:
     from .diff_report import DiffReport
     from .diffing import Change
     from .progress import Console
-
-PathLike = str | os.PathLike
-
-
-def _usage(message: str, hint: str | None = None) -> MtpcError:
-    return MtpcError.single(message, exit_code=ExitCode.USAGE, hint=hint)
 
 
 # ----------------------------------------------------------------------------- compile
