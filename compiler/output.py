@@ -310,7 +310,7 @@ def _finish(write: _Write, shown: str, note) -> None:
 
 def _write_file(target: Path, art: Artifact, shown: str, progress: "WriteProgress | None" = None) -> None:
     if progress is not None:
-        progress.file_started(art.relpath, art.nbytes)
+        progress.file_started(art.relpath)
     with _writing(shown):
         target.parent.mkdir(parents=True, exist_ok=True)
         f = open(target, "wb")

@@ -98,7 +98,7 @@ class ByteProgress:
         self._start = self._last_line = time.monotonic()
         self._next_step = 1
         self._interval = _interval()
-        self._file: tuple[str, int, float, int] | None = None
+        self._file: tuple[str, float, int] | None = None
         self._bar = None
         if not console.quiet and self.total and console.stream.isatty():
             from tqdm import tqdm
@@ -110,9 +110,9 @@ class ByteProgress:
 
     # ---- called by the writer
 
-    def file_started(self, relpath: str, nbytes: int | None) -> None:
+    def file_started(self, relpath: str) -> None:
         self._end_file()
-        self._file = (relpath, nbytes or 0, time.monotonic(), self.done)
+        self._file = (relpath, time.monotonic(), self.done)
 
     def advance(self, n: int) -> None:
         self.done += n
@@ -158,7 +158,7 @@ class ByteProgress:
     def _end_file(self) -> None:
         if self._file is None:
             return
-        relpath, nbytes, started, done_before = self._file
+        relpath, started, done_before = self._file
         self._file = None
         if not self.console.verbose or self.console.quiet:
             return
