@@ -296,23 +296,31 @@ def _graph_changes(rel: str, a: bytes, b: bytes) -> list[Change]:
 
 def _line_changes(rel: str, a: bytes, b: bytes) -> list[Change]:
     """A text file (the model card) line by line: `/line/12`, numbered as in the old file (added lines: the new)."""
-    import difflib
-
     if a == b:
         return []
     try:
         old, new = a.decode("utf-8").splitlines(), b.decode("utf-8").splitlines()
     except UnicodeDecodeError:
         return [Change(rel, (), CHANGED, digest([a]), digest([b]))]
+    out = sequence_changes(rel, ("line",), old, new, first=1)
+    return out or [Change(rel, (), CHANGED, digest([a]), digest([b]))]
+
+
+def sequence_changes(file: str, where: tuple[Segment, ...], old: list, new: list, first: int = 0) -> list[Change]:
+    """Two lists of lines matched as difflib does (a line inserted near the top is one change, not a shift
+    of every line after it): a changed or removed line at `where + (its index in old,)`, an added one at
+    its index in new, counted from `first`."""
+    import difflib
+
     out: list[Change] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         pairs = min(i2 - i1, j2 - j1)
-        out += [Change(rel, ("line", i1 + k + 1), CHANGED, old[i1 + k], new[j1 + k]) for k in range(pairs)]
-        out += [Change(rel, ("line", i + 1), REMOVED, old=old[i]) for i in range(i1 + pairs, i2)]
-        out += [Change(rel, ("line", j + 1), ADDED, new=new[j]) for j in range(j1 + pairs, j2)]
-    return out or [Change(rel, (), CHANGED, digest([a]), digest([b]))]
+        out += [Change(file, where + (i1 + k + first,), CHANGED, old[i1 + k], new[j1 + k]) for k in range(pairs)]
+        out += [Change(file, where + (i + first,), REMOVED, old=old[i]) for i in range(i1 + pairs, i2)]
+        out += [Change(file, where + (j + first,), ADDED, new=new[j]) for j in range(j1 + pairs, j2)]
+    return out
 
 
 def _interface(rel: str, chunks: Callable[[], Iterator[bytes]], kind: str) -> list[Change]:

@@ -266,9 +266,7 @@ def diff_provenance(old: object, new: object, file: str = PROVENANCE_NAME) -> li
 
     A changed or removed line is addressed by its index in the old record's `/spec/lines`, an added one
     by its index in the new record's."""
-    import difflib
-
-    from .diffing import ADDED, CHANGED, REMOVED, Change, diff_values
+    from .diffing import diff_values, sequence_changes
 
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return diff_values(old, new, file)
@@ -282,15 +280,7 @@ def diff_provenance(old: object, new: object, file: str = PROVENANCE_NAME) -> li
         {**new, "spec": {k: v for k, v in new_spec.items() if k != "lines"}},
         file,
     )
-    where = ("spec", "lines")
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        paired = min(i2 - i1, j2 - j1) if tag == "replace" else 0
-        rest += [Change(file, where + (i1 + k,), CHANGED, a[i1 + k], b[j1 + k]) for k in range(paired)]
-        rest += [Change(file, where + (i,), REMOVED, old=a[i]) for i in range(i1 + paired, i2)]
-        rest += [Change(file, where + (j,), ADDED, new=b[j]) for j in range(j1 + paired, j2)]
-    return rest
+    return rest + sequence_changes(file, ("spec", "lines"), a, b)
 
 
 def package_mismatches(root: str | Path, ir: ModelIR, spec_path: str | Path) -> list[str]:
