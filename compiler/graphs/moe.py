@@ -48,13 +48,17 @@ def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return np.stack([gate, up], axis=2).reshape(e, 2 * i, h)
 
 
+def _expert_names(p: str) -> tuple[str, str, str]:
+    """The routed experts' gate, up and down stacks under a layer's `mlp.` prefix."""
+    return p + "experts.gate_proj.weight", p + "experts.up_proj.weight", p + "experts.down_proj.weight"
+
+
 def _expert_decision(b: GraphBuilder, p: str) -> WeightDecision:
     """How the IR's weight table stores the routed experts: its `form` None for float MoE, else QMoE blocks.
 
     Gate and up are one FC1 input, and QMoE takes one block form for FC1 and FC2, so all three must agree.
     """
-    names = [p + f"experts.{proj}_proj.weight" for proj in ("gate", "up", "down")]
-    decisions = [b.params.decision(n) for n in names]
+    decisions = [b.params.decision(n) for n in _expert_names(p)]
     if len({(d.form, d.accuracy_level) for d in decisions}) != 1:
         forms = ", ".join(f"{d.name}: {d.result}" for d in decisions)
         raise MtpcError.single(
@@ -68,7 +72,7 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oi
     """FC1 (interleaved gate/up) and FC2 (down) of the routed experts: (fc1, fc1 scales, fc2, fc2 scales),
     float in the I/O dtype without scales, or QMoE's packed blocks."""
     store = b.params.store
-    gate_name, up_name, down_name = (p + f"experts.{proj}_proj.weight" for proj in ("gate", "up", "down"))
+    gate_name, up_name, down_name = _expert_names(p)
     e, i, h = store.info(gate_name).shape
     fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
 
