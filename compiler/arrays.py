@@ -20,6 +20,8 @@ import numpy as np
 _TILE_ROWS = 128
 # Rows widened at a time when only widening (no transpose): a few MB, whatever the tensor.
 _WIDEN_ELEMENTS = 1 << 20
+# Which uint16 half of a float32 is its low (zeroed) half and which its high one (the bfloat16 bits).
+_LOW, _HIGH = (0, 1) if np.little_endian else (1, 0)
 
 
 def widen_bfloat16(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -30,13 +32,12 @@ def widen_bfloat16(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarra
     """
     if out is None:
         out = np.empty(bits.shape, np.float32)
-    low, high = (0, 1) if np.little_endian else (1, 0)
     flat_bits = bits.reshape(-1)
     flat = out.reshape(-1).view(np.uint16).reshape(-1, 2)  # views: `out` is contiguous
     step = _WIDEN_ELEMENTS
     for start in range(0, flat.shape[0], step):
-        flat[start : start + step, low] = 0
-        flat[start : start + step, high] = flat_bits[start : start + step]
+        flat[start : start + step, _LOW] = 0
+        flat[start : start + step, _HIGH] = flat_bits[start : start + step]
     return out
 
 
@@ -74,12 +75,11 @@ def transposed(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type = np.float32
     n, k = w.shape
     out = np.empty((k, n), dtype)
     if isinstance(w, Bfloat16Rows) and dtype == np.float32:
-        low, high = (0, 1) if np.little_endian else (1, 0)
         halves = out.view(np.uint16).reshape(k, n, 2)
         for start in range(0, n, _TILE_ROWS):
             stop = min(start + _TILE_ROWS, n)
-            halves[:, start:stop, low] = 0
-            halves[:, start:stop, high] = w.bits[start:stop].T
+            halves[:, start:stop, _LOW] = 0
+            halves[:, start:stop, _HIGH] = w.bits[start:stop].T
         return out
     for start in range(0, n, _TILE_ROWS):
         stop = min(start + _TILE_ROWS, n)

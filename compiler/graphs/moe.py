@@ -25,7 +25,7 @@ import numpy as np
 import onnx_ir as oir
 
 from ..diagnostics import MtpcError
-from ..ir import Architecture, MoeDims, QuantForm
+from ..ir import Architecture, MoeDims, QuantForm, WeightDecision
 from ..quant import quantize_experts
 from .blocks import initializer_name, mlp, project, silu
 from .builder import MS, GraphBuilder
@@ -48,27 +48,31 @@ def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return np.stack([gate, up], axis=2).reshape(e, 2 * i, h)
 
 
-def _expert_forms(b: GraphBuilder, p: str) -> QuantForm | None:
-    """The routed experts' stored form (the IR's weight table): None for float MoE, else QMoE blocks.
+def _expert_names(p: str) -> tuple[str, str, str]:
+    """The routed experts' gate, up and down stacks under a layer's `mlp.` prefix."""
+    return p + "experts.gate_proj.weight", p + "experts.up_proj.weight", p + "experts.down_proj.weight"
+
+
+def _expert_decision(b: GraphBuilder, p: str) -> WeightDecision:
+    """How the IR's weight table stores the routed experts: its `form` None for float MoE, else QMoE blocks.
 
     Gate and up are one FC1 input, and QMoE takes one block form for FC1 and FC2, so all three must agree.
     """
-    names = [p + f"experts.{proj}_proj.weight" for proj in ("gate", "up", "down")]
-    decisions = [b.params.decision(n) for n in names]
+    decisions = [b.params.decision(n) for n in _expert_names(p)]
     if len({(d.form, d.accuracy_level) for d in decisions}) != 1:
         forms = ", ".join(f"{d.name}: {d.result}" for d in decisions)
         raise MtpcError.single(
             f"a MoE layer's experts are stored in one form, but the quantization rules give {forms}",
             hint="give mlp.experts.* one rule", path="quantization",
         )
-    return decisions[0].form
+    return decisions[0]
 
 
 def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oir.Value | None, ...]:
     """FC1 (interleaved gate/up) and FC2 (down) of the routed experts: (fc1, fc1 scales, fc2, fc2 scales),
     float in the I/O dtype without scales, or QMoE's packed blocks."""
     store = b.params.store
-    gate_name, up_name, down_name = (p + f"experts.{proj}_proj.weight" for proj in ("gate", "up", "down"))
+    gate_name, up_name, down_name = _expert_names(p)
     e, i, h = store.info(gate_name).shape
     fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
 
@@ -105,15 +109,16 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.
         logits = project(b, x, p + "gate.weight", "router/MatMul")
         logits = b.op("Reshape", [logits, b.i64(f"router_shape_{moe.num_experts}", [-1, moe.num_experts])],
                       name="router/Reshape")
-        form = _expert_forms(b, p)
+        decision = _expert_decision(b, p)
+        form = decision.form
         fc1, scales1, fc2, scales2 = _expert_weights(b, p, form)
         attrs = {"k": moe.top_k, "activation_type": "swiglu", "swiglu_fusion": 1, "activation_alpha": 1.0,
                  "activation_beta": 0.0, "normalize_routing_weights": int(moe.normalize_top_k)}
         if form is None:
             routed = b.op("MoE", [x, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
         else:
-            accuracy = b.params.decision(p + "experts.gate_proj.weight").accuracy_level
-            attrs.update(expert_weight_bits=form.bits, block_size=form.block_size, accuracy_level=accuracy)
+            attrs.update(expert_weight_bits=form.bits, block_size=form.block_size,
+                         accuracy_level=decision.accuracy_level)
             routed = b.op("QMoE", [x, logits, fc1, scales1, None, fc2, scales2], attrs, name="QMoE", domain=MS)
     with b.scope("shared_expert"):
         s = p + "shared_expert."

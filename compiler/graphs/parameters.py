@@ -81,9 +81,6 @@ class ParameterSource:
 
     def decision(self, canonical: str) -> WeightDecision:
         """How the IR's weight table stores `canonical` (every weight the graphs use is in it)."""
-        return self._decision(canonical)
-
-    def _decision(self, canonical: str) -> WeightDecision:
         decision = self._decisions.get(canonical)
         if decision is None:
             raise AssertionError(f"{canonical}: not in the IR's weight table (passes/quantization.py decides every weight)")
@@ -105,7 +102,7 @@ class ParameterSource:
 
     def linear(self, canonical: str, stem: str) -> LinearParams:
         n, k = self.store.info(canonical).shape
-        decision = self._decision(canonical)
+        decision = self.decision(canonical)
         form = decision.form
         if form is None:
             planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
@@ -163,7 +160,7 @@ class ParameterSource:
         info = self.store.info(canonical)
         vocab, hidden = info.shape
         scheme = self.plan.scheme_for(canonical)
-        decision = self._decision(canonical)
+        decision = self.decision(canonical)
         form = decision.form
         if form is None:
             return EmbeddingParams(vocab, hidden, self.tensor(canonical, name), None)

@@ -119,28 +119,22 @@ class SafetensorsFile:
 
     def read(self, name: str) -> np.ndarray:
         """The tensor: a read-only memmap view, or a float32 copy for BF16."""
-        entry = self._entries[name]
-        begin, end = entry["data_offsets"]
-        code, shape = entry["dtype"], tuple(entry["shape"])
-        dtype = _NUMPY_DTYPES[code]
-        if end == begin:
-            return np.zeros(shape, np.float32 if code == "BF16" else dtype)
-        view = self._mapped()[begin:end].view(dtype).reshape(shape)
-        if code == "BF16":
-            return widen_bfloat16(view)
-        return view
+        stored = self._stored(name)
+        return widen_bfloat16(stored) if self._entries[name]["dtype"] == "BF16" else stored
 
     def read_bfloat16_bits(self, name: str) -> np.ndarray | None:
         """A BF16 tensor's raw bits (uint16, a read-only memmap view), for widening where they are
         written (`mtpc.arrays`); None for any other dtype."""
+        return self._stored(name) if self._entries[name]["dtype"] == "BF16" else None
+
+    def _stored(self, name: str) -> np.ndarray:
+        """The tensor as stored (BF16 as its raw uint16 bits): a read-only memmap view, zeros when empty."""
         entry = self._entries[name]
-        if entry["dtype"] != "BF16":
-            return None
         begin, end = entry["data_offsets"]
-        shape = tuple(entry["shape"])
+        dtype, shape = _NUMPY_DTYPES[entry["dtype"]], tuple(entry["shape"])
         if end == begin:
-            return np.zeros(shape, np.uint16)
-        return self._mapped()[begin:end].view(_NUMPY_DTYPES["BF16"]).reshape(shape)
+            return np.zeros(shape, dtype)
+        return self._mapped()[begin:end].view(dtype).reshape(shape)
 
     def _mapped(self) -> np.memmap:
         if self._map is None:
