@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..api import check as check_targets
-from ..diagnostics import ExitCode
 from .report import console, verb_parser, err, out, print_json
 
 HELP = "validate packages (or specs, compiled in memory) against schemas and cross-artifact contracts"
@@ -63,6 +61,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from ..api import check as check_targets
+    from ..diagnostics import ExitCode
+
     result = check_targets(*args.targets, offline=args.offline, skip_non_specs=args.skip_non_specs)
     say = console(args)
     for t in result.targets:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..diffing import digest, file_chunks
-from ..progress import human_size
 from .report import console, out, print_json, verb_parser
 
 HELP = "compile a spec into a runtime package"
@@ -64,6 +62,8 @@ def _jobs(text: str) -> int:
 
 def run(args) -> int:
     from ..api import compile as compile_package
+    from ..diffing import digest, file_chunks
+    from ..progress import human_size
 
     say = console(args)
     result = compile_package(args.spec, args.output, force=args.force, progress=say, jobs=args.jobs)

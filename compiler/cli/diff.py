@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..api import diff
-from ..diagnostics import ExitCode
 from .report import console, verb_parser, out, print_json
 
 HELP = "semantic diff of two package directories or two specs"
@@ -44,11 +42,14 @@ def add_parser(sub) -> None:
 
 
 def compute(old: Path, new: Path):
+    from ..api import diff
+
     return list(diff(old, new).changes)
 
 
 def run(args) -> int:
     from ..diff_render import markdown, text  # onnx (the graph diff): only when there is something to diff
+    from ..diagnostics import ExitCode
     from ..diff_report import DiffReport
 
     report = DiffReport(args.old, args.new, tuple(compute(Path(args.old), Path(args.new))))

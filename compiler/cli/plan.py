@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from ..diagnostics import MtpcError
-from ..api import default_output
 
-if TYPE_CHECKING:  # imported by `run`: every `mtpc` run builds this verb's parser, and onnx is a second
+if TYPE_CHECKING:  # imported by `run`: every `mtpc` run builds this verb's parser (`mtpc --help` too)
     from ..diff_report import DiffReport
     from ..diffing import Change
 from .report import console, verb_parser, existing_file, out, print_json
@@ -93,6 +91,7 @@ def destination_refusal(against: Path) -> dict | None:
 
 
 def run(args) -> int:
+    from ..api import default_output
     from ..diff_render import markdown
     from ..diff_report import DiffReport
     from ..diffing import to_plain

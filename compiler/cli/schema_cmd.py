@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 
 from ..diagnostics import ExitCode, MtpcError
-from ..validation import load_schema, schema_names
 from .report import verb_parser, out, print_json
 
 HELP = "list the JSON Schemas, or print one"
@@ -29,6 +27,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from ..validation import load_schema, schema_names
+
     names = schema_names()
     short = [n[: -len(SUFFIX)] for n in names]
     if args.name is None:
@@ -40,6 +40,8 @@ def run(args) -> int:
         return 0
     wanted = args.name[: -len(SUFFIX)] if args.name.endswith(SUFFIX) else args.name
     if wanted not in short:
+        import difflib
+
         close = difflib.get_close_matches(wanted, short, n=1)
         raise MtpcError.single(
             f"no schema named {args.name!r}",

@@ -31,11 +31,13 @@ import json
 import math
 from pathlib import Path
 
-from ..checks import GENAI_CONFIG, check_package, is_runtime_package
+from typing import TYPE_CHECKING
+
 from ..diagnostics import ExitCode, MtpcError
 from .report import console, verb_parser, err, existing_dir, existing_file, out, print_json
-from .verify_runner import RuntimeRefused
-from .verify_steps import Report, acceptance_rate, compare_package, is_paged
+
+if TYPE_CHECKING:  # imported where they are used: every `mtpc` run builds this verb's parser (`mtpc --help` too)
+    from .verify_steps import Report
 
 HELP = "run a package on CPU and compare it with the numpy reference and greedy decoding"
 EPILOG = """\
@@ -138,6 +140,10 @@ def token_ids(text: str) -> tuple[int, ...]:
 
 
 def run(args) -> int:
+    from ..checks import GENAI_CONFIG, check_package
+    from .verify_runner import RuntimeRefused
+    from .verify_steps import Report, is_paged
+
     root = package_root(args.package)
     spec = existing_file(args.spec, "spec")
     progress = console(args)
@@ -181,6 +187,8 @@ def run(args) -> int:
 
 def package_root(path: str) -> Path:
     """The package folder `verify` was given, refused (usage) when it is not a package root."""
+    from ..checks import GENAI_CONFIG, is_runtime_package
+
     root = existing_dir(path, "package")
     if not is_runtime_package(root):
         raise MtpcError.single(
@@ -222,6 +230,7 @@ def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report
     require_runtime()
     from .. import sources
     from ..driver import build_ir
+    from .verify_steps import compare_package
 
     ir, info = build_ir(spec)
     from ..provenance import package_mismatches
@@ -262,6 +271,8 @@ NOT_RUN_HINT = ("pass --static-only to accept the static checks as the verdict, 
 
 
 def _finish(args, report: Report) -> int:
+    from .verify_steps import acceptance_rate
+
     rate = acceptance_rate(report.stats)
     # Static checks alone pass a gate only when asked for: a package nothing ran is not a verified one.
     not_run = report.ok and report.static_only is not None and not args.static_only

@@ -82,7 +82,7 @@ def test_internal_errors_exit_3_and_say_it_is_a_bug(monkeypatch, capsys):
     def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("mtpc.cli.schema_cmd.schema_names", broken)
+    monkeypatch.setattr("mtpc.validation.schema_names", broken)
     assert main(["schema"]) == 3
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: boom" in err

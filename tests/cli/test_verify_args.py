@@ -92,7 +92,7 @@ def test_a_runtime_that_refuses_the_package_is_a_failed_check(package, tmp_path,
     shutil.copytree(package, broken)
     data = broken / "model.onnx.data"
     os.truncate(data, data.stat().st_size // 2)
-    monkeypatch.setattr("mtpc.cli.verify.check_package", lambda root: [])
+    monkeypatch.setattr("mtpc.checks.check_package", lambda root: [])
     assert verify(str(broken)) == 1
     captured = capfd.readouterr()  # file descriptors: onnxruntime logs from C++
     lines = captured.out.splitlines()
@@ -106,7 +106,7 @@ def test_a_runtime_refusal_in_json(package, tmp_path, monkeypatch, capsys):
     broken = tmp_path / "pkg"
     shutil.copytree(package, broken)
     os.truncate(broken / "model.onnx.data", 100)
-    monkeypatch.setattr("mtpc.cli.verify.check_package", lambda root: [])
+    monkeypatch.setattr("mtpc.checks.check_package", lambda root: [])
     assert main(["verify", "--format", "json", str(broken), "--spec", str(TINY)]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is False
