@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-import numpy as np
-
 from .ir import QuantForm, QuantizationPlan, QuantScheme, WeightDecision
+from .lazy_import import lazy_module
 from .weights import QuantizedTensor, TensorInfo, Weight, pack_codes
+
+# Imported when a weight is converted: the quantization pass and the notes read only the plan.
+np = lazy_module("numpy")
 
 
 # Rows quantized at a time: their float32 temporaries stay near 1 MB each whatever the tensor's size,

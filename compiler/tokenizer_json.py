@@ -9,6 +9,18 @@ from __future__ import annotations
 
 import json
 
+# What a Hugging Face checkpoint ships for its tokenizer (and mtpc copies into a package).
+TOKENIZER_FILES = (
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+)
+
 # GPT-2's own split, built into the ByteLevel pre-tokenizer.
 GPT2_PRE_TOKENIZER = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 

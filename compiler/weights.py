@@ -29,9 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
-import numpy as np
-
 from .ir import Architecture, LayerKind, MoeDims
+from .lazy_import import lazy_module
+
+# Imported when a weight is first touched: lowering and the metadata verbs use only the shapes here.
+np = lazy_module("numpy")
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     return out
 
 
-Weight = Union[np.ndarray, QuantizedTensor]
+Weight = Union["np.ndarray", QuantizedTensor]
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,7 @@ def _head_folder(c: Checker, root: dict, configs: dict[str, dict]) -> None:
 
 
 def _tokenizer(c: Checker) -> None:
-    # What a Hugging Face checkpoint ships for its tokenizer, and mtpc copies; imported here, as the
-    # reader pulls in numpy, which `mtpc --help` (every verb's parser imports the checks) need not pay.
-    from ..sources.hf import TOKENIZER_FILES
+    from ..tokenizer_json import TOKENIZER_FILES
 
     present = [name for name in TOKENIZER_FILES if name in c.files]
     if not present:

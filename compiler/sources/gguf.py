@@ -18,11 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-import numpy as np
-from gguf import GGMLQuantizationType as QT, Keys
-from gguf.quants import dequantize
-
 from ..diagnostics import SourceError
+from ..lazy_import import lazy_module
 from ..ir import Architecture, LayerKind, QuantForm, SourceRef, SourceTensor
 from ..weights import QuantizedTensor, TensorInfo, Weight, unpack_codes
 from . import SourceInfo
@@ -33,6 +30,11 @@ from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
 from .gguf_quant import GATHER, MATMUL, CarryOver, carry_over, pack, to_quantized_tensor
 from .gguf_metadata import Metadata, architecture, tensor_shapes
 from .gguf_tokenizer import tokenizer_files
+from .gguf_constants import GGMLQuantizationType as QT, Keys
+
+# numpy and gguf-py's dequantization are imported when weights are read: `describe` (lowering, the
+# metadata verbs) reads the header alone.
+np = lazy_module("numpy")
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 
@@ -382,6 +384,8 @@ class GGUFWeightStore:
         if tensor.type == QT.F32:
             value = self._data(tensor)
         else:
+            from gguf.quants import dequantize
+
             try:
                 value = dequantize(self._data(tensor), tensor.type)
             except NotImplementedError:

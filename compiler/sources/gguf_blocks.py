@@ -21,11 +21,14 @@ Layouts follow gguf-py 0.19.0 `quants.py` (the oracle), which follows llama.cpp'
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Callable
 
-import numpy as np
-from gguf import GGMLQuantizationType as QT
-from gguf.constants import GGML_QUANT_SIZES
+from ..lazy_import import lazy_module
+from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+
+# Imported when a block is first decoded: describing a GGUF (the metadata verbs) reads only `FORMATS`.
+np = lazy_module("numpy")
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def _k_scale_min(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # Each decoder: blocks uint8 [nb, type_size] -> (codes [nb, n_sub, sub], scales [nb, n_sub], offsets | None)
-_Decoder = Callable[[np.ndarray], tuple]
+_Decoder = Callable[["np.ndarray"], tuple]
 
 
 def _q4_0(b):
@@ -178,12 +181,17 @@ def _tq1_0(b):  # qs[48] qh[4] d: base-3 digits, digit = (byte * 3**i mod 256) *
     return q.astype(np.int16)[:, None] - 1, _f16(b[:, 52:54])[:, None], None
 
 
-_IQ4_NL_VALUES = np.array((-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113), np.int16)
-_FP4_DOUBLED = np.array((0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12), np.int16)  # e2m1 * 2
+_IQ4_NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+_FP4_DOUBLED = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # e2m1 * 2
+
+
+@cache
+def _codebook(values: tuple[int, ...]) -> "np.ndarray":
+    return np.array(values, np.int16)
 
 
 def _iq4_nl(b):
-    return _IQ4_NL_VALUES[_nibbles(b[:, 2:18])][:, None], _f16(b[:, 0:2])[:, None], None
+    return _codebook(_IQ4_NL)[_nibbles(b[:, 2:18])][:, None], _f16(b[:, 0:2])[:, None], None
 
 
 def _iq4_xs(b):  # d scales_h(u16) scales_l[4] qs[128]; sub-block j: 16 bytes, low nibbles then high
@@ -193,13 +201,13 @@ def _iq4_xs(b):  # d scales_h(u16) scales_l[4] qs[128]; sub-block j: 16 bytes, l
     high = (sh[:, None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
     sc = (low | (high << 4)).astype(np.int16) - 32
     q = _bits(b[:, 8:136].reshape(nb, 8, 16), (0, 4), 0x0F).reshape(nb, 8, 32)
-    return _IQ4_NL_VALUES[q], _f16(b[:, 0:2])[:, None] * sc, None
+    return _codebook(_IQ4_NL)[q], _f16(b[:, 0:2])[:, None] * sc, None
 
 
 def _mxfp4(b):  # e8m0 exponent, qs[16]: value = 2**(e-128) * (2 * e2m1)
     e = b[:, 0].astype(np.uint32)
     d = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32).view(np.float32)
-    return _FP4_DOUBLED[_nibbles(b[:, 1:17])][:, None], d[:, None], None
+    return _codebook(_FP4_DOUBLED)[_nibbles(b[:, 1:17])][:, None], d[:, None], None
 
 
 def _nvfp4(b):  # four ue4m3 scales (each * 0.5), then 4 x 8 bytes: low nibbles 0..7, high 8..15
@@ -210,7 +218,7 @@ def _nvfp4(b):  # four ue4m3 scales (each * 0.5), then 4 x 8 bytes: low nibbles 
     raw = np.where(exp == 0, man * np.float32(2.0**-9), (1 + man / 8) * np.exp2(exp - 7)).astype(np.float32)
     d = np.where((x == 0) | (x == 0x7F), np.float32(0), raw * np.float32(0.5)).astype(np.float32)
     qs = b[:, 4:36].reshape(nb, 4, 8)
-    return _FP4_DOUBLED[np.concatenate([qs & 0x0F, qs >> 4], axis=-1)], d, None
+    return _codebook(_FP4_DOUBLED)[np.concatenate([qs & 0x0F, qs >> 4], axis=-1)], d, None
 
 
 def _fmt(qtype, sub, lo, hi, offset=False, scale16=True, offset16=False):

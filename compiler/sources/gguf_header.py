@@ -3,9 +3,14 @@
 gguf-py's GGUFReader builds a numpy view per array element while it opens a
 file, which takes seconds for a real vocabulary (a 150k-token list costs about
 5 s). `describe()` and `mtpc inspect` only need the header, so this reader
-walks it with `struct` over a memory map and leaves string arrays undecoded
-until someone iterates them. Tensor data is never touched; its extent is
-checked against the file size so a truncated file is reported as such.
+walks it with `struct` over a memory map, without numpy or gguf-py (their
+imports alone cost the metadata verbs a fifth of a second; the type tables come
+from `gguf_constants`). A string array (the vocabulary and its merges, half a
+million strings in a 248k-token file) is stepped over, not read: only where it
+ends is needed to reach the tensor infos, and its strings are found and decoded
+when someone reads them (compile, writing tokenizer.json). Tensor data is never
+touched; its extent is checked against the file size so a truncated file is
+reported as such.
 """
 
 from __future__ import annotations
@@ -14,20 +19,18 @@ import math
 import mmap
 import struct
 from dataclasses import dataclass
-from typing import Iterator, Sequence
-
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-from gguf.quants import quant_shape_to_byte_shape
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..diagnostics import SourceError
+from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _MAGIC = b"GGUF"
 _STRING, _ARRAY = 8, 9
 # GGUF value type -> struct format of one scalar
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
-          7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}  # fmt: skip
 
 
 _VERSIONS = (2, 3)
@@ -42,24 +45,68 @@ class _Truncated(Exception):
 
 
 class LazyStrings(Sequence[str]):
-    """A GGUF string array, decoded on access (a vocabulary has ~250k of them)."""
+    """A GGUF string array, found and decoded on access (a vocabulary has ~250k of them).
 
-    def __init__(self, buf: memoryview, offsets: np.ndarray, lengths: np.ndarray):
-        self._buf, self._offsets, self._lengths = buf, offsets, lengths
+    The header walk only learns where the array starts and ends (`skip_strings`); where each
+    string lies is worked out the first time one is read.
+    """
+
+    def __init__(self, buf: memoryview, start: int, count: int):
+        self._buf, self._start, self._count = buf, start, count
+        self._index: tuple[list[int], list[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return self._count
+
+    def _located(self) -> tuple[list[int], list[int]]:
+        if self._index is None:
+            self._index = string_offsets(self._buf, self._start, self._count)
+        return self._index
 
     def __getitem__(self, index):  # type: ignore[override]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        start = int(self._offsets[index])
-        return bytes(self._buf[start : start + int(self._lengths[index])]).decode("utf-8", errors="replace")
+        offsets, lengths = self._located()
+        start = offsets[index]
+        return bytes(self._buf[start : start + lengths[index]]).decode("utf-8", errors="replace")
 
     def __iter__(self) -> Iterator[str]:
         buf = self._buf
-        for start, length in zip(self._offsets.tolist(), self._lengths.tolist()):
+        offsets, lengths = self._located()
+        for start, length in zip(offsets, lengths):
             yield bytes(buf[start : start + length]).decode("utf-8", errors="replace")
+
+
+def skip_strings(buf: memoryview, start: int, count: int) -> int:
+    """Where an array of `count` length-prefixed strings beginning at `start` ends (`_Truncated` past the file).
+
+    Each string is a little-endian u64 length and that many bytes, so the end is found by stepping
+    from length to length; nothing else is done per string (half a million steps for a 248k-token
+    vocabulary and its merges: a twentieth of a second, where recording each string's place too
+    took three times that).
+    """
+    pos, end = start, len(buf)
+    unpack = _U64.unpack_from
+    try:
+        for _ in range(count):
+            pos += 8 + unpack(buf, pos)[0]
+    except (struct.error, OverflowError):  # a length prefix past the end of the file
+        raise _Truncated from None
+    if pos > end:  # the last string runs past the end (every earlier one is followed by a prefix)
+        raise _Truncated
+    return pos
+
+
+def string_offsets(buf: memoryview, start: int, count: int) -> tuple[list[int], list[int]]:
+    """(offset, length) of each string of an array `skip_strings` stepped over."""
+    offsets, lengths = [0] * count, [0] * count
+    pos = start
+    unpack = _U64.unpack_from
+    for i in range(count):
+        (length,) = unpack(buf, pos)
+        offsets[i], lengths[i] = pos + 8, length
+        pos += 8 + length
+    return offsets, lengths
 
 
 @dataclass(frozen=True)
@@ -149,29 +196,15 @@ class GGUFHeader:
     def _array(self, element: int, count: int, depth: int = 0):
         if element == _STRING:
             self._count(count, 8, f"{self._field} (an array of strings)")
-            # A chain of length prefixes, walked in plain Python lists (a 248k-token vocabulary and its
-            # merges are half a million steps; numpy item assignment would double their cost).
-            offsets, lengths = [0] * count, [0] * count
-            buf, pos, end = self._buf, self._pos, len(self._buf)
-            unpack = _U64.unpack_from
-            try:
-                for i in range(count):
-                    (length,) = unpack(buf, pos)
-                    pos += 8
-                    offsets[i], lengths[i] = pos, length
-                    pos += length
-            except (struct.error, OverflowError):  # a length prefix past the end of the file
-                raise _Truncated from None
-            if pos > end:  # the last string runs past the end (every earlier one is followed by a prefix)
-                raise _Truncated
-            self._pos = pos
-            return LazyStrings(buf, np.array(offsets, np.int64), np.array(lengths, np.int64))
-        if element in _NUMPY:
-            dtype = np.dtype(_NUMPY[element]).newbyteorder("<")
-            self._count(count, dtype.itemsize, f"{self._field} (an array)")
-            size = dtype.itemsize * count
-            values = np.frombuffer(self._buf, dtype, count, self._pos).tolist()
-            self._pos += size
+            start = self._pos
+            self._pos = skip_strings(self._buf, start, count)
+            return LazyStrings(self._buf, start, count)
+        fmt = _SCALARS.get(element)
+        if fmt is not None:
+            item = struct.calcsize("<" + fmt)
+            self._count(count, item, f"{self._field} (an array)")
+            values = list(struct.unpack_from(f"<{count}{fmt}", self._buf, self._pos))
+            self._pos += item * count
             return values
         if element == _ARRAY:
             if depth >= _MAX_NESTING:
@@ -262,20 +295,25 @@ class GGUFHeader:
         block-quantized types (and BF16) as uint8 with the innermost dimension in bytes,
         which is what `gguf.quants.dequantize` takes.
         """
+        import numpy as np
+        from gguf.quants import quant_shape_to_byte_shape
+
         dtype = _PLAIN_TYPES.get(info.type)
         if dtype is not None:
+            dtype = np.dtype(dtype)
             count = int(np.prod(info.ne, dtype=np.int64))
             return np.frombuffer(self._buf, dtype, count, info.offset).reshape(info.shape)
         shape = quant_shape_to_byte_shape(info.shape, info.type)
         return np.frombuffer(self._buf, np.uint8, info.nbytes, info.offset).reshape(shape)
 
 
+# numpy dtypes by name: numpy is imported only when tensor data is read
 _PLAIN_TYPES = {
-    GGMLQuantizationType.F32: np.dtype("<f4"),
-    GGMLQuantizationType.F16: np.dtype("<f2"),
-    GGMLQuantizationType.F64: np.dtype("<f8"),
-    GGMLQuantizationType.I8: np.dtype("i1"),
-    GGMLQuantizationType.I16: np.dtype("<i2"),
-    GGMLQuantizationType.I32: np.dtype("<i4"),
-    GGMLQuantizationType.I64: np.dtype("<i8"),
+    GGMLQuantizationType.F32: "<f4",
+    GGMLQuantizationType.F16: "<f2",
+    GGMLQuantizationType.F64: "<f8",
+    GGMLQuantizationType.I8: "i1",
+    GGMLQuantizationType.I16: "<i2",
+    GGMLQuantizationType.I32: "<i4",
+    GGMLQuantizationType.I64: "<i8",
 }

@@ -7,8 +7,11 @@ shape. Nothing here reads tensor data.
 
 from __future__ import annotations
 
-import numpy as np
-from gguf import GGMLQuantizationType, Keys
+import math
+import struct
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+
+from .gguf_constants import GGMLQuantizationType, Keys
 
 from ..diagnostics import SourceError
 from ..ir import Architecture, LayerKind, LinearAttentionDims, MoeDims, Rope, TokenIds
@@ -260,7 +263,42 @@ def _layer_kinds(meta: Metadata, block_count: int, n_main: int) -> tuple[LayerKi
 
 def _float32(value) -> float:
     """GGUF stores these as FLOAT32: take the shortest decimal that round-trips (1e-06, not 9.99999997e-07)."""
-    return float(str(np.float32(value)))
+    return shortest_float32(float(value))
+
+
+_F32 = struct.Struct("<f")
+
+
+def _to_float32(x: float) -> float:
+    """`x` rounded to float32 (to nearest, ties to even, as a C cast and numpy round), as a Python float."""
+    try:
+        return _F32.unpack(_F32.pack(x))[0]
+    except OverflowError:  # beyond float32's range: numpy's cast gives infinity
+        return math.copysign(math.inf, x)
+
+
+def shortest_float32(x: float) -> float:
+    """The value of `str(numpy.float32(x))`, without numpy: the float32 nearest `x`, written with the fewest
+    significant digits that read back as that float32 (the closest such decimal; a tie, the one ending in
+    an even digit), as Python reads that text.
+
+    tests/sources/test_gguf_constants.py compares it with numpy on random bit patterns and edge values.
+    """
+    v = _to_float32(x)
+    if v == 0 or not math.isfinite(v):
+        return v
+    exact = Decimal(v)
+    for digits in range(1, 10):  # 9 significant digits always identify a float32
+        with localcontext() as ctx:
+            ctx.prec = digits
+            ctx.rounding = ROUND_FLOOR
+            below = +exact
+            ctx.rounding = ROUND_CEILING
+            above = +exact
+        fits = [d for d in dict.fromkeys((below, above)) if _to_float32(float(d)) == v]
+        if fits:
+            return float(min(fits, key=lambda d: (abs(d - exact), int(d.as_tuple().digits[-1]) % 2)))
+    return v
 
 
 # Types no Qwen3.5 weight is stored in: integers are not weights, and gguf-py dequantizes none of them.

@@ -55,11 +55,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-from gguf import GGMLQuantizationType as QT
-
+from ..lazy_import import lazy_module
 from ..weights import QuantizedTensor, pack_codes as pack
 from .gguf_blocks import FORMATS, BlockFormat, block_format, decode
+from .gguf_constants import GGMLQuantizationType as QT
+
+# Imported when a tensor is converted: describing a GGUF (the metadata verbs) needs only `carry_over`.
+np = lazy_module("numpy")
 
 MATMUL = "MatMulNBits"
 GATHER = "GatherBlockQuantized"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from gguf import Keys, TokenType
+from .gguf_constants import Keys, TokenType
 
 from ..ir import Architecture
 from . import DeferredFiles

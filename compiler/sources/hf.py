@@ -23,21 +23,11 @@ from . import SourceInfo
 from .hf_config import Config, architecture, read_json
 from .hf_experts import Entry, ExpertTensor, group_experts, parts_of
 from .mtp_head import head_verdict
-from ..tokenizer_json import tokenizer_json_problem
+from ..tokenizer_json import TOKENIZER_FILES, tokenizer_json_problem
 from .card_facts import hf_card_facts
 from .safetensors_io import SafetensorsFile
 
 TEXT_PREFIXES = ("model.language_model.", "model.")
-TOKENIZER_FILES = (
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "merges.txt",
-    "special_tokens_map.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-)
 _OFFSET_NORM_SUFFIXES = (
     "input_layernorm.weight",
     "post_attention_layernorm.weight",

@@ -25,6 +25,8 @@ from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
 HEAVY = ("onnx_ir", "onnxruntime", "onnxruntime_genai", "onnx", "sympy", "torch")
 # What `mtpc --help` needs none of: it builds every verb's parser, so a verb module that imports these at
 # its top makes every run pay for them (numpy alone is a tenth of a second).
+# What reading a GGUF's header needs none of (`mtpc.sources.gguf_constants`): no weight is read.
+HEADER_ONLY = ("numpy", "gguf")
 WORK = ("numpy", "yaml", "jsonschema", "gguf", "mtpc.api", "mtpc.checks", "mtpc.diffing", "mtpc.driver", "mtpc.ir")
 
 PROBE = """
@@ -70,7 +72,7 @@ def test_help_builds_every_parser_without_the_verbs_work(argv):
 
 
 def test_inspect_imports_no_graph_or_runtime_library(gguf_spec):
-    code, loaded = _loaded("inspect", str(gguf_spec.parent / "m.gguf"))
+    code, loaded = _loaded("inspect", str(gguf_spec.parent / "m.gguf"), watched=HEAVY + HEADER_ONLY)
     assert code == 0
     assert loaded == []
 
@@ -78,14 +80,14 @@ def test_inspect_imports_no_graph_or_runtime_library(gguf_spec):
 def test_check_spec_builds_no_graph_and_imports_no_graph_or_runtime_library(gguf_spec):
     # The configs are checked against the graphs' I/O contracts (tests/emit/test_graph_files.py), so no
     # graph is built: neither onnx_ir (nor onnx, which it and the graph reader pull in) nor a runtime loads.
-    code, loaded = _loaded("check", str(gguf_spec))
+    code, loaded = _loaded("check", str(gguf_spec), watched=HEAVY + HEADER_ONLY)
     assert code == 0
     assert loaded == []
 
 
 def test_plan_without_a_package_to_compare_builds_no_graph(gguf_spec, tmp_path):
     # Against ./out/<name>, which does not exist here: every file is "create", so no graph bytes are needed.
-    code, loaded = _loaded("plan", "-q", str(gguf_spec), cwd=tmp_path)
+    code, loaded = _loaded("plan", "-q", str(gguf_spec), cwd=tmp_path, watched=HEAVY + HEADER_ONLY)
     assert code == 0
     assert loaded == []
 
@@ -138,6 +140,26 @@ def test_check_and_plan_leave_the_tokenizer_unconverted_and_compile_converts_and
     # Read on demand, a deferred tokenizer gives the same bytes.
     with build(gguf_spec, defer=True) as again:
         assert {a.relpath: a for a in again.artifacts}["tokenizer.json"].read() == files["tokenizer.json"].content
+
+
+
+def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec, monkeypatch):
+    from mtpc.sources import gguf_header
+
+    located = []
+    real = gguf_header.string_offsets
+
+    def counting(buf, start, count):
+        located.append(count)
+        return real(buf, start, count)
+
+    monkeypatch.setattr(gguf_header, "string_offsets", counting)
+    monkeypatch.setattr(gguf_source, "_last_header", None)
+    build(gguf_spec, defer=True, defer_graphs=True).close()  # check SPEC, plan
+    assert located == []  # stepped over by the header walk, never read
+    with build(gguf_spec) as eager:  # compile: tokenizer.json is made from the vocabulary and its merges
+        assert any(a.relpath == "tokenizer.json" for a in eager.artifacts)
+    assert len(located) >= 2 and 300 in located
 
 
 TRICKY = {
