@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from . import sources
-from .checks import GENAI_CONFIG, INFERENCE_METADATA, QUANTIZATION_REPORT, artifact_files, check_files
+from .checks import GENAI_CONFIG, INFERENCE_METADATA, PROVENANCE_NAME, QUANTIZATION_REPORT, artifact_files, check_files
 from .diagnostics import Diagnostic, ExitCode, MtpcError
 from .emit import EMITTERS, Artifact, EmitContext, Progress
 from .ir import ModelIR
@@ -131,11 +131,12 @@ def build(
         if not defer:
             artifacts = [replace(a, content=a.read(), chunks=None, deferred=False) if a.deferred else a for a in artifacts]
         seen: set[str] = set()
-        for art in artifacts:
+        for i, art in enumerate(artifacts):
             if art.relpath in seen:
                 raise AssertionError(f"two emitters wrote {art.relpath}")
             seen.add(art.relpath)
-            if posixpath.basename(art.relpath) not in _VALIDATED_BY_CHECKS:
+            if posixpath.basename(art.relpath) not in _VALIDATED_BY_CHECKS and art.schema is not None:
+                artifacts[i] = art = art.with_document(parse_artifact(art))  # the checks read this parse
                 validate_artifact(art)
         progress("checking the package's contracts")
         check_contracts(artifacts)
@@ -148,10 +149,12 @@ def build(
 # Files `check_files` always validates against their schemas (the same ones their emitters declare,
 # tests/test_checks.py holds the two together): validating them here as well would do it twice, and
 # a 64-layer package's quantization.json takes jsonschema a second.
-_VALIDATED_BY_CHECKS = (GENAI_CONFIG, INFERENCE_METADATA, QUANTIZATION_REPORT)
+_VALIDATED_BY_CHECKS = (GENAI_CONFIG, INFERENCE_METADATA, QUANTIZATION_REPORT, PROVENANCE_NAME)
 
 
 def parse_artifact(art: Artifact):
+    if art.document is not None:
+        return art.document
     if art.relpath.endswith(".json"):
         return json.loads(art.read().decode("utf-8"))
     if art.relpath.endswith((".yaml", ".yml")):

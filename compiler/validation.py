@@ -25,16 +25,26 @@ def schema_names() -> list[str]:
     return sorted(p.name for p in resources.files("mtpc.schemas").iterdir() if p.name.endswith(".schema.json"))
 
 
-@lru_cache(maxsize=None)
+def _file_name(name: str) -> str:
+    return name if name.endswith(".json") else f"{name}.schema.json"
+
+
 def load_schema(name: str) -> dict:
     """`name` is a file in schemas/, with or without the `.schema.json` suffix."""
-    if not name.endswith(".json"):
-        name = f"{name}.schema.json"
-    return json.loads(resources.files("mtpc.schemas").joinpath(name).read_text(encoding="utf-8"))
+    return _load_schema(_file_name(name))
 
 
 @lru_cache(maxsize=None)
+def _load_schema(file_name: str) -> dict:
+    return json.loads(resources.files("mtpc.schemas").joinpath(file_name).read_text(encoding="utf-8"))
+
+
 def validator(name: str) -> "jsonschema.Draft202012Validator":
+    return _validator(_file_name(name))
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str) -> "jsonschema.Draft202012Validator":
     import jsonschema
 
     schema = load_schema(name)

@@ -66,6 +66,8 @@ class PackageFile:
     deferred: bool = False
     # A deferred ONNX graph's I/O contract (`mtpc.ir.GraphContract`): the checks read it in place of the graph.
     interface: object | None = None
+    # What the bytes parse to, when whoever made them parsed them already (`Artifact.document`).
+    document: object | None = None
 
 
 Files = dict[str, PackageFile]
@@ -86,7 +88,8 @@ def artifact_files(artifacts) -> Files:
     A streamed artifact (a weights file) is measured by the size its layout declares, so
     checking never produces it; one that declares none is not measured.
     """
-    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes, getattr(a, "deferred", False), getattr(a, "interface", None))
+    return {a.relpath: PackageFile(a.read, lambda a=a: a.nbytes, getattr(a, "deferred", False), getattr(a, "interface", None),
+                                   getattr(a, "document", None))
             for a in artifacts}
 
 
@@ -99,6 +102,7 @@ class Checker:
     # thing at the same place (a path with '..'), only its clearer line is reported.
     _negated: list[Finding] = field(default_factory=list)
     _positions: dict[str, Positions] = field(default_factory=dict)
+    _parsed: dict[str, object] = field(default_factory=dict)  # each document is parsed once
 
     def add(self, file: str, where: str, message: str, *, severity: str = "error", hint: str | None = None,
             line: int | None = None, col: int | None = None) -> None:
@@ -205,6 +209,14 @@ class Checker:
             self.add(data, "", f"{graph} initializer {name!r} ends at byte {end}, the file has {size} bytes (truncated?){also}")
 
     def parse(self, rel: str):
+        """The document in a JSON or YAML file (None, with a finding, when it cannot be parsed), parsed once."""
+        if rel not in self._parsed:
+            self._parsed[rel] = self._parse(rel)
+        return self._parsed[rel]
+
+    def _parse(self, rel: str):
+        if self.files[rel].document is not None:
+            return self.files[rel].document
         try:
             text = self.files[rel].read().decode("utf-8")
             return json.loads(text) if rel.endswith(".json") else read_yaml(text)

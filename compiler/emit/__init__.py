@@ -13,7 +13,7 @@ run: a later one may read what an earlier one recorded in the `EmitContext`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:  # the emitters pull in onnx_ir (and sympy): imported only when a package is built
@@ -44,6 +44,20 @@ class Artifact:
     # An ONNX graph left unbuilt (`build(..., defer_graphs=True)`): the I/O contract its graph is built to,
     # which the contract checks read in place of the graph (tests/emit/test_graph_files.py holds the two equal).
     interface: GraphContract | None = None
+    # (content, what it parses to), when the artifact's maker has parsed it already (an emitter reading
+    # its YAML back, the driver validating it): the checks use it rather than parse the same bytes again.
+    # Kept with the very bytes it is the parse of, so a copy with other content does not inherit it.
+    parsed: tuple[bytes, object] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def document(self) -> object:
+        """What `content` parses to, if its maker parsed it (None: parse it yourself)."""
+        if self.parsed is not None and self.parsed[0] is self.content:
+            return self.parsed[1]
+        return None
+
+    def with_document(self, document: object) -> "Artifact":
+        return replace(self, parsed=(self.content, document))
 
     @property
     def nbytes(self) -> int | None:

@@ -102,13 +102,15 @@ def emit_inference_metadata(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
 
     doc = workflow_document(ir, speculator, head) if target.layout == "workflow" else flat_document(ir, speculator)
     text = _render(f"inference_metadata.{target.layout}.yaml.j2", doc=doc, speculator=speculator)
-    _check_read_back(METADATA_FILE, read_yaml(text), doc)
-    artifacts = [Artifact(METADATA_FILE, text.encode("utf-8"), schema=SCHEMAS[target.layout])]
+    read_back = read_yaml(text)
+    _check_read_back(METADATA_FILE, read_back, doc)
+    artifacts = [Artifact(METADATA_FILE, text.encode("utf-8"), schema=SCHEMAS[target.layout]).with_document(read_back)]
     if speculator is not None and target.layout == "workflow":
         config = {"speculator_config": speculator.to_dict()}
         data = json.dumps(config, indent=2) + "\n"
-        _check_read_back(CONFIG_FILE, json.loads(data), config)
-        artifacts.append(Artifact(CONFIG_FILE, data.encode("utf-8"), schema=SPECULATOR_SCHEMA))
+        read_back = json.loads(data)
+        _check_read_back(CONFIG_FILE, read_back, config)
+        artifacts.append(Artifact(CONFIG_FILE, data.encode("utf-8"), schema=SPECULATOR_SCHEMA).with_document(read_back))
     return artifacts
 
 

@@ -162,6 +162,38 @@ def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec,
     assert len(located) >= 2 and 300 in located
 
 
+
+@pytest.mark.parametrize("layout", ["workflow", "flat"])
+def test_each_document_of_a_build_is_parsed_once(tmp_path, monkeypatch, layout):
+    """The driver validates, the checks check, an emitter reads its YAML back: one parse serves them all."""
+    from mtpc import driver
+    from mtpc.checks import package
+    from mtpc.emit import inference_metadata
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("mtpc: 1\nname: once\nsource: {synthetic: {seed: 0}}\ntargets:\n"
+                    f"  onnxruntime_genai: {{execution_provider: cpu}}\n  onnx_genai: {{layout: {layout}}}\n")
+    driver.build(spec, defer=True, defer_graphs=True).close()  # schemas and their validators loaded, as every run has them
+    parsed: list[str] = []
+
+    def counting(parse):
+        def parse_and_count(text, *args, **kwargs):
+            parsed.append(text if isinstance(text, str) else text.decode("utf-8"))
+            return parse(text, *args, **kwargs)
+
+        return parse_and_count
+
+    for module in (driver, package, inference_metadata):
+        monkeypatch.setattr(module, "read_yaml", counting(module.read_yaml))
+    monkeypatch.setattr(json, "loads", counting(json.loads))
+    with driver.build(spec) as built:
+        documents = {a.read().decode("utf-8") for a in built.artifacts if a.relpath.endswith((".json", ".yaml"))}
+    assert "inference_metadata.yaml" in {a.relpath for a in built.artifacts}
+    twice = sorted({text[:60] for text in parsed if parsed.count(text) > 1 and text in documents})
+    assert twice == []
+    assert len([text for text in parsed if text in documents]) >= 5  # the documents were parsed, once each
+
+
 TRICKY = {
     "plain": "text", "quoted": "yes", "colon": "a: b", "hash": "# not a comment", "empty": "", "null": None,
     "unicode": "héllo — ✓", "newline": "two\nlines", "tab": "a\tb", "leading space": " x", "number-like": "1e3",
@@ -191,7 +223,7 @@ def test_emitted_metadata_is_what_the_pure_python_dumper_writes(monkeypatch, tmp
     assert ours and ours == pure
 
 
-@pytest.mark.parametrize("victim", ["genai_config.json", "quantization.json"])
+@pytest.mark.parametrize("victim", ["genai_config.json", "quantization.json", "provenance.json"])
 def test_a_schema_violation_the_checks_now_validate_alone_is_still_a_bug_in_mtpc(monkeypatch, tmp_path, victim):
     """The driver leaves these files' schemas to the contract checks (one validation, not two)."""
     import dataclasses
