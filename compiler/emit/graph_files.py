@@ -10,13 +10,28 @@ checks it wrote exactly those, so a deferred package lists the files a built one
 
 Deferring is declined where another emitter reads what building records: the
 `shared_initializers` genai_config writes from the data layouts.
+
+`graph_inputs` is what the graph files are a function of: the IR less what only the documents
+say (the spec's name and file, the notes, the spec's quantization rules and which rule chose
+each weight's stored form; the stored forms themselves stay). Two IRs with equal graph inputs
+compile to byte-identical `.onnx` files, so `diff SPEC SPEC` need not build them to know they
+do not differ (tests/emit/test_graph_files.py builds every shipped spec's graphs from an IR whose
+left-out fields are all changed, and compares the bytes).
 """
 
 from __future__ import annotations
 
-from ..ir import GraphContract, ModelIR
+from dataclasses import replace
+
+from ..ir import GraphContract, ModelIR, QuantizationPlan
 from . import Artifact, EmitContext
 from .genai_config import reads_data_layouts
+
+
+def graph_inputs(ir: ModelIR) -> ModelIR:
+    """The IR as the graph builders see it (compare two with `==`): what only the documents read is blanked."""
+    return replace(ir, name="", spec_path=None, notes=(), quantization=QuantizationPlan(),
+                   weights=tuple(replace(w, rule="") for w in ir.weights))
 
 
 def graph_files(ir: ModelIR) -> list[tuple[str, str, GraphContract]]:
