@@ -92,6 +92,40 @@ def test_plan_without_a_package_to_compare_builds_no_graph(gguf_spec, tmp_path):
     assert loaded == []
 
 
+
+@pytest.fixture(scope="module")
+def gguf_spec_b(gguf_spec) -> Path:
+    """`gguf_spec` with another name and an override that stores a weight as the default already does:
+    the documents differ, the graphs do not (bench/vs_builder.py times this pair)."""
+    spec = gguf_spec.parent / "spec_b.yaml"
+    spec.write_text("mtpc: 1\nname: meta-b\nsource: {gguf: m.gguf}\nquantization:\n  default: {keep: source}\n"
+                    "  overrides: [{match: lm_head.weight, keep: source}]\n")
+    return spec
+
+
+def test_diff_of_two_specs_with_the_same_graphs_builds_no_graph(gguf_spec, gguf_spec_b):
+    code, loaded = _loaded("diff", str(gguf_spec), str(gguf_spec_b), watched=HEAVY + HEADER_ONLY)
+    assert code == 1  # they differ (name, rule, provenance, model card)
+    assert loaded == []
+
+
+def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(gguf_spec, gguf_spec_b, monkeypatch):
+    import mtpc
+    from mtpc.emit import graph_files, onnx_graphs
+
+    built = []
+    emit = onnx_graphs.emit_onnx_graphs
+    monkeypatch.setattr(onnx_graphs, "emit_onnx_graphs", lambda ir, ctx: built.append(1) or emit(ir, ctx))
+    fast = mtpc.diff(gguf_spec, gguf_spec_b)
+    assert built == []
+    assert {c.file for c in fast.changes} >= {"<ir>", "quantization.json", "README.md"}
+    monkeypatch.setattr(graph_files, "graph_inputs", lambda ir: object())  # never equal: every graph is built and read
+    slow = mtpc.diff(gguf_spec, gguf_spec_b)
+    assert built == [1, 1]
+    assert slow.changes == fast.changes
+    assert [c.render() for c in slow.report.changes] == [c.render() for c in fast.report.changes]
+
+
 def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
     made = []
 

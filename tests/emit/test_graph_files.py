@@ -90,3 +90,55 @@ def test_compile_builds_the_graphs_it_checks():
         build(REPO / "specs" / "qwen35-tiny-nohead.yaml", defer_graphs=True)
     with build(REPO / "specs" / "qwen35-tiny-nohead.yaml") as built:
         assert all(a.content is not None and a.interface is None for a in built.artifacts if a.relpath.endswith(".onnx"))
+
+
+# ----------------------------------------------------------------------------- graph inputs
+
+
+def _documentary_fields_changed(ir):
+    """The IR with every field `graph_inputs` leaves out set to something else."""
+    from dataclasses import replace
+
+    from mtpc.ir import QuantizationPlan, QuantOverride, QuantScheme
+
+    plan = QuantizationPlan(default=QuantScheme(bits=8, block_size=128, symmetric=False, accuracy_level=1),
+                            overrides=(QuantOverride("*", QuantScheme(bits=4, keep_source=True)),))
+    return replace(ir, name="another-name", spec_path="/somewhere/else.yaml", notes=("a note no graph reads",),
+                   quantization=plan, weights=tuple(replace(w, rule=f"override {i} (x)") for i, w in enumerate(ir.weights)))
+
+
+@pytest.mark.parametrize("spec", [*SPECS, "gguf"], ids=lambda s: s if isinstance(s, str) else s.name)
+def test_the_graphs_are_built_from_their_graph_inputs_alone(spec, gguf_spec):
+    """What `diff SPEC SPEC` relies on to skip building graphs: what `graph_inputs` leaves out, no graph reads."""
+    from mtpc import sources
+    from mtpc.emit import EmitContext
+    from mtpc.emit.graph_files import graph_inputs
+    from mtpc.emit.onnx_graphs import emit_onnx_graphs
+
+    spec = gguf_spec if spec == "gguf" else spec
+    with build(spec, defer=True) as built:
+        graphs = {a.relpath: a.content for a in built.artifacts if a.relpath.endswith(".onnx")}
+        other = _documentary_fields_changed(built.ir)
+        assert other != built.ir and graph_inputs(other) == graph_inputs(built.ir)
+        ctx = EmitContext(built.info, lambda: sources.open_weights(other.source, built.info))
+        try:
+            rebuilt = {a.relpath: a.content for a in emit_onnx_graphs(other, ctx) if a.relpath.endswith(".onnx")}
+        finally:
+            ctx.close()
+    assert graphs and rebuilt == graphs
+
+
+def test_graph_inputs_keep_what_the_graphs_are_built_from():
+    from dataclasses import replace
+
+    from mtpc.emit.graph_files import graph_inputs
+    from mtpc.ir import QuantForm
+
+    with build(REPO / "specs" / "qwen35-tiny-mtp.yaml", defer=True, defer_graphs=True) as built:
+        ir = built.ir
+    first = ir.weights[0]
+    stored_otherwise = replace(first, form=QuantForm(bits=8, block_size=32, has_zero_points=False))
+    for changed in (replace(ir, weights=(stored_otherwise, *ir.weights[1:])),
+                    replace(ir, precision=replace(ir.precision, io_dtype="float16")),
+                    replace(ir, architecture=replace(ir.architecture, rms_norm_eps=1e-5))):
+        assert graph_inputs(changed) != graph_inputs(ir)
