@@ -18,6 +18,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
@@ -184,14 +185,20 @@ def to_plain(value: object) -> object:
     A tuple of (key, value) pairs, the IR's way of keeping mappings hashable,
     becomes a dict so that it diffs by key.
     """
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if type(value) in _SCALARS:  # most of an IR's leaves (the checks below would come to the same)
+        return value
+    fields = _plain_fields(type(value)) if hasattr(type(value), "__dataclass_fields__") else None
+    if fields is not None:
         # A value may name fields that mean nothing in its state (QuantScheme: a float weight's block_size).
         irrelevant = value.irrelevant_fields() if hasattr(value, "irrelevant_fields") else frozenset()
-        return {
-            f.name: _field_to_plain(f, getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if f.repr and f.name not in irrelevant
-        }
+        out = {}
+        for name, is_mapping in fields:
+            if name in irrelevant:
+                continue
+            field_value = getattr(value, name)
+            # An empty mapping field stays a mapping, so "no heads" diffs against heads key by key.
+            out[name] = {} if is_mapping and field_value == () else to_plain(field_value)
+        return out
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (tuple, list)):
@@ -205,11 +212,15 @@ def to_plain(value: object) -> object:
     return value
 
 
-def _field_to_plain(field: dataclasses.Field, value: object) -> object:
-    # An empty mapping field stays a mapping, so "no heads" diffs against heads key by key.
-    if value == () and str(field.type).startswith("tuple[tuple["):
-        return {}
-    return to_plain(value)
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+@lru_cache(maxsize=None)
+def _plain_fields(cls: type) -> tuple[tuple[str, bool], ...] | None:
+    """A dataclass's shown fields (repr=True), each with whether it is a mapping kept as (key, value) pairs."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple((f.name, str(f.type).startswith("tuple[tuple[")) for f in dataclasses.fields(cls) if f.repr)
 
 
 # ----------------------------------------------------------------------------- file sets
