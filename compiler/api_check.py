@@ -170,9 +170,10 @@ def _from_finding(package: Path, f) -> Reported:
 def check_target(path: Path, offline: bool = False) -> tuple[str, list[Reported]]:
     """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
     from .checks import check_files, is_runtime_package, package_directory
-    from .output import recover
 
     if path.suffix.lower() not in SPEC_SUFFIXES:
+        from .output import recover
+
         recover(path)  # a compile into this folder that was killed: finish it first (a note says what was done)
     if not path.exists():
         raise _usage(f"{str(path)!r} does not exist")
