@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from contextvars import ContextVar
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
@@ -21,8 +21,16 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+def _schemas_folder() -> Path:
+    # The folder of the `mtpc.schemas` package (data only), read directly: importlib.resources, which
+    # would find the same files, costs every run that validates anything a fiftieth of a second to import.
+    from . import schemas
+
+    return Path(schemas.__file__).parent
+
+
 def schema_names() -> list[str]:
-    return sorted(p.name for p in resources.files("mtpc.schemas").iterdir() if p.name.endswith(".schema.json"))
+    return sorted(p.name for p in _schemas_folder().iterdir() if p.name.endswith(".schema.json"))
 
 
 def _file_name(name: str) -> str:
@@ -36,7 +44,7 @@ def load_schema(name: str) -> dict:
 
 @lru_cache(maxsize=None)
 def _load_schema(file_name: str) -> dict:
-    return json.loads(resources.files("mtpc.schemas").joinpath(file_name).read_text(encoding="utf-8"))
+    return json.loads((_schemas_folder() / file_name).read_text(encoding="utf-8"))
 
 
 def validator(name: str) -> "jsonschema.Draft202012Validator":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
 
 from ..contracts import BATCH
 from ..diagnostics import Diagnostic, ExitCode, MtpcError
@@ -352,6 +351,8 @@ def _to_yaml(mapping: dict) -> str:
 
 
 def _render(template: str, **context) -> str:
+    from importlib import resources
+
     import jinja2
 
     env = jinja2.Environment(
