@@ -9,13 +9,14 @@ from the least severe files, and a note says how many and where the rest is.
 
 from __future__ import annotations
 
-from importlib import resources
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from .diff_groups import Group
 from .diff_report import MARKS, SEVERITIES, DiffReport
 from .diffing import ADDED, REMOVED, short_pair, short_value
+
+if TYPE_CHECKING:  # imported by `_environment`: only the Markdown output is a template
+    import jinja2
 
 # GitHub refuses a comment body longer than this many characters.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -70,6 +71,10 @@ def markdown_row(g: Group) -> str:
 
 
 def _environment() -> jinja2.Environment:
+    from importlib import resources
+
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(lambda name: resources.files("mtpc.templates").joinpath(name).read_text("utf-8")),
         autoescape=False,
