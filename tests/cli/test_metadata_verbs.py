@@ -27,8 +27,6 @@ HEAVY = ("onnx_ir", "onnxruntime", "onnxruntime_genai", "onnx", "sympy", "torch"
 # its top makes every run pay for them (numpy alone is a tenth of a second).
 # What reading a GGUF's header needs none of (`mtpc.sources.gguf_constants`): no weight is read.
 HEADER_ONLY = ("numpy", "gguf")
-# Only Markdown output is a template.
-TEMPLATES = ("jinja2",)
 WORK = ("numpy", "yaml", "jsonschema", "gguf", "mtpc.api", "mtpc.checks", "mtpc.diffing", "mtpc.driver", "mtpc.ir")
 
 PROBE = """
@@ -82,14 +80,14 @@ def test_inspect_imports_no_graph_or_runtime_library(gguf_spec):
 def test_check_spec_builds_no_graph_and_imports_no_graph_or_runtime_library(gguf_spec):
     # The configs are checked against the graphs' I/O contracts (tests/emit/test_graph_files.py), so no
     # graph is built: neither onnx_ir (nor onnx, which it and the graph reader pull in) nor a runtime loads.
-    code, loaded = _loaded("check", str(gguf_spec), watched=HEAVY + HEADER_ONLY + TEMPLATES)
+    code, loaded = _loaded("check", str(gguf_spec), watched=HEAVY + HEADER_ONLY)
     assert code == 0
     assert loaded == []
 
 
 def test_plan_without_a_package_to_compare_builds_no_graph(gguf_spec, tmp_path):
     # Against ./out/<name>, which does not exist here: every file is "create", so no graph bytes are needed.
-    code, loaded = _loaded("plan", "-q", str(gguf_spec), cwd=tmp_path, watched=HEAVY + HEADER_ONLY + TEMPLATES)
+    code, loaded = _loaded("plan", "-q", str(gguf_spec), cwd=tmp_path, watched=HEAVY + HEADER_ONLY)
     assert code == 0
     assert loaded == []
 
@@ -106,7 +104,7 @@ def gguf_spec_b(gguf_spec) -> Path:
 
 
 def test_diff_of_two_specs_with_the_same_graphs_builds_no_graph(gguf_spec, gguf_spec_b):
-    code, loaded = _loaded("diff", str(gguf_spec), str(gguf_spec_b), watched=HEAVY + HEADER_ONLY + TEMPLATES)
+    code, loaded = _loaded("diff", str(gguf_spec), str(gguf_spec_b), watched=HEAVY + HEADER_ONLY)
     assert code == 1  # they differ (name, rule, provenance, model card)
     assert loaded == []
 
