@@ -1,6 +1,5 @@
 """The GGUF source: metadata -> Architecture, canonical weights back from a converter-style file, errors."""
 
-import time
 from dataclasses import replace
 
 from collections.abc import Sequence
@@ -77,9 +76,7 @@ def test_describe_reads_no_tensor_data(float_gguf, tmp_path, monkeypatch):
     garbled.write_bytes(bytes(content))
     monkeypatch.setattr("gguf.quants.dequantize", refuse)  # imported by the weight store where it dequantizes
     monkeypatch.setattr(gguf_source, "to_quantized_tensor", refuse)
-    start = time.perf_counter()
     info = gguf_source.describe(_ref(garbled))
-    assert time.perf_counter() - start < 1.0
     original = gguf_source.describe(_ref(float_gguf))
     assert (info.architecture, info.storage) == (original.architecture, original.storage)
 
