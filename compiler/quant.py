@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from .ir import QuantForm, QuantizationPlan, QuantScheme, WeightDecision
 from .lazy_import import lazy_module
-from .weights import QuantizedTensor, TensorInfo, Weight, pack_codes
+from .weights import QuantizedRows, QuantizedTensor, TensorInfo, Weight, pack_codes
 
 # Imported when a weight is converted: the quantization pass and the notes read only the plan.
 np = lazy_module("numpy")
@@ -25,51 +25,92 @@ np = lazy_module("numpy")
 _CHUNK_ELEMENTS = 1 << 18
 
 
-def quantize_linear(w: np.ndarray, bits: int, block_size: int, *, symmetric: bool = True) -> QuantizedTensor:
+def quantize_linear(w, bits: int, block_size: int, *, symmetric: bool = True) -> QuantizedTensor:
     """Quantize an `[N, K]` float weight (nn.Linear layout) for MatMulNBits, round to nearest per block.
 
     Symmetric: scale `absmax / (2**(bits-1) - 1)` and the op's default zero point. Asymmetric:
     the block's range `[min(lo, 0), max(hi, 0)]` over `2**bits - 1` steps with a uint8 zero point
     (zero stays exactly representable), for weights whose blocks are not centred on zero.
+
+    `w` may be anything whose row slices `w[a:b]` are float arrays (`arrays.Bfloat16Rows`,
+    `weights.QuantizedRows`): it is read a chunk of rows at a time and never made whole.
     """
-    if bits not in (4, 8):
-        raise ValueError(f"MatMulNBits weights must be 4 or 8 bits, not {bits}")
+    _check_bits(bits)
     n, k = w.shape
     k_blocks = -(-k // block_size)
     data = np.empty((n, k_blocks, block_size * bits // 8), np.uint8)
     scales = np.empty((n, k_blocks), np.float32)
-    zero_points = None if symmetric else np.empty((n, k_blocks), np.uint8)
-    rows = max(1, _CHUNK_ELEMENTS // (k_blocks * block_size))
+    zero_points = None if symmetric else np.empty((n, -(-k_blocks * bits // 8)), np.uint8)
+    rows = _chunk_rows(k_blocks * block_size)
     for start in range(0, n, rows):
-        chunk = np.asarray(w[start : start + rows], dtype=np.float32)
-        if k % block_size:  # the last block is padded with zeros
-            blocks = np.zeros((chunk.shape[0], k_blocks * block_size), np.float32)
-            blocks[:, :k] = chunk
-        else:
-            blocks = chunk
-        blocks = blocks.reshape(-1, k_blocks, block_size)
-        here = slice(start, start + chunk.shape[0])
-        if symmetric:
-            absmax = np.abs(blocks).max(axis=-1)
-            scale = np.where(absmax > 0, absmax / (2 ** (bits - 1) - 1), 1.0).astype(np.float32)
-            zero = np.float32(2 ** (bits - 1))
-        else:
-            lo = np.minimum(blocks.min(axis=-1), 0)
-            hi = np.maximum(blocks.max(axis=-1), 0)
-            scale = np.where(hi > lo, (hi - lo) / (2**bits - 1), 1.0).astype(np.float32)
-            zero = np.clip(np.rint(-lo / scale), 0, 2**bits - 1)
-            zero_points[here] = zero
-            zero = zero[..., None]
-        scales[here] = scale
-        # The same operations as clip(rint(blocks / scale) + zero), done in place in one temporary.
-        codes = np.divide(blocks, scale[..., None])
-        np.rint(codes, out=codes)
-        codes += zero
-        np.clip(codes, 0, 2**bits - 1, out=codes)
-        codes = codes.astype(np.uint8)
-        data[here] = pack_codes(codes, bits)  # element 2i in the low nibble at 4 bits
-    packed_zero_points = None if zero_points is None else pack_codes(zero_points, bits)
-    return QuantizedTensor(bits, block_size, (n, k), data, scales, packed_zero_points, f"int{bits}")
+        q = _quantize_rows(w[start : start + rows], bits, block_size, symmetric)
+        here = slice(start, start + q.shape[0])
+        data[here], scales[here] = q.data, q.scales
+        if zero_points is not None:
+            zero_points[here] = q.zero_points
+    return QuantizedTensor(bits, block_size, (n, k), data, scales, zero_points, f"int{bits}")
+
+
+def quantize_chunks(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None):
+    """`quantize_linear(w, ...)` as consecutive row chunks (`QuantizedTensor`s of `rows` rows), for a
+    writer that streams them: rows are quantized independently, so the chunks hold the same bytes."""
+    _check_bits(bits)
+    n, k = w.shape
+    k_blocks = -(-k // block_size)
+    step = _chunk_rows(k_blocks * block_size)
+    rows = max(step, rows or step) // step * step
+    for start in range(0, n, rows):
+        parts = [_quantize_rows(w[a : a + step], bits, block_size, symmetric)
+                 for a in range(start, min(start + rows, n), step)]
+        yield parts[0] if len(parts) == 1 else _stacked(parts, bits, block_size, k)
+
+
+def _stacked(parts: list[QuantizedTensor], bits: int, block_size: int, k: int) -> QuantizedTensor:
+    zero_points = None if parts[0].zero_points is None else np.concatenate([p.zero_points for p in parts])
+    return QuantizedTensor(bits, block_size, (sum(p.shape[0] for p in parts), k),
+                           np.concatenate([p.data for p in parts]), np.concatenate([p.scales for p in parts]),
+                           zero_points, parts[0].source_type)
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in (4, 8):
+        raise ValueError(f"MatMulNBits weights must be 4 or 8 bits, not {bits}")
+
+
+def _chunk_rows(padded_k: int) -> int:
+    return max(1, _CHUNK_ELEMENTS // padded_k)
+
+
+def _quantize_rows(chunk, bits: int, block_size: int, symmetric: bool) -> QuantizedTensor:
+    """One chunk of rows quantized: every value depends on its own block only."""
+    chunk = np.asarray(chunk, dtype=np.float32)
+    n, k = chunk.shape
+    k_blocks = -(-k // block_size)
+    if k % block_size:  # the last block is padded with zeros
+        blocks = np.zeros((n, k_blocks * block_size), np.float32)
+        blocks[:, :k] = chunk
+    else:
+        blocks = chunk
+    blocks = blocks.reshape(-1, k_blocks, block_size)
+    zero_points = None
+    if symmetric:
+        absmax = np.abs(blocks).max(axis=-1)
+        scale = np.where(absmax > 0, absmax / (2 ** (bits - 1) - 1), 1.0).astype(np.float32)
+        zero = np.float32(2 ** (bits - 1))
+    else:
+        lo = np.minimum(blocks.min(axis=-1), 0)
+        hi = np.maximum(blocks.max(axis=-1), 0)
+        scale = np.where(hi > lo, (hi - lo) / (2**bits - 1), 1.0).astype(np.float32)
+        zero = np.clip(np.rint(-lo / scale), 0, 2**bits - 1)
+        zero_points = pack_codes(zero.astype(np.uint8), bits)
+        zero = zero[..., None]
+    # The same operations as clip(rint(blocks / scale) + zero), done in place in one temporary.
+    codes = np.divide(blocks, scale[..., None])
+    np.rint(codes, out=codes)
+    codes += zero
+    np.clip(codes, 0, 2**bits - 1, out=codes)
+    data = pack_codes(codes.astype(np.uint8), bits)  # element 2i in the low nibble at 4 bits
+    return QuantizedTensor(bits, block_size, (n, k), data, scale, zero_points, f"int{bits}")
 
 
 def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
@@ -80,10 +121,12 @@ def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
     keeps the source or asks for the same bits and block size; otherwise it is
     dequantized and, if the scheme says so, re-quantized.
     """
-    if isinstance(weight, QuantizedTensor):
+    if isinstance(weight, (QuantizedTensor, QuantizedRows)):
         if _keeps_encoding(weight.bits, weight.block_size, scheme):
-            return weight
-        weight = weight.dequantize()
+            return as_tensor(weight)
+        weight = as_rows(weight)  # dequantized a chunk of rows at a time where it is re-quantized
+        if scheme.bits is None:
+            return weight.dequantize()
     elif scheme.keep_source:
         return np.asarray(weight, dtype=np.float32)
     if scheme.bits is None:
@@ -98,12 +141,34 @@ def materialize(weight: Weight, form: QuantForm | None, *, symmetric: bool) -> W
     form, else the float value quantized to it (`symmetric` or with zero points).
     """
     if form is None:
-        return weight.dequantize() if isinstance(weight, QuantizedTensor) else np.asarray(weight, dtype=np.float32)
-    if isinstance(weight, QuantizedTensor):
+        if isinstance(weight, (QuantizedTensor, QuantizedRows)):
+            return weight.dequantize()
+        return np.asarray(weight, dtype=np.float32)
+    if isinstance(weight, (QuantizedTensor, QuantizedRows)):
         if (weight.bits, weight.block_size) == (form.bits, form.block_size):
-            return weight
-        weight = weight.dequantize()
+            return as_tensor(weight)
+        # Dequantized and re-quantized a chunk of rows at a time: never whole in float32.
+        weight = as_rows(weight)
     return quantize_linear(weight, form.bits, form.block_size, symmetric=symmetric)
+
+
+def materialized_chunks(weight, form: QuantForm, *, symmetric: bool, rows: int):
+    """`materialize(weight, form, ...)` (a block form) as consecutive `QuantizedTensor`s of about
+    `rows` rows, for a writer that streams them: the same bytes, a chunk of the tensor at a time."""
+    if isinstance(weight, (QuantizedTensor, QuantizedRows)) and (weight.bits, weight.block_size) == (form.bits, form.block_size):
+        yield from as_rows(weight).chunks(rows)
+        return
+    if isinstance(weight, (QuantizedTensor, QuantizedRows)):
+        weight = as_rows(weight)
+    yield from quantize_chunks(weight, form.bits, form.block_size, symmetric=symmetric, rows=rows)
+
+
+def as_rows(weight: "QuantizedTensor | QuantizedRows") -> QuantizedRows:
+    return weight if isinstance(weight, QuantizedRows) else QuantizedRows.of(weight)
+
+
+def as_tensor(weight: "QuantizedTensor | QuantizedRows") -> QuantizedTensor:
+    return weight.whole() if isinstance(weight, QuantizedRows) else weight
 
 
 def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
@@ -167,6 +232,8 @@ def expert_blocks(weight: Weight, form: QuantForm, shape: tuple[int, int, int]) 
     symmetric (`quantize_linear`; rows are independent, so the stack is quantized expert by expert).
     QMoE's CPU kernel reads this packing (low bits first) and default zero point `2**(bits-1)`.
     """
+    if isinstance(weight, QuantizedRows):
+        weight = weight.whole() if (weight.bits, weight.block_size) == (form.bits, form.block_size) else weight
     if (
         isinstance(weight, QuantizedTensor)
         and (weight.bits, weight.block_size) == (form.bits, form.block_size)
@@ -174,8 +241,9 @@ def expert_blocks(weight: Weight, form: QuantForm, shape: tuple[int, int, int]) 
         and weight.block_offsets is None
     ):
         return weight
-    floats = weight.dequantize() if isinstance(weight, QuantizedTensor) else np.asarray(weight, np.float32)
-    return quantize_linear(floats.reshape(-1, shape[-1]), form.bits, form.block_size)
+    if isinstance(weight, (QuantizedTensor, QuantizedRows)):  # rows [E * N, K], dequantized a chunk at a time
+        return quantize_linear(as_rows(weight), form.bits, form.block_size)
+    return quantize_linear(np.asarray(weight, np.float32).reshape(-1, shape[-1]), form.bits, form.block_size)
 
 
 def quantize_experts(weight: Weight, form: QuantForm, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:

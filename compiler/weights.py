@@ -73,6 +73,86 @@ class QuantizedTensor:
             w = w + self.block_offsets.astype(np.float32)[..., None]
         return w.reshape(n, -1)[:, :k]
 
+    def rows(self, start: int, stop: int) -> "QuantizedTensor":
+        """Output rows `start:stop` (views): every array of the layout is per row, so they slice alike."""
+        stop = min(stop, self.shape[0])
+        return QuantizedTensor(
+            self.bits, self.block_size, (stop - start, self.shape[1]), self.data[start:stop],
+            self.scales[start:stop], None if self.zero_points is None else self.zero_points[start:stop],
+            self.source_type, None if self.block_offsets is None else self.block_offsets[start:stop],
+        )
+
+
+class QuantizedRows:
+    """A block-quantized `[N, K]` weight made a few rows at a time (`chunk(start, stop)` is a
+    `QuantizedTensor` of those rows), so re-quantizing or widening it never holds it whole in float32.
+
+    Indexing rows (`w[a:b]`) gives their float32 dequantization, which is how `quant.quantize_linear`
+    and `arrays.transposed` read a float weight: every step is per row, so the bytes are those of
+    `whole().dequantize()` sliced.
+    """
+
+    ndim = 2
+
+    @property
+    def dtype(self):
+        return np.dtype(np.float32)
+
+    def __init__(self, bits: int, block_size: int, shape: tuple[int, int], chunk, source_type: str = ""):
+        self.bits, self.block_size, self.shape, self.source_type = bits, block_size, tuple(shape), source_type
+        self._chunk = chunk
+
+    @classmethod
+    def of(cls, q: QuantizedTensor) -> "QuantizedRows":
+        return cls(q.bits, q.block_size, q.shape, q.rows, q.source_type)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def chunk(self, start: int, stop: int) -> QuantizedTensor:
+        return self._chunk(start, min(stop, self.shape[0]))
+
+    def chunks(self, rows: int):
+        """Consecutive `QuantizedTensor`s of `rows` rows (the last one shorter)."""
+        for start in range(0, self.shape[0], rows):
+            yield self.chunk(start, start + rows)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError("QuantizedRows takes a slice of rows")
+        start, stop, _ = rows.indices(self.shape[0])
+        return self.chunk(start, max(start, stop)).dequantize()
+
+    def whole(self) -> QuantizedTensor:
+        """The tensor, each array allocated once and filled chunk by chunk (no list of parts to join)."""
+        n = self.shape[0]
+        arrays: list | None = None
+        start = 0
+        for q in self.chunks(max(1, _WHOLE_CHUNK_ELEMENTS // max(1, self.shape[1]))):
+            parts = (q.data, q.scales, q.zero_points, q.block_offsets)
+            if arrays is None:
+                arrays = [None if a is None else np.empty((n, *a.shape[1:]), a.dtype) for a in parts]
+            for full, a in zip(arrays, parts):
+                if a is not None:
+                    full[start : start + a.shape[0]] = a
+            start += q.shape[0]
+        if arrays is None:  # no rows
+            return self.chunk(0, 0)
+        data, scales, zero_points, block_offsets = arrays
+        return QuantizedTensor(self.bits, self.block_size, self.shape, data, scales, zero_points, self.source_type,
+                               block_offsets)
+
+    def dequantize(self) -> np.ndarray:
+        return self.whole().dequantize()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        full = self.dequantize()
+        return full if dtype is None else full.astype(dtype, copy=False)
+
+
+# Rows per chunk when `QuantizedRows.whole` assembles the tensor.
+_WHOLE_CHUNK_ELEMENTS = 1 << 20
+
 
 def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     """Rows of codes packed low bits first (element `per*i + j` in bits `j*bits..` of byte i)."""

@@ -8,7 +8,8 @@ checks every tensor's presence and shape up front, and undoes the transforms on
 read. Block-quantized weights of every type with an exact MatMulNBits /
 GatherBlockQuantized form (`gguf_quant.carry_over`: Q4_0 ... Q8_0, the k-quants, ...)
 are handed out as `QuantizedTensor`s in that form; other types are dequantized so the
-plan can store them as float or re-quantize them.
+plan can store them as float or re-quantize them. The weight store that reads them is
+`gguf_store`; this module reads the header into the IR.
 """
 
 from __future__ import annotations
@@ -16,25 +17,18 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Iterable
 
 from ..diagnostics import SourceError
-from ..lazy_import import lazy_module
 from ..ir import Architecture, LayerKind, QuantForm, SourceRef, SourceTensor
-from ..weights import QuantizedTensor, TensorInfo, Weight, unpack_codes
 from . import SourceInfo
 from .gguf_names import ARCHITECTURES, GGUFNames, Rule, Transform, moe_dims
 from .mtp_head import head_verdict
 from .card_facts import gguf_card_facts
 from .gguf_header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from .gguf_quant import GATHER, MATMUL, CarryOver, carry_over, pack, to_quantized_tensor
+from .gguf_quant import GATHER, MATMUL, CarryOver, carry_over
 from .gguf_metadata import Metadata, architecture, tensor_shapes
 from .gguf_tokenizer import tokenizer_files
 from .gguf_constants import GGMLQuantizationType as QT, Keys
-
-# numpy and gguf-py's dequantization are imported when weights are read: `describe` (lowering, the
-# metadata verbs) reads the header alone.
-np = lazy_module("numpy")
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 
@@ -287,130 +281,7 @@ def describe(ref: SourceRef) -> SourceInfo:
 
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> "GGUFWeightStore":
+    from .gguf_store import GGUFWeightStore  # it builds on this module's layout
+
     assert ref.path is not None
     return GGUFWeightStore(ref.path)
-
-
-# ----------------------------------------------------------------------------- the weight store
-
-
-def _regroup_value_heads(a: np.ndarray, axis: int, start: int, n_k: int, n_v: int) -> np.ndarray:
-    """Tiled -> grouped value heads on `a[start:]` along `axis` (head p = j*n_k + g holds grouped g*r + j)."""
-    if n_v == n_k:
-        return a
-    r = n_v // n_k
-    moved = np.moveaxis(a, axis, 0)
-    head, tail = moved[:start], moved[start:]
-    per_head = tail.shape[0] // n_v
-    tail = tail.reshape(r, n_k, per_head, *tail.shape[1:]).swapaxes(0, 1).reshape(tail.shape)
-    return np.moveaxis(np.concatenate([head, tail], axis=0), 0, axis)
-
-
-def _take_rows(q: QuantizedTensor, rows: np.ndarray) -> QuantizedTensor:
-    """`q` with its output rows in the order `rows` (every per-row array moves with them)."""
-    return replace(
-        q,
-        data=np.ascontiguousarray(q.data[rows]),
-        scales=np.ascontiguousarray(q.scales[rows]),
-        zero_points=None if q.zero_points is None else np.ascontiguousarray(q.zero_points[rows]),
-        block_offsets=None if q.block_offsets is None else np.ascontiguousarray(q.block_offsets[rows]),
-    )
-
-
-def _take_blocks(q: QuantizedTensor, blocks: np.ndarray) -> QuantizedTensor:
-    """`q` with its blocks along K in the order `blocks` (zero points unpacked to move, then repacked)."""
-    zero_points = q.zero_points
-    if zero_points is not None and zero_points.dtype.kind == "f":
-        zero_points = zero_points[:, blocks]
-    elif zero_points is not None:
-        codes = unpack_codes(zero_points, q.bits)[:, : q.scales.shape[1]]
-        zero_points = pack(np.ascontiguousarray(codes[:, blocks]), q.bits)
-    return replace(
-        q,
-        data=np.ascontiguousarray(q.data[:, blocks]),
-        scales=np.ascontiguousarray(q.scales[:, blocks]),
-        zero_points=None if zero_points is None else np.ascontiguousarray(zero_points),
-        block_offsets=None if q.block_offsets is None else np.ascontiguousarray(q.block_offsets[:, blocks]),
-    )
-
-
-class GGUFWeightStore:
-    """Canonical weights of a GGUF file, read lazily from the memory map."""
-
-    def __init__(self, path: str):
-        self._path = path
-        self._header: GGUFHeader | None = _open(path)
-        self._layout = _layout(Metadata(self._header, path))
-        self._tensors = self._header.tensors
-
-    def names(self) -> Iterable[str]:
-        return _served_names(self._layout)
-
-    def _entry(self, name: str) -> _Entry:
-        return _entry(self._layout, name, self._path)
-
-    def info(self, name: str) -> TensorInfo:
-        t = _source_tensor(self._layout, self._tensors, name)
-        form = t.carried
-        if form is None:
-            return TensorInfo(name, t.shape, t.encoding)
-        return TensorInfo(
-            name, t.shape, t.encoding, quantized=True, bits=form.bits, block_size=form.block_size,
-            has_zero_points=form.has_zero_points, float_zero_points=form.float_zero_points,
-            block_offsets=form.block_offsets,
-        )
-
-    def read(self, name: str) -> Weight:
-        entry = self._entry(name)
-        tensor = self._tensors[entry.gguf]
-        op = _op_for(name)
-        if _carried(self._layout, entry, tensor.type, op) is None:
-            return self.read_float(name)
-        *rows, k = entry.gguf_shape
-        n = int(np.prod(rows))  # an expert stack [E, N, K] is E * N rows
-        quantized = to_quantized_tensor(self._data(tensor), tensor.type, n, k, op)
-        if entry.transform is Transform.NONE:
-            return quantized
-        if entry.transform is Transform.VALUE_COLUMNS:
-            n_k, n_v, _ = self._layout.heads
-            order = _regroup_value_heads(np.arange(k), 0, 0, n_k, n_v)
-            blocks = order.reshape(-1, quantized.block_size)[:, 0] // quantized.block_size
-            return _take_blocks(quantized, blocks)
-        return _take_rows(quantized, self._regroup(np.arange(n), entry.transform))
-
-    def read_float(self, name: str) -> np.ndarray:
-        entry = self._entry(name)
-        tensor = self._tensors[entry.gguf]
-        if tensor.type == QT.F32:
-            value = self._data(tensor)
-        else:
-            from gguf.quants import dequantize
-
-            try:
-                value = dequantize(self._data(tensor), tensor.type)
-            except NotImplementedError:
-                raise SourceError(
-                    f"{self._path}: GGUF tensor {entry.gguf} has type {tensor.type.name}, which gguf-py cannot dequantize"
-                ) from None
-        value = value.reshape(entry.gguf_shape)
-        if entry.transform is not Transform.NONE:
-            value = self._regroup(value, entry.transform)
-        return value.reshape(entry.canonical_shape).astype(np.float32, copy=False)
-
-    def _regroup(self, value: np.ndarray, transform: Transform) -> np.ndarray:
-        n_k, n_v, key_dim = self._layout.heads
-        if transform is Transform.VALUE_ROWS:
-            return _regroup_value_heads(value, 0, 0, n_k, n_v)
-        if transform is Transform.VALUE_COLUMNS:
-            return _regroup_value_heads(value, 1, 0, n_k, n_v)
-        # in_proj_qkv rows and conv channels are [q_all | k_all | v_all]
-        return _regroup_value_heads(value, 0, 2 * key_dim, n_k, n_v)
-
-    def _data(self, tensor: GGUFTensorInfo) -> np.ndarray:
-        if self._header is None:
-            raise ValueError(f"{self._path}: the weight store is closed")
-        return self._header.data(tensor)
-
-    def close(self) -> None:
-        self._header = None
-        self._tensors = {}

@@ -56,7 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..lazy_import import lazy_module
-from ..weights import QuantizedTensor, pack_codes as pack
+from ..weights import QuantizedRows, QuantizedTensor, pack_codes as pack
 from .gguf_blocks import FORMATS, BlockFormat, block_format, decode
 from .gguf_constants import GGMLQuantizationType as QT
 
@@ -118,30 +118,23 @@ def carry_over(qtype: QT, op: str = MATMUL) -> CarryOver | None:
     return ENCODINGS.get((qtype, op))
 
 
-# Rows converted at a time: decoding widens each code to int16 and each sub-block parameter to
-# float32, so a whole LM head decoded at once held 1.3-1.9x its float32 size (bench/quant_bench.py).
-_CHUNK_ELEMENTS = 1 << 18
-
-
 def to_quantized_tensor(raw: np.ndarray, qtype: QT, n: int, k: int, op: str = MATMUL) -> QuantizedTensor:
     """`raw` is GGUFReader's uint8 view `[N, K/block * type_size]` of an `[N, K]` weight."""
+    return quantized_rows(raw, qtype, n, k, op).whole()
+
+
+def quantized_rows(raw: np.ndarray, qtype: QT, n: int, k: int, op: str = MATMUL) -> QuantizedRows:
+    """`to_quantized_tensor`, converted only a chunk of rows at a time, when asked for them.
+
+    Decoding widens each code to int16 and each sub-block parameter to float32, so a whole LM
+    head decoded at once held 1.3-1.9x its float32 size (bench/quant_bench.py); each row is
+    converted on its own, so any chunking gives the same bytes."""
     form = carry_over(qtype, op)
     if form is None:
         raise ValueError(f"GGUF {qtype.name} has no exact {op} form; dequantize it")
     raw = np.asarray(raw).reshape(n, -1)
-    rows = max(1, _CHUNK_ELEMENTS // k)
-    parts = [_convert(raw[start : start + rows], qtype, min(rows, n - start), k, form) for start in range(0, n, rows)]
-    if len(parts) == 1:
-        return parts[0]
-
-    def joined(field: str):
-        arrays = [getattr(p, field) for p in parts]
-        return None if arrays[0] is None else np.concatenate(arrays, axis=0)
-
-    return QuantizedTensor(
-        form.bits, form.block_size, (n, k), joined("data"), joined("scales"), joined("zero_points"), qtype.name,
-        joined("block_offsets"),
-    )
+    return QuantizedRows(form.bits, form.block_size, (n, k),
+                         lambda start, stop: _convert(raw[start:stop], qtype, stop - start, k, form), qtype.name)
 
 
 def _convert(raw: np.ndarray, qtype: QT, n: int, k: int, form: CarryOver) -> QuantizedTensor:

@@ -12,6 +12,7 @@ from gguf.quants import dequantize, quantize
 from mtpc.diagnostics import SourceError
 from mtpc.ir import SourceRef
 from mtpc.sources import gguf as gguf_source
+from mtpc.sources import gguf_store
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import QuantizedTensor
 from tests.fixtures.arch import tiny_arch
@@ -75,7 +76,7 @@ def test_describe_reads_no_tensor_data(float_gguf, tmp_path, monkeypatch):
     content[data_start:] = b"\xff" * (len(content) - data_start)
     garbled.write_bytes(bytes(content))
     monkeypatch.setattr("gguf.quants.dequantize", refuse)  # imported by the weight store where it dequantizes
-    monkeypatch.setattr(gguf_source, "to_quantized_tensor", refuse)
+    monkeypatch.setattr(gguf_store, "quantized_rows", refuse)
     info = gguf_source.describe(_ref(garbled))
     original = gguf_source.describe(_ref(float_gguf))
     assert (info.architecture, info.storage) == (original.architecture, original.storage)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from mtpc.sources import gguf_quant
+from mtpc import weights
 from mtpc.sources.gguf_quant import to_quantized_tensor
 from tests.sources.gguf_block_encoders import encode
 
@@ -22,7 +22,7 @@ def test_row_chunks_give_the_one_pass_result(monkeypatch, qtype):
     raw, _ = encode(qtype, np.random.default_rng(4), N * K // block, moderate=True)
     raw = raw.reshape(N, -1)
     whole = to_quantized_tensor(raw, qtype, N, K)
-    monkeypatch.setattr(gguf_quant, "_CHUNK_ELEMENTS", 3 * K)  # three rows at a time, a ragged last chunk
+    monkeypatch.setattr(weights, "_WHOLE_CHUNK_ELEMENTS", 3 * K)  # three rows at a time, a ragged last chunk
     chunked = to_quantized_tensor(raw, qtype, N, K)
     for field in ("data", "scales", "zero_points", "block_offsets"):
         a, b = getattr(whole, field), getattr(chunked, field)
