@@ -85,3 +85,38 @@ def transposed(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type = np.float32
         stop = min(start + _TILE_ROWS, n)
         out[:, start:stop] = w[start:stop].T  # the cast, if any, happens in this copy
     return out
+
+
+def transposed_chunks(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type, chunk_bytes: int):
+    """`transposed(w, dtype)` as consecutive slabs of its rows (about `chunk_bytes` each), for a writer
+    that streams them: only one slab exists at a time, never the whole `[K, N]` output.
+
+    Slab `[k0:k1]` is `w[:, k0:k1].T`, filled tile by tile as `transposed` fills the whole, so the
+    slabs joined are its bytes."""
+    dtype = np.dtype(dtype)
+    n, k = w.shape
+    rows = max(1, chunk_bytes // max(1, n * dtype.itemsize))
+    for k0 in range(0, k, rows):
+        k1 = min(k0 + rows, k)
+        out = np.empty((k1 - k0, n), dtype)
+        if isinstance(w, Bfloat16Rows) and dtype == np.float32:
+            halves = out.view(np.uint16).reshape(k1 - k0, n, 2)
+            for start in range(0, n, _TILE_ROWS):
+                stop = min(start + _TILE_ROWS, n)
+                halves[:, start:stop, _LOW] = 0
+                halves[:, start:stop, _HIGH] = w.bits[start:stop, k0:k1].T
+        else:
+            source = w.bits if isinstance(w, Bfloat16Rows) else w
+            for start in range(0, n, _TILE_ROWS):
+                stop = min(start + _TILE_ROWS, n)
+                block = source[start:stop, k0:k1]
+                if isinstance(w, Bfloat16Rows):
+                    block = widen_bfloat16(np.ascontiguousarray(block))
+                out[:, start:stop] = block.T  # the cast, if any, happens in this copy
+        yield out
+
+
+def can_slice_columns(w) -> bool:
+    """Whether `transposed_chunks` can read `w` a slab of columns at a time (arrays and `Bfloat16Rows`;
+    a weight that dequantizes only by whole rows cannot)."""
+    return isinstance(w, (np.ndarray, Bfloat16Rows))

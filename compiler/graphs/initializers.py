@@ -10,6 +10,8 @@ single weight, whatever the model size.
 from __future__ import annotations
 
 import posixpath
+import queue
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +48,12 @@ class InitializerGroup:
 
     tensors: tuple[PlannedTensor, ...]
     produce: Callable[[], tuple[np.ndarray, ...]]
+    # The same arrays a slab at a time, for a large weight: each item holds one slab per tensor, slab j
+    # running along axis `axes[j]` of tensor j (0 unless given), consecutive. The data file writes the
+    # first tensor's slabs as they come and assembles the others (a fraction of it: scales, zero
+    # points), so a weight is never whole in memory. None: `produce` only.
+    stream: Callable[[], Iterable[tuple[np.ndarray, ...]]] | None = None
+    axes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,21 +126,19 @@ class DataFile:
         )
 
     def chunks(self, jobs: int = 1) -> Iterator[bytes | memoryview]:
-        """The file's bytes, produced one group at a time; with `jobs` > 1, that many groups are
-        produced ahead in threads while the one before them is written (numpy's copies, casts and
-        quantization arithmetic release the GIL). The bytes are the same for any `jobs`: every group
-        is produced by the same function and they are written in registration order."""
+        """The file's bytes, produced one group at a time (a streamed group a slab at a time); with
+        `jobs` > 1, that many groups are produced ahead in threads while the one before them is written
+        (numpy's copies, casts and quantization arithmetic release the GIL). The bytes are the same for
+        any `jobs`: every group is produced by the same function and they are written in registration order."""
         written = 0
-        for group, arrays in zip(self.groups, _produced(self.groups, jobs)):
-            if len(arrays) != len(group.tensors):
-                raise AssertionError(f"{group.tensors[0].name}: produced {len(arrays)} arrays")
-            for tensor, array in zip(group.tensors, arrays):
-                data = _tensor_bytes(tensor, array)
+        for group, pieces in zip(self.groups, _produced(self.groups, jobs)):
+            for tensor, data in _group_bytes(group, pieces):
                 offset = self.placements[tensor.name].offset
                 if offset > written:
                     yield b"\0" * (offset - written)
+                    written = offset
                 yield data
-                written = offset + len(data)
+                written += len(data)
 
     def layout(self) -> dict[str, StoredTensor]:
         """Every tensor in the file, by name."""
@@ -144,40 +150,148 @@ class DataFile:
         return out
 
 
-def _produced(groups: Iterable[InitializerGroup], jobs: int) -> Iterator[tuple[np.ndarray, ...]]:
-    """Each group's arrays, in order; at most `jobs` produced ahead of the one being consumed."""
+def _group_bytes(group: InitializerGroup, pieces: Iterable[tuple]) -> Iterator[tuple[PlannedTensor, memoryview]]:
+    """(tensor, bytes) of one group in file order: the first tensor's slabs as they come (when they run
+    along its axis 0), then each other tensor assembled from its slabs."""
+    tensors = group.tensors
+    axes = group.axes or (0,) * len(tensors)
+    held: list[np.ndarray | None] = [None] * len(tensors)
+    filled = [0] * len(tensors)
+    streamed = axes[0] == 0
+    for arrays in pieces:
+        if len(arrays) != len(tensors):
+            raise AssertionError(f"{tensors[0].name}: produced {len(arrays)} arrays")
+        for j, (tensor, array) in enumerate(zip(tensors, arrays)):
+            array = np.asarray(array)
+            if j == 0 and streamed:
+                yield tensor, _slab_bytes(tensor, array, filled[0])
+                filled[0] += array.shape[0] if array.ndim else 1
+            else:
+                held[j], filled[j] = _hold(tensor, array, axes[j], held[j], filled[j])
+    if streamed and filled[0] != (tensors[0].shape[0] if tensors[0].shape else 1):
+        raise AssertionError(f"initializer {tensors[0].name!r}: planned shape {tensors[0].shape}, produced {filled[0]} rows")
+    for j, tensor in enumerate(tensors):
+        if j == 0 and streamed:
+            continue
+        if held[j] is None:
+            raise AssertionError(f"initializer {tensor.name!r}: nothing produced")
+        yield tensor, _tensor_bytes(tensor, held[j])
+        held[j] = None  # written: let it go
+
+
+def _hold(tensor: PlannedTensor, array: np.ndarray, axis: int, held: np.ndarray | None, filled: int):
+    """Put one slab of `tensor` in place; an array that is the whole tensor is kept as it is."""
+    if held is None and filled == 0 and tuple(array.shape) == tensor.shape:
+        return array, tensor.shape[axis] if tensor.shape else 1
+    if held is None:
+        held = np.empty(tensor.shape, array.dtype)
+    count = array.shape[axis]
+    index = [slice(None)] * len(tensor.shape)
+    index[axis] = slice(filled, filled + count)
+    if filled + count > tensor.shape[axis] or tuple(np.delete(array.shape, axis)) != tuple(np.delete(tensor.shape, axis)):
+        raise AssertionError(f"initializer {tensor.name!r}: planned shape {tensor.shape}, produced a slab {array.shape}")
+    held[tuple(index)] = array
+    return held, filled + count
+
+
+def _slab_bytes(tensor: PlannedTensor, array: np.ndarray, filled: int) -> memoryview:
+    """Rows `filled:` of `tensor` as stored, from a slab along its axis 0."""
+    if array.ndim != len(tensor.shape) or tuple(array.shape[1:]) != tensor.shape[1:] or \
+            filled + array.shape[0] > tensor.shape[0]:
+        raise AssertionError(f"initializer {tensor.name!r}: planned shape {tensor.shape}, produced a slab {array.shape}")
+    return _stored_view(tensor, array)
+
+
+class _Prefetch:
+    """A streamed group's slabs, produced in a worker thread at most `depth` ahead of the writer."""
+
+    def __init__(self, group: InitializerGroup, depth: int = 2):
+        self._make = group.stream
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for piece in self._make():
+                if not self._put(("piece", piece)):
+                    return
+            self._put(("end", None))
+        except BaseException as error:  # handed to the writer, which raises it
+            self._put(("error", error))
+
+    def _put(self, item) -> bool:
+        while not self._stopped.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def __iter__(self):
+        while True:
+            kind, value = self._queue.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+
+def _produced(groups: Iterable[InitializerGroup], jobs: int) -> Iterator[Iterable[tuple]]:
+    """Each group's pieces (one tuple of whole arrays, or a streamed group's slabs), in order; at most
+    `jobs` groups produced ahead of the one being consumed."""
     if jobs <= 1:
         for group in groups:
-            yield group.produce()
+            yield group.stream() if group.stream is not None else (group.produce(),)
         return
     pending: deque = deque()
     queued = iter(groups)
+
+    def submit(pool: ThreadPoolExecutor, group: InitializerGroup):
+        if group.stream is None:
+            return pool.submit(group.produce)
+        prefetch = _Prefetch(group)
+        return prefetch, pool.submit(prefetch.run)
+
+    current = None
     with ThreadPoolExecutor(jobs, thread_name_prefix="mtpc-data") as pool:
         try:
             for group in queued:
-                pending.append(pool.submit(group.produce))
+                pending.append(submit(pool, group))
                 if len(pending) == jobs:
                     break
             while pending:
-                arrays = pending.popleft().result()
+                current = pending.popleft()
                 following = next(queued, None)
                 if following is not None:
-                    pending.append(pool.submit(following.produce))
-                yield arrays
-                del arrays  # written: let it go before the next one is waited for
+                    pending.append(submit(pool, following))
+                yield current[0] if isinstance(current, tuple) else (current.result(),)
+                current = None  # written: let it go before the next one is waited for
         finally:  # the writer stopped early (an error, an interrupt): start nothing more
-            for future in pending:
-                future.cancel()
+            for item in (current, *pending):
+                if isinstance(item, tuple):
+                    item[0].stop()
+                    item[1].cancel()
+                elif item is not None:
+                    item.cancel()
 
 
 def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> memoryview:
     array = np.asarray(array)
     if tuple(array.shape) != tensor.shape:
         raise AssertionError(f"initializer {tensor.name!r}: planned shape {tensor.shape}, produced {array.shape}")
-    # A view of the array's own buffer rather than a bytes copy: the largest tensor is held once, not twice.
-    # Viewed as bytes first: ml_dtypes' bfloat16 arrays do not export a buffer of their own type.
-    stored = np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False))
-    data = memoryview(stored.reshape(-1).view(np.uint8))
+    data = _stored_view(tensor, array)
     if len(data) != tensor.nbytes:
         raise AssertionError(f"initializer {tensor.name!r}: planned {tensor.nbytes} bytes, produced {len(data)}")
     return data
+
+
+def _stored_view(tensor: PlannedTensor, array: np.ndarray) -> memoryview:
+    # A view of the array's own buffer rather than a bytes copy: the largest tensor is held once, not twice.
+    # Viewed as bytes first: ml_dtypes' bfloat16 arrays do not export a buffer of their own type.
+    stored = np.ascontiguousarray(array.astype(tensor.dtype.numpy().newbyteorder("<"), copy=False))
+    return memoryview(stored.reshape(-1).view(np.uint8))

@@ -11,18 +11,24 @@ checks them against the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import onnx_ir as oir
 
-from ..arrays import transposed
+from ..arrays import can_slice_columns, transposed, transposed_chunks
 from ..contracts import quantized_names
 from ..diagnostics import MtpcError
 from ..ir import QuantizationPlan, WeightDecision
-from ..quant import QuantForm, materialize
+from ..quant import QuantForm, materialize, materialized_chunks
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
+
+# A weight whose first stored tensor is at least this large is written a slab of about this size at a
+# time (`InitializerGroup.stream`): memory then grows with the slab, not with the largest weight.
+STREAM_BYTES = 4 << 20
+# Rows compared at a time when the re-quantization error is measured.
+_CHUNK_ELEMENTS = 1 << 18
 
 DTYPES = {"float32": oir.DataType.FLOAT, "float16": oir.DataType.FLOAT16, "bfloat16": oir.DataType.BFLOAT16}
 
@@ -67,17 +73,39 @@ class ParameterSource:
         # when the data file is written (measured then: the plan reads no weight).
         self.requantization_error = requantization_error if requantization_error is not None else {}
 
-    def _measure(self, canonical: str, decision: WeightDecision, stored: QuantizedTensor) -> None:
-        if decision.lossless or decision.source.startswith(("float", "bfloat")):
+    def _measures(self, decision: WeightDecision) -> bool:
+        return not (decision.lossless or decision.source.startswith(("float", "bfloat")))
+
+    def _measure(self, canonical: str, decision: WeightDecision, stored: QuantizedTensor, start: int = 0) -> None:
+        """Track max |stored - source's dequantization| over rows `start:` of the weight (all of it, or
+        one streamed chunk: the maximum over chunks is the whole's), comparing a chunk of rows at a time."""
+        if not self._measures(decision):
             return
-        error = np.abs(stored.dequantize() - self.store.read_float(canonical)).max(initial=0)
-        self.requantization_error[canonical] = float(error)
+        source = self._float_rows(canonical)
+        error = self.requantization_error.get(canonical, 0.0) if start else 0.0
+        step = max(1, _CHUNK_ELEMENTS // max(1, stored.shape[1]))
+        for a in range(0, stored.shape[0], step):
+            b = min(a + step, stored.shape[0])
+            diff = np.abs(stored.rows(a, b).dequantize() - source[start + a : start + b])
+            error = max(error, float(diff.max(initial=0)))
+        self.requantization_error[canonical] = error
 
     def _read_rows(self, canonical: str):
         """The weight as `read` gives it, or row by row where the store can (`HFWeightStore.read_rows`:
-        bfloat16 widened only where it is copied)."""
+        bfloat16 widened only where it is copied; `GGUFWeightStore.read_rows`: block forms converted
+        and dequantized a chunk of rows at a time)."""
         read_rows = getattr(self.store, "read_rows", None)
         return read_rows(canonical) if read_rows is not None else self.store.read(canonical)
+
+    def _float_rows(self, canonical: str):
+        read = getattr(self.store, "read_float_rows", None)
+        return read(canonical) if read is not None else self.store.read_float(canonical)
+
+    def _release(self, canonical: str) -> None:
+        """The weight is written: its source pages may leave the process (`release`, where the store has it)."""
+        release = getattr(self.store, "release", None)
+        if release is not None:
+            release(canonical)
 
     def decision(self, canonical: str) -> WeightDecision:
         """How the IR's weight table stores `canonical` (every weight the graphs use is in it)."""
@@ -94,9 +122,22 @@ class ParameterSource:
         shape = tuple(self.store.info(canonical).shape)
 
         def produce() -> tuple[np.ndarray, ...]:
-            return (self.store.read_float(canonical),)
+            value = self.store.read_float(canonical)
+            self._release(canonical)
+            return (value,)
 
-        return InitializerGroup((PlannedTensor(name, dtype, shape),), produce)
+        planned = (PlannedTensor(name, dtype, shape),)
+        if len(shape) != 2 or planned[0].nbytes < STREAM_BYTES:
+            return InitializerGroup(planned, produce)
+
+        def stream() -> Iterator[tuple[np.ndarray, ...]]:
+            rows = self._float_rows(canonical)
+            step = max(1, STREAM_BYTES // max(1, shape[1] * 4))
+            for start in range(0, shape[0], step):
+                yield (np.asarray(rows[start : start + step], dtype=np.float32),)
+            self._release(canonical)
+
+        return InitializerGroup(planned, produce, stream)
 
     # ------------------------------------------------------------------ linear weights
 
@@ -112,20 +153,55 @@ class ParameterSource:
                 if isinstance(w, QuantizedTensor):
                     w = materialize(w, None, symmetric=True)
                 # Transposed tile by tile straight into the stored dtype: one output, no temporaries.
-                return (transposed(w, self.io_dtype.numpy()),)
+                out = transposed(w, self.io_dtype.numpy())
+                self._release(canonical)
+                return (out,)
 
-            return LinearParams(n, k, InitializerGroup(planned, produce_float), None)
+            def stream_float() -> Iterator[tuple[np.ndarray, ...]]:
+                w = self._read_rows(canonical)
+                if not can_slice_columns(w):  # dequantized by whole rows only: transposed whole
+                    yield produce_float()
+                    return
+                for slab in transposed_chunks(w, self.io_dtype.numpy(), STREAM_BYTES):
+                    yield (slab,)
+                self._release(canonical)
+
+            stream = stream_float if planned[0].nbytes >= STREAM_BYTES else None
+            return LinearParams(n, k, InitializerGroup(planned, produce_float, stream), None)
         planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
+        symmetric = not form.has_zero_points
 
         def produce_quantized() -> tuple[np.ndarray, ...]:
             # Quantized a few rows at a time (quant.quantize_linear), so a float source is never whole in float32.
-            w = materialize(self._read_rows(canonical), form, symmetric=not form.has_zero_points)
+            w = materialize(self._read_rows(canonical), form, symmetric=symmetric)
             if not isinstance(w, QuantizedTensor):
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
             self._measure(canonical, decision, w)
+            self._release(canonical)
             return _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=True)
 
-        return LinearParams(n, k, InitializerGroup(planned, produce_quantized), form, decision.accuracy_level)
+        def stream_quantized() -> Iterator[tuple[np.ndarray, ...]]:
+            yield from self._quantized_stream(canonical, decision, form, symmetric, offsets_by_block=True)
+
+        stream = stream_quantized if _streams(planned) else None
+        group = InitializerGroup(planned, produce_quantized, stream, _axes(planned, form, offsets_by_block=True))
+        return LinearParams(n, k, group, form, decision.accuracy_level)
+
+    def _quantized_stream(self, canonical: str, decision: WeightDecision, form: QuantForm, symmetric: bool, *,
+                          offsets_by_block: bool, read=None) -> Iterator[tuple[np.ndarray, ...]]:
+        """`materialize`'s arrays a chunk of rows at a time (`quant.materialized_chunks`): a block-quantized
+        source converted, or a float or dequantized one quantized, never whole in memory."""
+        w = (read or self._read_rows)(canonical)
+        n, k = w.shape[0], w.shape[-1]
+        rows = max(1, STREAM_BYTES * 8 // max(1, k * form.bits))  # about STREAM_BYTES of packed data
+        start = 0
+        for chunk in materialized_chunks(w, form, symmetric=symmetric, rows=rows):
+            self._measure(canonical, decision, chunk, start)
+            start += chunk.shape[0]
+            yield _quantized_arrays(canonical, chunk, form, self.io_dtype, offsets_by_block=offsets_by_block)
+        if start != n:
+            raise AssertionError(f"{canonical}: streamed {start} of {n} rows")
+        self._release(canonical)
 
     def packed_linear(self, parts: Sequence[LinearParams], stem: str) -> LinearParams:
         """Projections of one input stored in one form, as one: their weights side by side along N.
@@ -172,10 +248,33 @@ class ParameterSource:
             w = materialize(self.store.read(canonical), form, symmetric=scheme.symmetric)
             assert isinstance(w, QuantizedTensor)
             self._measure(canonical, decision, w)
+            self._release(canonical)
             data, *rest = _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=False)
             return (data.reshape(flat), *rest)
 
-        return EmbeddingParams(vocab, hidden, InitializerGroup(planned, produce), form)
+        def stream() -> Iterator[tuple[np.ndarray, ...]]:
+            read_rows = getattr(self.store, "read_rows", None)
+            for data, *rest in self._quantized_stream(canonical, decision, form, scheme.symmetric,
+                                                      offsets_by_block=False, read=read_rows or self.store.read):
+                yield (data.reshape(data.shape[0], flat[1]), *rest)
+
+        group = InitializerGroup(planned, produce, stream if _streams(planned) else None,
+                                 _axes(planned, form, offsets_by_block=False))
+        return EmbeddingParams(vocab, hidden, group, form)
+
+
+def _streams(planned: tuple[PlannedTensor, ...]) -> bool:
+    """Whether a weight is large enough to be written a chunk at a time (`InitializerGroup.stream`)."""
+    return planned[0].nbytes >= STREAM_BYTES
+
+
+def _axes(planned: tuple[PlannedTensor, ...], form: QuantForm, *, offsets_by_block: bool) -> tuple[int, ...]:
+    """The axis each quantized tensor's row chunks run along: the weight's rows, which are the
+    columns of MatMul block offsets `[k_blocks, n]` (the last tensor when the form has them)."""
+    axes = [0] * len(planned)
+    if form.block_offsets and offsets_by_block:
+        axes[-1] = 1
+    return tuple(axes)
 
 
 def _quantized_tensors(

@@ -309,20 +309,9 @@ class GGUFHeader:
     def release(self, info: TensorInfo) -> None:
         """Drop a tensor's pages from this process (MADV_DONTNEED; they stay in the page cache and
         come back if read again), so a compile's RSS does not grow with every weight it has read."""
+        from .pages import release_pages  # only a compile needs it
+
         release_pages(self._map, info.offset, info.nbytes)
-
-
-def release_pages(buf, offset: int, nbytes: int) -> None:
-    """`madvise(MADV_DONTNEED)` over the pages of `buf` (an `mmap.mmap`) that `[offset, offset + nbytes)` touches."""
-    advise = getattr(buf, "madvise", None)
-    if advise is None or not hasattr(mmap, "MADV_DONTNEED") or nbytes <= 0:
-        return
-    start = offset - offset % mmap.PAGESIZE
-    length = min(offset + nbytes, len(buf)) - start
-    try:
-        advise(mmap.MADV_DONTNEED, start, length)
-    except (OSError, ValueError):
-        pass  # only a hint: the pages stay resident
 
 
 # numpy dtypes by name: numpy is imported only when tensor data is read

@@ -311,13 +311,26 @@ class HFWeightStore:
     def read_rows(self, name: str) -> "Weight | Bfloat16Rows":
         """`read`, except that a bfloat16 tensor stored as is comes as `Bfloat16Rows`: widened where it
         is copied (transposed, quantized a few rows at a time), so its float32 copy never exists whole."""
-        filename, hf_name = self._entries[name]
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):  # stacked from several tensors: read whole
+            return self.read(name)
+        filename, hf_name = value
         bits = None if needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
         return Bfloat16Rows(bits) if bits is not None else self.read(name)
 
     def read_float(self, name: str) -> np.ndarray:
         value = self.read(name)
         return value if value.dtype == np.float32 else value.astype(np.float32)
+
+    def read_float_rows(self, name: str) -> "np.ndarray | Bfloat16Rows":
+        """`read_float`, or a bfloat16 tensor as `Bfloat16Rows` (its rows widened when sliced)."""
+        rows = self.read_rows(name)
+        return rows if isinstance(rows, Bfloat16Rows) else self.read_float(name)
+
+    def release(self, name: str) -> None:
+        """Drop the tensor's pages from this process once it is written (they stay in the page cache)."""
+        for filename, hf_name in parts_of(self._entries[name]):
+            self._files[filename].release(hf_name)
 
     def close(self) -> None:
         for st in self._files.values():

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
 from pathlib import Path
 import numpy as np
 
 from ..arrays import widen_bfloat16
 from ..diagnostics import SourceError
+from .pages import release_pages
 
 _NUMPY_DTYPES = {
     "F64": np.dtype("<f8"),
@@ -116,6 +118,21 @@ class SafetensorsFile:
     def close(self) -> None:
         """Drop this file's map; views already handed out keep it alive until they go."""
         self._map = None
+
+    def release(self, name: str) -> None:
+        """Drop the tensor's pages from this process (MADV_DONTNEED): a compile that has written a weight
+        no longer counts it in its RSS; the pages stay in the page cache and come back if read again."""
+        if self._map is None:
+            return
+        begin, end = self._entries[name]["data_offsets"]
+        mapped = self._map._mmap  # numpy's mmap.mmap, starting at the page boundary at or before the data
+        if mapped is None:
+            return
+        release_pages(mapped, begin + self._map.offset - self._map_start(), end - begin)
+
+    def _map_start(self) -> int:
+        """Where, in the file, numpy's mapping starts (the allocation boundary at or before the data)."""
+        return self._data_start - self._data_start % mmap.ALLOCATIONGRANULARITY
 
     def read(self, name: str) -> np.ndarray:
         """The tensor: a read-only memmap view, or a float32 copy for BF16."""
