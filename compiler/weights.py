@@ -113,9 +113,10 @@ class QuantizedRows:
         return self._chunk(start, min(stop, self.shape[0]))
 
     def chunks(self, rows: int):
-        """Consecutive `QuantizedTensor`s of `rows` rows (the last one shorter)."""
+        """Consecutive `QuantizedTensor`s of `rows` rows (the last one shorter), each converted a few
+        rows at a time into its arrays (a small conversion stays in cache; any split gives the same bytes)."""
         for start in range(0, self.shape[0], rows):
-            yield self.chunk(start, start + rows)
+            yield self._assembled(start, min(start + rows, self.shape[0]))
 
     def __getitem__(self, rows: slice) -> np.ndarray:
         if not isinstance(rows, slice) or rows.step not in (None, 1):
@@ -124,23 +125,26 @@ class QuantizedRows:
         return self.chunk(start, max(start, stop)).dequantize()
 
     def whole(self) -> QuantizedTensor:
-        """The tensor, each array allocated once and filled chunk by chunk (no list of parts to join)."""
-        n = self.shape[0]
+        return self._assembled(0, self.shape[0])
+
+    def _assembled(self, begin: int, end: int) -> QuantizedTensor:
+        """Rows `begin:end`, each array allocated once and filled by small conversions (no parts to join)."""
+        step = max(1, _CONVERT_ELEMENTS // max(1, self.shape[1]))
+        if end - begin <= step:
+            return self.chunk(begin, end)
         arrays: list | None = None
-        start = 0
-        for q in self.chunks(max(1, _WHOLE_CHUNK_ELEMENTS // max(1, self.shape[1]))):
+        for start in range(begin, end, step):
+            q = self.chunk(start, min(start + step, end))
             parts = (q.data, q.scales, q.zero_points, q.block_offsets)
             if arrays is None:
-                arrays = [None if a is None else np.empty((n, *a.shape[1:]), a.dtype) for a in parts]
+                arrays = [None if a is None else np.empty((end - begin, *a.shape[1:]), a.dtype) for a in parts]
             for full, a in zip(arrays, parts):
                 if a is not None:
-                    full[start : start + a.shape[0]] = a
-            start += q.shape[0]
-        if arrays is None:  # no rows
-            return self.chunk(0, 0)
+                    full[start - begin : start - begin + a.shape[0]] = a
+        assert arrays is not None
         data, scales, zero_points, block_offsets = arrays
-        return QuantizedTensor(self.bits, self.block_size, self.shape, data, scales, zero_points, self.source_type,
-                               block_offsets)
+        return QuantizedTensor(self.bits, self.block_size, (end - begin, self.shape[1]), data, scales, zero_points,
+                               self.source_type, block_offsets)
 
     def dequantize(self) -> np.ndarray:
         return self.whole().dequantize()
@@ -150,8 +154,9 @@ class QuantizedRows:
         return full if dtype is None else full.astype(dtype, copy=False)
 
 
-# Rows per chunk when `QuantizedRows.whole` assembles the tensor.
-_WHOLE_CHUNK_ELEMENTS = 1 << 20
+# Elements converted at a time when `QuantizedRows` assembles rows: its temporaries (int16 codes,
+# float32 parameters) stay within the CPU cache.
+_CONVERT_ELEMENTS = 1 << 18
 
 
 def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:

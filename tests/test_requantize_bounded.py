@@ -61,7 +61,7 @@ def test_kept_blocks_come_out_whole_or_in_chunks_alike(monkeypatch):
     n, k = 29, 512
     raw = _raw(QT.Q5_K, n, k)
     whole = to_quantized_tensor(raw, QT.Q5_K, n, k)
-    monkeypatch.setattr(weights, "_WHOLE_CHUNK_ELEMENTS", 4 * k)
+    monkeypatch.setattr(weights, "_CONVERT_ELEMENTS", 4 * k)
     lazy = quantized_rows(raw, QT.Q5_K, n, k)
     _same(materialize(lazy, QuantForm(8, 32, False, block_offsets=True), symmetric=True), whole)
     chunks = list(lazy.chunks(6))

@@ -138,6 +138,9 @@ def quantized_rows(raw: np.ndarray, qtype: QT, n: int, k: int, op: str = MATMUL)
 
 
 def _convert(raw: np.ndarray, qtype: QT, n: int, k: int, form: CarryOver) -> QuantizedTensor:
+    fast = _BYTEWISE.get(qtype)
+    if fast is not None and form.zero_points == "default" and not form.block_offsets:
+        return fast(raw, n, k, form)
     dec = decode(raw, qtype, n, k)
     codes = dec.codes + np.int16(form.code_shift)
     scales = dec.scales.copy()
@@ -152,6 +155,53 @@ def _convert(raw: np.ndarray, qtype: QT, n: int, k: int, form: CarryOver) -> Qua
     data = pack(codes.astype(np.uint8), form.bits)
     offsets = dec.offsets if form.block_offsets else None
     return QuantizedTensor(form.bits, form.block_size, (n, k), data, scales, zero_points, qtype.name, offsets)
+
+
+def _block_scales(blocks: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """The fp16 `d` of each block `[n, nb, size]` as float32, 0 where every code is 0 (as `_convert`)."""
+    scales = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0].astype(np.float32)
+    scales[zero] = 0
+    return scales
+
+
+def _q4_0_bytes(raw: np.ndarray, n: int, k: int, form: CarryOver) -> QuantizedTensor:
+    """Q4_0 by byte operations, the bytes `_convert`'s general path gives (tests/sources hold them equal).
+
+    A block stores element j < 16 in the low nibble of byte j and element 16 + j in its high
+    nibble, already as the code + 8 MatMulNBits keeps; MatMulNBits wants elements 2i and 2i+1 in
+    the low and high nibbles of byte i. So byte i < 8 is (even byte's low, odd byte's low) and
+    byte 8 + i the two high nibbles, of the pair of bytes 2i, 2i+1: read as one little-endian
+    uint16 `p = even | odd << 8`, those are `p & 0x0F | p >> 4 & 0xF0` and `p >> 4 & 0x0F | p >> 8 & 0xF0`."""
+    blocks = np.asarray(raw, np.uint8).reshape(n, k // 32, 18)
+    pairs = np.ascontiguousarray(blocks[..., 2:]).view("<u2")  # [n, nb, 8]
+    data = np.empty((n, k // 32, 16), np.uint8)
+    shifted = pairs >> 4
+    data[..., :8] = (pairs & 0x0F) | (shifted & 0xF0)
+    data[..., 8:] = (shifted & 0x0F) | ((pairs >> 8) & 0xF0)
+    zero = _all_bytes(data, 0x88)  # every code 8 - 8 = 0
+    return QuantizedTensor(form.bits, form.block_size, (n, k), data, _block_scales(blocks, zero), None, "Q4_0")
+
+
+def _q8_0_bytes(raw: np.ndarray, n: int, k: int, form: CarryOver) -> QuantizedTensor:
+    """Q8_0 by byte operations: the stored code is the int8 code + 128, its byte with the top bit flipped."""
+    blocks = np.asarray(raw, np.uint8).reshape(n, k // 32, 34)
+    data = blocks[..., 2:] ^ np.uint8(0x80)
+    zero = _all_bytes(data, 0x80)
+    return QuantizedTensor(form.bits, form.block_size, (n, k), data, _block_scales(blocks, zero), None, "Q8_0")
+
+
+def _all_bytes(data: np.ndarray, byte: int) -> np.ndarray:
+    """Which blocks of `data` `[n, nb, L]` (contiguous, L a multiple of 8) hold only `byte`, compared 8 bytes at a time."""
+    words = data.view(np.uint64)  # [n, nb, L / 8]
+    pattern = np.uint64(int.from_bytes(bytes([byte]) * 8, "little"))
+    same = words[..., 0] == pattern
+    for i in range(1, words.shape[-1]):
+        same &= words[..., i] == pattern
+    return same
+
+
+# Types whose carry-over is a rearrangement of their bytes (checked against the general path).
+_BYTEWISE = {QT.Q4_0: _q4_0_bytes, QT.Q8_0: _q8_0_bytes}
 
 
 def _float_zero_points(codes: np.ndarray, scales: np.ndarray, target: np.ndarray) -> np.ndarray:
