@@ -87,15 +87,19 @@ def transposed(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type = np.float32
     return out
 
 
-def transposed_chunks(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type, chunk_bytes: int):
-    """`transposed(w, dtype)` as consecutive slabs of its rows (about `chunk_bytes` each), for a writer
-    that streams them: only one slab exists at a time, never the whole `[K, N]` output.
+def slab_rows(n: int, dtype: np.dtype | type, chunk_bytes: int) -> int:
+    """Rows of a `[K, n]` output per slab of about `chunk_bytes`."""
+    return max(1, chunk_bytes // max(1, n * np.dtype(dtype).itemsize))
+
+
+def transposed_chunks(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type, rows: int):
+    """`transposed(w, dtype)` as consecutive slabs of `rows` of its rows, for a writer that streams
+    them: only one slab exists at a time, never the whole `[K, N]` output.
 
     Slab `[k0:k1]` is `w[:, k0:k1].T`, filled tile by tile as `transposed` fills the whole, so the
     slabs joined are its bytes."""
     dtype = np.dtype(dtype)
     n, k = w.shape
-    rows = max(1, chunk_bytes // max(1, n * dtype.itemsize))
     for k0 in range(0, k, rows):
         k1 = min(k0 + rows, k)
         out = np.empty((k1 - k0, n), dtype)

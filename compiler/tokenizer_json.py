@@ -7,6 +7,7 @@ which parses BPE models (and rejects WordLevel ones).
 
 from __future__ import annotations
 
+import functools
 import json
 
 # What a Hugging Face checkpoint ships for its tokenizer (and mtpc copies into a package).
@@ -74,11 +75,15 @@ def dump(obj: dict) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 
+@functools.lru_cache(maxsize=2)
 def tokenizer_json_problem(data: bytes) -> str | None:
     """Why `data` is not a usable `tokenizer.json`, or None.
 
     It must be JSON with a `model` object; when the `tokenizers` library is installed
     (it comes with transformers) it must also load there, as the runtimes' loaders would.
+    Remembered for the last few documents: a compile asks about the source's file when it
+    reads it and again when it checks the package that copies it (loading a 250k-token
+    vocabulary costs about a second).
     """
     try:
         text = data.decode("utf-8")

@@ -11,12 +11,12 @@ checks them against the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import onnx_ir as oir
 
-from ..arrays import can_slice_columns, transposed, transposed_chunks
+from ..arrays import can_slice_columns, slab_rows, transposed, transposed_chunks
 from ..contracts import quantized_names
 from ..diagnostics import MtpcError
 from ..ir import QuantizationPlan, WeightDecision
@@ -42,6 +42,9 @@ class LinearParams:
     group: InitializerGroup
     quant: QuantForm | None
     accuracy_level: int = 0
+    # A float weight's `[k, n]` operand as slabs of the given number of rows (`arrays.transposed_chunks`),
+    # for a packed projection to stream its parts side by side.
+    slabs: Callable[[int], Iterator[np.ndarray]] | None = None
 
 
 @dataclass(frozen=True)
@@ -157,17 +160,22 @@ class ParameterSource:
                 self._release(canonical)
                 return (out,)
 
-            def stream_float() -> Iterator[tuple[np.ndarray, ...]]:
+            def slabs(rows: int) -> Iterator[np.ndarray]:
                 w = self._read_rows(canonical)
-                if not can_slice_columns(w):  # dequantized by whole rows only: transposed whole
-                    yield produce_float()
-                    return
-                for slab in transposed_chunks(w, self.io_dtype.numpy(), STREAM_BYTES):
-                    yield (slab,)
+                if can_slice_columns(w):
+                    yield from transposed_chunks(w, self.io_dtype.numpy(), rows)
+                else:  # dequantized by whole rows only: transposed whole
+                    whole = produce_float()[0]
+                    for start in range(0, k, rows):
+                        yield whole[start : start + rows]
                 self._release(canonical)
 
-            stream = stream_float if planned[0].nbytes >= STREAM_BYTES else None
-            return LinearParams(n, k, InitializerGroup(planned, produce_float, stream), None)
+            def stream_float() -> Iterator[tuple[np.ndarray, ...]]:
+                for slab in slabs(slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES)):
+                    yield (slab,)
+
+            stream = stream_float if _streams(planned) else None
+            return LinearParams(n, k, InitializerGroup(planned, produce_float, stream), None, slabs=slabs)
         planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
         symmetric = not form.has_zero_points
 
@@ -226,7 +234,24 @@ class ParameterSource:
             arrays = [p.group.produce() for p in parts]
             return tuple(np.concatenate([a[j] for a in arrays], axis=axes[j]) for j in range(len(planned)))
 
-        return LinearParams(n, first.k, InitializerGroup(planned, produce), first.quant, first.accuracy_level)
+        def stream_float() -> Iterator[tuple[np.ndarray, ...]]:
+            # Slabs of the same rows of every part, side by side: no whole part, no whole packed operand.
+            rows = slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES)
+            for slabs in zip(*(p.slabs(rows) for p in parts)):
+                yield (np.concatenate(slabs, axis=1),)
+
+        def stream_quantized() -> Iterator[tuple[np.ndarray, ...]]:
+            # The parts' rows one after the other are the packed weight's rows (and its offsets' columns).
+            for p in parts:
+                yield from p.group.stream() if p.group.stream is not None else (p.group.produce(),)
+
+        stream = None
+        if _streams(planned):
+            stream = stream_float if first.quant is None and all(p.slabs for p in parts) else stream_quantized
+        if first.quant is None and stream is not stream_float:
+            stream = None
+        group = InitializerGroup(planned, produce, stream, None if first.quant is None else first.group.axes)
+        return LinearParams(n, first.k, group, first.quant, first.accuracy_level)
 
     # ------------------------------------------------------------------ embedding
 
