@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mtpc.arrays import Bfloat16Rows, transposed, widen_bfloat16
+from mtpc.arrays import Bfloat16Rows, slab_rows, transposed, transposed_chunks, widen_bfloat16
 
 
 def _bits(shape, seed=0) -> np.ndarray:
@@ -64,3 +64,15 @@ def test_a_bfloat16_weight_is_quantized_a_few_rows_at_a_time_to_the_same_bytes()
         assert chunked.data.tobytes() == whole.data.tobytes() and chunked.scales.tobytes() == whole.scales.tobytes()
         if not symmetric:
             assert chunked.zero_points.tobytes() == whole.zero_points.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (129, 257), (300, 64)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("rows", [1, 7, 64, 1000])
+def test_transposed_slabs_joined_are_the_transposed_bytes(shape, dtype, rows):
+    bits = _bits(shape, seed=2)
+    for w in (_numpy_widened(bits), Bfloat16Rows(bits)):
+        slabs = list(transposed_chunks(w, dtype, rows))
+        assert all(s.shape[0] <= rows for s in slabs)
+        assert np.concatenate(slabs).tobytes() == transposed(w, dtype).tobytes()
+    assert slab_rows(shape[0], dtype, 4096) == max(1, 4096 // (shape[0] * np.dtype(dtype).itemsize))

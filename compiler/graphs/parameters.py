@@ -196,10 +196,10 @@ class ParameterSource:
         return LinearParams(n, k, group, form, decision.accuracy_level)
 
     def _quantized_stream(self, canonical: str, decision: WeightDecision, form: QuantForm, symmetric: bool, *,
-                          offsets_by_block: bool, read=None) -> Iterator[tuple[np.ndarray, ...]]:
+                          offsets_by_block: bool) -> Iterator[tuple[np.ndarray, ...]]:
         """`materialize`'s arrays a chunk of rows at a time (`quant.materialized_chunks`): a block-quantized
         source converted, or a float or dequantized one quantized, never whole in memory."""
-        w = (read or self._read_rows)(canonical)
+        w = self._read_rows(canonical)
         n, k = w.shape[0], w.shape[-1]
         rows = max(1, STREAM_BYTES * 8 // max(1, k * form.bits))  # about STREAM_BYTES of packed data
         start = 0
@@ -246,10 +246,10 @@ class ParameterSource:
                 yield from p.group.stream() if p.group.stream is not None else (p.group.produce(),)
 
         stream = None
-        if _streams(planned):
-            stream = stream_float if first.quant is None and all(p.slabs for p in parts) else stream_quantized
-        if first.quant is None and stream is not stream_float:
-            stream = None
+        if _streams(planned) and first.quant is not None:
+            stream = stream_quantized
+        elif _streams(planned) and all(p.slabs for p in parts):
+            stream = stream_float
         group = InitializerGroup(planned, produce, stream, None if first.quant is None else first.group.axes)
         return LinearParams(n, first.k, group, first.quant, first.accuracy_level)
 
@@ -278,9 +278,7 @@ class ParameterSource:
             return (data.reshape(flat), *rest)
 
         def stream() -> Iterator[tuple[np.ndarray, ...]]:
-            read_rows = getattr(self.store, "read_rows", None)
-            for data, *rest in self._quantized_stream(canonical, decision, form, scheme.symmetric,
-                                                      offsets_by_block=False, read=read_rows or self.store.read):
+            for data, *rest in self._quantized_stream(canonical, decision, form, scheme.symmetric, offsets_by_block=False):
                 yield (data.reshape(data.shape[0], flat[1]), *rest)
 
         group = InitializerGroup(planned, produce, stream if _streams(planned) else None,

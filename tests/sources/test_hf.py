@@ -398,3 +398,19 @@ def test_reference_on_the_hf_store_is_the_seeded_model(checkpoint):
     got = Qwen35Reference(ARCH, open_store(checkpoint)).forward(ids)[0]
     want = Qwen35Reference(ARCH, seeded_store(ARCH, 5)).forward(ids)[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_read_rows_reads_stacked_and_fused_experts_whole(tmp_path):
+    """`read_rows` is asked for every linear weight; a MoE layer's experts are stacked from several
+    tensors (or half of a fused one), not one (file, name) entry, and come back as `read` gives them."""
+    from mtpc.sources import hf as hf_source
+    from tests.fixtures.moe_checkpoints import tiny_moe_arch, write_moe_release_checkpoint
+
+    directory = write_moe_release_checkpoint(tmp_path / "moe", tiny_moe_arch())
+    ref = SourceRef("hf", str(directory))
+    store = hf_source.open_weights(ref, hf_source.describe(ref))
+    experts = [n for n in store.names() if ".mlp.experts." in n]
+    assert any(n.startswith("mtp.") for n in experts) and any(n.startswith("layers.") for n in experts)
+    for name in experts:
+        assert np.array_equal(np.asarray(store.read_rows(name)), store.read(name)), name
+    store.close()

@@ -122,3 +122,27 @@ def test_malformed_header_entries_fail_on_open(tmp_path, entry, message):
     path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
     with pytest.raises(SourceError, match=f"tensor 'x' has {message}"):
         SafetensorsFile(path)
+
+
+def _rss_file() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "MADV_DONTNEED"), reason="madvise(MADV_DONTNEED) is Linux's")
+def test_release_drops_a_read_tensors_pages_from_the_process(tmp_path):
+    """A compile releases each weight once written: its mapped pages leave the RSS (the page cache keeps them)."""
+    size = 32 << 20
+    path = tmp_path / "big.safetensors"
+    write_safetensors(path, {"a": np.arange(size // 4, dtype=np.float32), "b": np.ones(1024, np.float32)},
+                      float_dtype="F32")
+    st = SafetensorsFile(path)
+    before = _rss_file()
+    value = st.read("a")
+    assert float(value[:: 1024].sum()) > 0  # touches every page
+    touched = _rss_file() - before
+    assert touched > size * 3 // 4
+    st.release("a")
+    assert _rss_file() - before < size // 4
+    assert np.array_equal(st.read("a")[:4], np.arange(4, dtype=np.float32))  # still readable: faulted back in
+    assert np.array_equal(st.read("b"), np.ones(1024, np.float32))
