@@ -42,3 +42,19 @@ def test_the_table_says_met_or_missed_against_each_goal():
     assert rows["decode tok/s fp32, 2 threads, mtpc / builder"].endswith("| 0.90 | >= 1.0 | missed |")
     assert rows["decode tok/s Q4_0 GGUF, 1 thread, mtpc (og) / llama.cpp"].endswith("| 1.20 | >= 1.0 | met |")
     assert rows["inspect"].endswith("| 0.50 | <= 0.3 | missed |") and rows["mtpc --help"].endswith("met |")
+
+
+def test_the_table_reports_the_write_floor_and_the_27b_compile():
+    fp32 = {**_measured(3.0, 100, 1000), "write_floor_s": 1.5}
+    results = {
+        "compile": {("mtpc", "fp32"): fp32, ("builder", "fp32"): _measured(10.0, 1000, 1000),
+                    ("mtpc", "int4"): _measured(5.0, 100, 900), ("builder", "int4"): _measured(10.0, 100, 1000)},
+        "copy_s": 1.0,
+        "big": {"copy_s": 30.0, "compile_s": 45.0, "sync_after_s": 15.0, "peak_anon": 2**29, "peak_rss": 2**31,
+                "gguf_bytes": 16.7e9, "package_bytes": 18.4e9},
+    }
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table(results).splitlines() if line.startswith("| ")}
+    assert rows["compile wall fp32, mtpc / `cp -r && sync` of its own package (the bytes it writes)"].endswith("| 2.00 |  |  |")
+    assert rows["compile / `cp && sync`"].endswith("| 1.50 | <= 2.0 | met |")
+    assert rows["peak anonymous memory GiB"].endswith("| 0.50 | <= 1.0 | met |")
+    assert rows["(compile + the `sync` after it) / `cp && sync`"].endswith("| 2.00 | | |")
