@@ -94,30 +94,32 @@ def slab_rows(n: int, dtype: np.dtype | type, chunk_bytes: int) -> int:
 
 def transposed_chunks(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type, rows: int):
     """`transposed(w, dtype)` as consecutive slabs of `rows` of its rows, for a writer that streams
-    them: only one slab exists at a time, never the whole `[K, N]` output.
+    them: only one slab exists at a time, never the whole `[K, N]` output."""
+    for k0 in range(0, w.shape[1], rows):
+        yield transposed_slab(w, dtype, k0, min(k0 + rows, w.shape[1]))
 
-    Slab `[k0:k1]` is `w[:, k0:k1].T`, filled tile by tile as `transposed` fills the whole, so the
-    slabs joined are its bytes."""
+
+def transposed_slab(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type, k0: int, k1: int) -> np.ndarray:
+    """Rows `k0:k1` of `transposed(w, dtype)`, i.e. `w[:, k0:k1].T`, filled tile by tile as `transposed`
+    fills the whole, so slabs joined are its bytes."""
     dtype = np.dtype(dtype)
-    n, k = w.shape
-    for k0 in range(0, k, rows):
-        k1 = min(k0 + rows, k)
-        out = np.empty((k1 - k0, n), dtype)
-        if isinstance(w, Bfloat16Rows) and dtype == np.float32:
-            halves = out.view(np.uint16).reshape(k1 - k0, n, 2)
-            for start in range(0, n, _TILE_ROWS):
-                stop = min(start + _TILE_ROWS, n)
-                halves[:, start:stop, _LOW] = 0
-                halves[:, start:stop, _HIGH] = w.bits[start:stop, k0:k1].T
-        else:
-            source = w.bits if isinstance(w, Bfloat16Rows) else w
-            for start in range(0, n, _TILE_ROWS):
-                stop = min(start + _TILE_ROWS, n)
-                block = source[start:stop, k0:k1]
-                if isinstance(w, Bfloat16Rows):
-                    block = widen_bfloat16(np.ascontiguousarray(block))
-                out[:, start:stop] = block.T  # the cast, if any, happens in this copy
-        yield out
+    n = w.shape[0]
+    out = np.empty((k1 - k0, n), dtype)
+    if isinstance(w, Bfloat16Rows) and dtype == np.float32:
+        halves = out.view(np.uint16).reshape(k1 - k0, n, 2)
+        for start in range(0, n, _TILE_ROWS):
+            stop = min(start + _TILE_ROWS, n)
+            halves[:, start:stop, _LOW] = 0
+            halves[:, start:stop, _HIGH] = w.bits[start:stop, k0:k1].T
+        return out
+    source = w.bits if isinstance(w, Bfloat16Rows) else w
+    for start in range(0, n, _TILE_ROWS):
+        stop = min(start + _TILE_ROWS, n)
+        block = source[start:stop, k0:k1]
+        if isinstance(w, Bfloat16Rows):
+            block = widen_bfloat16(np.ascontiguousarray(block))
+        out[:, start:stop] = block.T  # the cast, if any, happens in this copy
+    return out
 
 
 def can_slice_columns(w) -> bool:

@@ -52,17 +52,25 @@ def quantize_linear(w, bits: int, block_size: int, *, symmetric: bool = True) ->
 
 
 def quantize_chunks(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None):
-    """`quantize_linear(w, ...)` as consecutive row chunks (`QuantizedTensor`s of `rows` rows), for a
+    """`quantize_linear(w, ...)` as consecutive row chunks (`QuantizedTensor`s of about `rows` rows), for a
     writer that streams them: rows are quantized independently, so the chunks hold the same bytes."""
+    for _, _, make in quantized_pieces(w, bits, block_size, symmetric=symmetric, rows=rows):
+        yield make()
+
+
+def quantized_pieces(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None):
+    """`quantize_chunks` as `(start, stop, make)` per chunk, `make()` quantizing rows `start:stop`
+    alone (in any thread, in any order)."""
     _check_bits(bits)
     n, k = w.shape
-    k_blocks = -(-k // block_size)
-    step = _chunk_rows(k_blocks * block_size)
+    step = _chunk_rows(-(-k // block_size) * block_size)
     rows = max(step, rows or step) // step * step
-    for start in range(0, n, rows):
-        parts = [_quantize_rows(w[a : a + step], bits, block_size, symmetric)
-                 for a in range(start, min(start + rows, n), step)]
-        yield parts[0] if len(parts) == 1 else _stacked(parts, bits, block_size, k)
+
+    def make(start: int, stop: int) -> QuantizedTensor:
+        parts = [_quantize_rows(w[a : min(a + step, stop)], bits, block_size, symmetric) for a in range(start, stop, step)]
+        return parts[0] if len(parts) == 1 else _stacked(parts, bits, block_size, k)
+
+    return [(a, min(a + rows, n), lambda a=a: make(a, min(a + rows, n))) for a in range(0, n, rows)]
 
 
 def _stacked(parts: list[QuantizedTensor], bits: int, block_size: int, k: int) -> QuantizedTensor:
@@ -155,12 +163,20 @@ def materialize(weight: Weight, form: QuantForm | None, *, symmetric: bool) -> W
 def materialized_chunks(weight, form: QuantForm, *, symmetric: bool, rows: int):
     """`materialize(weight, form, ...)` (a block form) as consecutive `QuantizedTensor`s of about
     `rows` rows, for a writer that streams them: the same bytes, a chunk of the tensor at a time."""
-    if isinstance(weight, (QuantizedTensor, QuantizedRows)) and (weight.bits, weight.block_size) == (form.bits, form.block_size):
-        yield from as_rows(weight).chunks(rows)
-        return
+    for _, _, make in materialized_pieces(weight, form, symmetric=symmetric, rows=rows):
+        yield make()
+
+
+def materialized_pieces(weight, form: QuantForm, *, symmetric: bool, rows: int):
+    """`materialized_chunks` as `(start, stop, make)` per chunk, each `make()` working alone: the
+    source's blocks converted, or the weight (dequantized a chunk at a time) quantized."""
     if isinstance(weight, (QuantizedTensor, QuantizedRows)):
-        weight = as_rows(weight)
-    yield from quantize_chunks(weight, form.bits, form.block_size, symmetric=symmetric, rows=rows)
+        source = as_rows(weight)
+        if (weight.bits, weight.block_size) == (form.bits, form.block_size):
+            n = source.shape[0]
+            return [(a, min(a + rows, n), lambda a=a: source.assembled(a, min(a + rows, n))) for a in range(0, n, rows)]
+        weight = source
+    return quantized_pieces(weight, form.bits, form.block_size, symmetric=symmetric, rows=rows)
 
 
 def as_rows(weight: "QuantizedTensor | QuantizedRows") -> QuantizedRows:

@@ -116,7 +116,7 @@ class QuantizedRows:
         """Consecutive `QuantizedTensor`s of `rows` rows (the last one shorter), each converted a few
         rows at a time into its arrays (a small conversion stays in cache; any split gives the same bytes)."""
         for start in range(0, self.shape[0], rows):
-            yield self._assembled(start, min(start + rows, self.shape[0]))
+            yield self.assembled(start, min(start + rows, self.shape[0]))
 
     def __getitem__(self, rows: slice) -> np.ndarray:
         if not isinstance(rows, slice) or rows.step not in (None, 1):
@@ -125,9 +125,9 @@ class QuantizedRows:
         return self.chunk(start, max(start, stop)).dequantize()
 
     def whole(self) -> QuantizedTensor:
-        return self._assembled(0, self.shape[0])
+        return self.assembled(0, self.shape[0])
 
-    def _assembled(self, begin: int, end: int) -> QuantizedTensor:
+    def assembled(self, begin: int, end: int) -> QuantizedTensor:
         """Rows `begin:end`, each array allocated once and filled by small conversions (no parts to join)."""
         step = max(1, _CONVERT_ELEMENTS // max(1, self.shape[1]))
         if end - begin <= step:

@@ -3,6 +3,7 @@ to writing each weight whole, for every source and stored form, at any `--jobs`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,7 @@ def test_streamed_weights_give_the_whole_weights_bytes(sources, tmp_path, monkey
 
 
 def _streamed_group(name: str, n: int, rows: int, *, fail_at: int | None = None) -> InitializerGroup:
-    """Data [n, 4] streamed by rows, with scales [n] and offsets [2, n] (axis 1) assembled."""
+    """Data [n, 4] in slabs of rows, with scales [n] and offsets [2, n] (axis 1) assembled."""
     data = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
     scales = np.arange(n, dtype=np.float32) * 0.5
     offsets = np.stack([scales, -scales])
@@ -86,32 +87,34 @@ def _streamed_group(name: str, n: int, rows: int, *, fail_at: int | None = None)
                PlannedTensor(f"{name}.scales", oir.DataType.FLOAT16, (n,)),
                PlannedTensor(f"{name}.offsets", oir.DataType.FLOAT, (2, n)))
 
-    def stream():
-        for a in range(0, n, rows):
-            if fail_at is not None and a >= fail_at:
-                raise RuntimeError("source went away")
-            yield data[a : a + rows], scales[a : a + rows], offsets[:, a : a + rows]
+    def piece(a: int):
+        if fail_at is not None and a >= fail_at:
+            raise RuntimeError("source went away")
+        return data[a : a + rows], scales[a : a + rows], offsets[:, a : a + rows]
 
-    return InitializerGroup(tensors, lambda: (data, scales, offsets), stream, axes=(0, 0, 1))
+    return InitializerGroup(tensors, lambda: (data, scales, offsets),
+                            lambda: [lambda a=a: piece(a) for a in range(0, n, rows)], axes=(0, 0, 1))
 
 
 def test_a_streamed_group_writes_what_its_whole_arrays_write():
     streamed, whole = DataFile("a.data"), DataFile("b.data")
+    written = []
     for i, n in enumerate((7, 300, 1)):
         group = _streamed_group(f"w{i}", n, rows=16)
-        streamed.add(group)
+        streamed.add(replace(group, written=lambda i=i: written.append(i)))
         whole.add(InitializerGroup(group.tensors, group.produce))
     expected = b"".join(bytes(c) for c in whole.chunks(jobs=1))
     assert len(expected) == whole.size
     for jobs in (1, 2, 3):
+        written.clear()
         assert b"".join(bytes(c) for c in streamed.chunks(jobs=jobs)) == expected
+        assert written == [0, 1, 2]  # each group told once its bytes are out, in order
 
 
 def test_a_short_or_misshapen_stream_is_an_error_not_a_short_file():
     group = _streamed_group("w", 40, rows=8)
-    short = InitializerGroup(group.tensors, group.produce, lambda: list(group.stream())[:-1], group.axes)
-    wide = InitializerGroup(group.tensors, group.produce,
-                            lambda: [(np.zeros((8, 5), np.float32), *rest) for _, *rest in group.stream()], group.axes)
+    short = replace(group, pieces=lambda: group.pieces()[:-1])
+    wide = replace(group, pieces=lambda: [lambda p=p: (np.zeros((8, 5), np.float32), *p()[1:]) for p in group.pieces()])
     for bad in (short, wide):
         data = DataFile("x.data")
         data.add(bad)
@@ -119,14 +122,13 @@ def test_a_short_or_misshapen_stream_is_an_error_not_a_short_file():
             b"".join(bytes(c) for c in data.chunks(jobs=2))
 
 
-def test_a_failing_stream_stops_the_writer_and_its_threads():
+def test_a_failing_piece_stops_the_writer():
     data = DataFile("x.data")
     for i in range(4):
         data.add(_streamed_group(f"w{i}", 400, rows=4, fail_at=200 if i == 1 else None))
     with pytest.raises(RuntimeError, match="source went away"):
         for _ in data.chunks(jobs=2):
             pass
-    # A writer that stops early (an interrupt) leaves no worker blocked on a full queue.
-    chunks = data.chunks(jobs=2)
+    chunks = data.chunks(jobs=2)  # a writer that stops early (an interrupt) waits for nothing more
     next(chunks)
     chunks.close()

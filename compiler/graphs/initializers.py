@@ -10,12 +10,10 @@ single weight, whatever the model size.
 from __future__ import annotations
 
 import posixpath
-import queue
-import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import onnx_ir as oir
@@ -48,12 +46,20 @@ class InitializerGroup:
 
     tensors: tuple[PlannedTensor, ...]
     produce: Callable[[], tuple[np.ndarray, ...]]
-    # The same arrays a slab at a time, for a large weight: each item holds one slab per tensor, slab j
-    # running along axis `axes[j]` of tensor j (0 unless given), consecutive. The data file writes the
-    # first tensor's slabs as they come and assembles the others (a fraction of it: scales, zero
-    # points), so a weight is never whole in memory. None: `produce` only.
-    stream: Callable[[], Iterable[tuple[np.ndarray, ...]]] | None = None
+    # The same arrays in slabs, for a large weight: a callable per slab, in order, each making one slab
+    # per tensor (slab j runs along axis `axes[j]` of tensor j, 0 unless given; consecutive slabs are
+    # consecutive). Each callable works alone, so slabs of one weight are made in parallel (`--jobs`).
+    # The data file writes the first tensor's slabs as they come and assembles the others (a fraction of
+    # it: scales, zero points), so a weight is never whole in memory. None: `produce` only.
+    pieces: Callable[[], Sequence[Callable[[], tuple[np.ndarray, ...]]]] | None = None
     axes: tuple[int, ...] | None = None
+    # Called once the group's bytes are written (a store lets the weight's source pages go).
+    written: Callable[[], None] | None = None
+
+    def work(self) -> Sequence[Callable[[], tuple[np.ndarray, ...]]]:
+        """What makes the group's bytes: its pieces, or `produce` as the one piece."""
+        pieces = self.pieces() if self.pieces is not None else ()
+        return pieces or (self.produce,)
 
 
 @dataclass(frozen=True)
@@ -126,19 +132,18 @@ class DataFile:
         )
 
     def chunks(self, jobs: int = 1) -> Iterator[bytes | memoryview]:
-        """The file's bytes, produced one group at a time (a streamed group a slab at a time); with
-        `jobs` > 1, that many groups are produced ahead in threads while the one before them is written
-        (numpy's copies, casts and quantization arithmetic release the GIL). The bytes are the same for
-        any `jobs`: every group is produced by the same function and they are written in registration order."""
+        """The file's bytes, produced one group (or one slab of a large weight) at a time; with `jobs` > 1,
+        that many pieces are produced ahead in threads while the one before them is written (numpy's
+        copies, casts and quantization arithmetic release the GIL). The bytes are the same for any
+        `jobs`: every piece is produced by the same function and they are written in registration order."""
         written = 0
-        for group, pieces in zip(self.groups, _produced(self.groups, jobs)):
-            for tensor, data in _group_bytes(group, pieces):
-                offset = self.placements[tensor.name].offset
-                if offset > written:
-                    yield b"\0" * (offset - written)
-                    written = offset
-                yield data
-                written += len(data)
+        for tensor, data in _file_pieces(self.groups, jobs):
+            offset = self.placements[tensor.name].offset
+            if offset > written:
+                yield b"\0" * (offset - written)
+                written = offset
+            yield data
+            written += len(data)
 
     def layout(self) -> dict[str, StoredTensor]:
         """Every tensor in the file, by name."""
@@ -150,33 +155,57 @@ class DataFile:
         return out
 
 
-def _group_bytes(group: InitializerGroup, pieces: Iterable[tuple]) -> Iterator[tuple[PlannedTensor, memoryview]]:
-    """(tensor, bytes) of one group in file order: the first tensor's slabs as they come (when they run
-    along its axis 0), then each other tensor assembled from its slabs."""
-    tensors = group.tensors
-    axes = group.axes or (0,) * len(tensors)
-    held: list[np.ndarray | None] = [None] * len(tensors)
-    filled = [0] * len(tensors)
-    streamed = axes[0] == 0
-    for arrays in pieces:
+def _file_pieces(groups: Sequence[InitializerGroup], jobs: int) -> Iterator[tuple[PlannedTensor, memoryview]]:
+    """(tensor, bytes) of every group in file order."""
+    current: _Assembly | None = None
+    for index, arrays in _produced(groups, jobs):
+        if current is None or current.index != index:
+            if current is not None:
+                yield from current.finish()
+            current = _Assembly(index, groups[index])
+        yield from current.add(arrays)
+    if current is not None:
+        yield from current.finish()
+
+
+class _Assembly:
+    """One group's bytes in file order: the first tensor's slabs as they come (when they run along its
+    axis 0), then each other tensor assembled from its slabs."""
+
+    def __init__(self, index: int, group: InitializerGroup):
+        self.index, self.group = index, group
+        tensors = group.tensors
+        self.axes = group.axes or (0,) * len(tensors)
+        self.held: list[np.ndarray | None] = [None] * len(tensors)
+        self.filled = [0] * len(tensors)
+        self.streamed = self.axes[0] == 0
+
+    def add(self, arrays: tuple) -> Iterator[tuple[PlannedTensor, memoryview]]:
+        tensors = self.group.tensors
         if len(arrays) != len(tensors):
             raise AssertionError(f"{tensors[0].name}: produced {len(arrays)} arrays")
         for j, (tensor, array) in enumerate(zip(tensors, arrays)):
             array = np.asarray(array)
-            if j == 0 and streamed:
-                yield tensor, _slab_bytes(tensor, array, filled[0])
-                filled[0] += array.shape[0] if array.ndim else 1
+            if j == 0 and self.streamed:
+                yield tensor, _slab_bytes(tensor, array, self.filled[0])
+                self.filled[0] += array.shape[0] if array.ndim else 1
             else:
-                held[j], filled[j] = _hold(tensor, array, axes[j], held[j], filled[j])
-    if streamed and filled[0] != (tensors[0].shape[0] if tensors[0].shape else 1):
-        raise AssertionError(f"initializer {tensors[0].name!r}: planned shape {tensors[0].shape}, produced {filled[0]} rows")
-    for j, tensor in enumerate(tensors):
-        if j == 0 and streamed:
-            continue
-        if held[j] is None:
-            raise AssertionError(f"initializer {tensor.name!r}: nothing produced")
-        yield tensor, _tensor_bytes(tensor, held[j])
-        held[j] = None  # written: let it go
+                self.held[j], self.filled[j] = _hold(tensor, array, self.axes[j], self.held[j], self.filled[j])
+
+    def finish(self) -> Iterator[tuple[PlannedTensor, memoryview]]:
+        tensors = self.group.tensors
+        if self.streamed and self.filled[0] != (tensors[0].shape[0] if tensors[0].shape else 1):
+            raise AssertionError(
+                f"initializer {tensors[0].name!r}: planned shape {tensors[0].shape}, produced {self.filled[0]} rows")
+        for j, tensor in enumerate(tensors):
+            if j == 0 and self.streamed:
+                continue
+            if self.held[j] is None:
+                raise AssertionError(f"initializer {tensor.name!r}: nothing produced")
+            yield tensor, _tensor_bytes(tensor, self.held[j])
+            self.held[j] = None  # written: let it go
+        if self.group.written is not None:
+            self.group.written()
 
 
 def _hold(tensor: PlannedTensor, array: np.ndarray, axis: int, held: np.ndarray | None, filled: int):
@@ -202,82 +231,39 @@ def _slab_bytes(tensor: PlannedTensor, array: np.ndarray, filled: int) -> memory
     return _stored_view(tensor, array)
 
 
-class _Prefetch:
-    """A streamed group's slabs, produced in a worker thread at most `depth` ahead of the writer."""
-
-    def __init__(self, group: InitializerGroup, depth: int = 2):
-        self._make = group.stream
-        self._queue: queue.Queue = queue.Queue(depth)
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        try:
-            for piece in self._make():
-                if not self._put(("piece", piece)):
-                    return
-            self._put(("end", None))
-        except BaseException as error:  # handed to the writer, which raises it
-            self._put(("error", error))
-
-    def _put(self, item) -> bool:
-        while not self._stopped.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def __iter__(self):
-        while True:
-            kind, value = self._queue.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
+def _work(groups: Sequence[InitializerGroup]) -> Iterator[tuple[int, Callable[[], tuple]]]:
+    for index, group in enumerate(groups):
+        for piece in group.work():
+            yield index, piece
 
 
-def _produced(groups: Iterable[InitializerGroup], jobs: int) -> Iterator[Iterable[tuple]]:
-    """Each group's pieces (one tuple of whole arrays, or a streamed group's slabs), in order; at most
-    `jobs` groups produced ahead of the one being consumed."""
+def _produced(groups: Sequence[InitializerGroup], jobs: int) -> Iterator[tuple[int, tuple]]:
+    """(group index, arrays) of every piece of every group, in order; at most `jobs` pieces produced
+    ahead of the one being consumed."""
     if jobs <= 1:
-        for group in groups:
-            yield group.stream() if group.stream is not None else (group.produce(),)
+        for index, piece in _work(groups):
+            yield index, piece()
         return
     pending: deque = deque()
-    queued = iter(groups)
-
-    def submit(pool: ThreadPoolExecutor, group: InitializerGroup):
-        if group.stream is None:
-            return pool.submit(group.produce)
-        prefetch = _Prefetch(group)
-        return prefetch, pool.submit(prefetch.run)
-
-    current = None
+    queued = _work(groups)
     with ThreadPoolExecutor(jobs, thread_name_prefix="mtpc-data") as pool:
         try:
-            for group in queued:
-                pending.append(submit(pool, group))
+            for index, piece in queued:
+                pending.append((index, pool.submit(piece)))
                 if len(pending) == jobs:
                     break
             while pending:
-                current = pending.popleft()
+                index, future = pending.popleft()
                 following = next(queued, None)
                 if following is not None:
-                    pending.append(submit(pool, following))
-                yield current[0] if isinstance(current, tuple) else (current.result(),)
-                current = None  # written: let it go before the next one is waited for
+                    pending.append((following[0], pool.submit(following[1])))
+                arrays = future.result()
+                del future
+                yield index, arrays
+                del arrays  # written: let it go before the next one is waited for
         finally:  # the writer stopped early (an error, an interrupt): start nothing more
-            for item in (current, *pending):
-                if isinstance(item, tuple):
-                    item[0].stop()
-                    item[1].cancel()
-                elif item is not None:
-                    item.cancel()
+            for _, future in pending:
+                future.cancel()
 
 
 def _tensor_bytes(tensor: PlannedTensor, array: np.ndarray) -> memoryview:

@@ -10,22 +10,23 @@ checks them against the table.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import onnx_ir as oir
 
-from ..arrays import can_slice_columns, slab_rows, transposed, transposed_chunks
+from ..arrays import can_slice_columns, slab_rows, transposed, transposed_slab
 from ..contracts import quantized_names
 from ..diagnostics import MtpcError
 from ..ir import QuantizationPlan, WeightDecision
-from ..quant import QuantForm, materialize, materialized_chunks
+from ..quant import QuantForm, materialize, materialized_pieces
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 
 # A weight whose first stored tensor is at least this large is written a slab of about this size at a
-# time (`InitializerGroup.stream`): memory then grows with the slab, not with the largest weight.
+# time (`InitializerGroup.pieces`): memory then grows with the slab, not with the largest weight.
 STREAM_BYTES = 4 << 20
 # Rows compared at a time when the re-quantization error is measured.
 _CHUNK_ELEMENTS = 1 << 18
@@ -42,9 +43,9 @@ class LinearParams:
     group: InitializerGroup
     quant: QuantForm | None
     accuracy_level: int = 0
-    # A float weight's `[k, n]` operand as slabs of the given number of rows (`arrays.transposed_chunks`),
-    # for a packed projection to stream its parts side by side.
-    slabs: Callable[[int], Iterator[np.ndarray]] | None = None
+    # A float weight's `[k, n]` operand as slabs of the given number of rows, a callable each
+    # (`arrays.transposed_slab`; None from it: not sliceable), for a packed projection to stream its parts side by side.
+    slabs: Callable[[int], list[Callable[[], np.ndarray]] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class ParameterSource:
         # canonical name -> max |stored - source's dequantization|, for source-quantized weights re-quantized
         # when the data file is written (measured then: the plan reads no weight).
         self.requantization_error = requantization_error if requantization_error is not None else {}
+        self._measuring = threading.Lock()
 
     def _measures(self, decision: WeightDecision) -> bool:
         return not (decision.lossless or decision.source.startswith(("float", "bfloat")))
@@ -85,13 +87,14 @@ class ParameterSource:
         if not self._measures(decision):
             return
         source = self._float_rows(canonical)
-        error = self.requantization_error.get(canonical, 0.0) if start else 0.0
+        error = 0.0
         step = max(1, _CHUNK_ELEMENTS // max(1, stored.shape[1]))
         for a in range(0, stored.shape[0], step):
             b = min(a + step, stored.shape[0])
             diff = np.abs(stored.rows(a, b).dequantize() - source[start + a : start + b])
             error = max(error, float(diff.max(initial=0)))
-        self.requantization_error[canonical] = error
+        with self._measuring:  # chunks of one weight are measured in several threads
+            self.requantization_error[canonical] = max(error, self.requantization_error.get(canonical, 0.0))
 
     def _read_rows(self, canonical: str):
         """The weight as `read` gives it, or row by row where the store can (`HFWeightStore.read_rows`:
@@ -125,22 +128,19 @@ class ParameterSource:
         shape = tuple(self.store.info(canonical).shape)
 
         def produce() -> tuple[np.ndarray, ...]:
-            value = self.store.read_float(canonical)
-            self._release(canonical)
-            return (value,)
+            return (self.store.read_float(canonical),)
 
         planned = (PlannedTensor(name, dtype, shape),)
-        if len(shape) != 2 or planned[0].nbytes < STREAM_BYTES:
-            return InitializerGroup(planned, produce)
+        written = lambda: self._release(canonical)  # noqa: E731
+        if len(shape) != 2 or not _streams(planned):
+            return InitializerGroup(planned, produce, written=written)
 
-        def stream() -> Iterator[tuple[np.ndarray, ...]]:
+        def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
             rows = self._float_rows(canonical)
             step = max(1, STREAM_BYTES // max(1, shape[1] * 4))
-            for start in range(0, shape[0], step):
-                yield (np.asarray(rows[start : start + step], dtype=np.float32),)
-            self._release(canonical)
+            return [lambda a=a: (np.asarray(rows[a : a + step], dtype=np.float32),) for a in range(0, shape[0], step)]
 
-        return InitializerGroup(planned, produce, stream)
+        return InitializerGroup(planned, produce, pieces, written=written)
 
     # ------------------------------------------------------------------ linear weights
 
@@ -156,26 +156,24 @@ class ParameterSource:
                 if isinstance(w, QuantizedTensor):
                     w = materialize(w, None, symmetric=True)
                 # Transposed tile by tile straight into the stored dtype: one output, no temporaries.
-                out = transposed(w, self.io_dtype.numpy())
-                self._release(canonical)
-                return (out,)
+                return (transposed(w, self.io_dtype.numpy()),)
 
-            def slabs(rows: int) -> Iterator[np.ndarray]:
+            def slabs(rows: int) -> list[Callable[[], np.ndarray]] | None:
+                """The `[k, n]` operand as slabs of `rows` rows, each made alone; None where the weight
+                dequantizes by whole rows only (it is then transposed whole)."""
                 w = self._read_rows(canonical)
-                if can_slice_columns(w):
-                    yield from transposed_chunks(w, self.io_dtype.numpy(), rows)
-                else:  # dequantized by whole rows only: transposed whole
-                    whole = produce_float()[0]
-                    for start in range(0, k, rows):
-                        yield whole[start : start + rows]
-                self._release(canonical)
+                if not can_slice_columns(w):
+                    return None
+                dtype = self.io_dtype.numpy()
+                return [lambda a=a: transposed_slab(w, dtype, a, min(a + rows, k)) for a in range(0, k, rows)]
 
-            def stream_float() -> Iterator[tuple[np.ndarray, ...]]:
-                for slab in slabs(slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES)):
-                    yield (slab,)
+            def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
+                made = slabs(slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES))
+                return [lambda make=make: (make(),) for make in made] if made else []
 
-            stream = stream_float if _streams(planned) else None
-            return LinearParams(n, k, InitializerGroup(planned, produce_float, stream), None, slabs=slabs)
+            group = InitializerGroup(planned, produce_float, pieces if _streams(planned) else None,
+                                     written=lambda: self._release(canonical))
+            return LinearParams(n, k, group, None, slabs=slabs)
         planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
         symmetric = not form.has_zero_points
 
@@ -185,31 +183,31 @@ class ParameterSource:
             if not isinstance(w, QuantizedTensor):
                 raise AssertionError(f"{canonical}: planned a quantized weight, resolve gave float")
             self._measure(canonical, decision, w)
-            self._release(canonical)
             return _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=True)
 
-        def stream_quantized() -> Iterator[tuple[np.ndarray, ...]]:
-            yield from self._quantized_stream(canonical, decision, form, symmetric, offsets_by_block=True)
+        def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
+            return self._quantized_pieces(canonical, decision, form, symmetric, offsets_by_block=True)
 
-        stream = stream_quantized if _streams(planned) else None
-        group = InitializerGroup(planned, produce_quantized, stream, _axes(planned, form, offsets_by_block=True))
+        group = InitializerGroup(planned, produce_quantized, pieces if _streams(planned) else None,
+                                 _axes(planned, form, offsets_by_block=True), lambda: self._release(canonical))
         return LinearParams(n, k, group, form, decision.accuracy_level)
 
-    def _quantized_stream(self, canonical: str, decision: WeightDecision, form: QuantForm, symmetric: bool, *,
-                          offsets_by_block: bool) -> Iterator[tuple[np.ndarray, ...]]:
-        """`materialize`'s arrays a chunk of rows at a time (`quant.materialized_chunks`): a block-quantized
+    def _quantized_pieces(self, canonical: str, decision: WeightDecision, form: QuantForm, symmetric: bool, *,
+                          offsets_by_block: bool) -> list[Callable[[], tuple[np.ndarray, ...]]]:
+        """`materialize`'s arrays a chunk of rows at a time (`quant.materialized_pieces`): a block-quantized
         source converted, or a float or dequantized one quantized, never whole in memory."""
         w = self._read_rows(canonical)
-        n, k = w.shape[0], w.shape[-1]
-        rows = max(1, STREAM_BYTES * 8 // max(1, k * form.bits))  # about STREAM_BYTES of packed data
-        start = 0
-        for chunk in materialized_chunks(w, form, symmetric=symmetric, rows=rows):
+        rows = max(1, STREAM_BYTES * 8 // max(1, w.shape[-1] * form.bits))  # about STREAM_BYTES of packed data
+
+        def piece(start: int, make) -> tuple[np.ndarray, ...]:
+            chunk = make()
             self._measure(canonical, decision, chunk, start)
-            start += chunk.shape[0]
-            yield _quantized_arrays(canonical, chunk, form, self.io_dtype, offsets_by_block=offsets_by_block)
-        if start != n:
-            raise AssertionError(f"{canonical}: streamed {start} of {n} rows")
-        self._release(canonical)
+            return _quantized_arrays(canonical, chunk, form, self.io_dtype, offsets_by_block=offsets_by_block)
+
+        made = materialized_pieces(w, form, symmetric=symmetric, rows=rows)
+        if made[-1][1] != w.shape[0]:
+            raise AssertionError(f"{canonical}: pieces cover {made[-1][1]} of {w.shape[0]} rows")
+        return [lambda start=start, make=make: piece(start, make) for start, _, make in made]
 
     def packed_linear(self, parts: Sequence[LinearParams], stem: str) -> LinearParams:
         """Projections of one input stored in one form, as one: their weights side by side along N.
@@ -234,23 +232,23 @@ class ParameterSource:
             arrays = [p.group.produce() for p in parts]
             return tuple(np.concatenate([a[j] for a in arrays], axis=axes[j]) for j in range(len(planned)))
 
-        def stream_float() -> Iterator[tuple[np.ndarray, ...]]:
+        def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
+            if first.quant is not None:
+                # The parts' rows one after the other are the packed weight's rows (and its offsets' columns).
+                return [piece for p in parts for piece in p.group.work()]
             # Slabs of the same rows of every part, side by side: no whole part, no whole packed operand.
-            rows = slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES)
-            for slabs in zip(*(p.slabs(rows) for p in parts)):
-                yield (np.concatenate(slabs, axis=1),)
+            made = [p.slabs(slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES)) if p.slabs else None for p in parts]
+            if any(m is None for m in made):
+                return []  # a part that dequantizes by whole rows: the packed operand is made whole
+            return [lambda row=row: (np.concatenate([make() for make in row], axis=1),) for row in zip(*made)]
 
-        def stream_quantized() -> Iterator[tuple[np.ndarray, ...]]:
-            # The parts' rows one after the other are the packed weight's rows (and its offsets' columns).
+        def written() -> None:
             for p in parts:
-                yield from p.group.stream() if p.group.stream is not None else (p.group.produce(),)
+                if p.group.written is not None:
+                    p.group.written()
 
-        stream = None
-        if _streams(planned) and first.quant is not None:
-            stream = stream_quantized
-        elif _streams(planned) and all(p.slabs for p in parts):
-            stream = stream_float
-        group = InitializerGroup(planned, produce, stream, None if first.quant is None else first.group.axes)
+        group = InitializerGroup(planned, produce, pieces if _streams(planned) else None,
+                                 None if first.quant is None else first.group.axes, written)
         return LinearParams(n, first.k, group, first.quant, first.accuracy_level)
 
     # ------------------------------------------------------------------ embedding
@@ -273,21 +271,24 @@ class ParameterSource:
             w = materialize(self.store.read(canonical), form, symmetric=scheme.symmetric)
             assert isinstance(w, QuantizedTensor)
             self._measure(canonical, decision, w)
-            self._release(canonical)
             data, *rest = _quantized_arrays(canonical, w, form, self.io_dtype, offsets_by_block=False)
             return (data.reshape(flat), *rest)
 
-        def stream() -> Iterator[tuple[np.ndarray, ...]]:
-            for data, *rest in self._quantized_stream(canonical, decision, form, scheme.symmetric, offsets_by_block=False):
-                yield (data.reshape(data.shape[0], flat[1]), *rest)
+        def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
+            def flattened(make) -> tuple[np.ndarray, ...]:
+                data, *rest = make()
+                return (data.reshape(data.shape[0], flat[1]), *rest)
 
-        group = InitializerGroup(planned, produce, stream if _streams(planned) else None,
-                                 _axes(planned, form, offsets_by_block=False))
+            made = self._quantized_pieces(canonical, decision, form, scheme.symmetric, offsets_by_block=False)
+            return [lambda make=make: flattened(make) for make in made]
+
+        group = InitializerGroup(planned, produce, pieces if _streams(planned) else None,
+                                 _axes(planned, form, offsets_by_block=False), lambda: self._release(canonical))
         return EmbeddingParams(vocab, hidden, group, form)
 
 
 def _streams(planned: tuple[PlannedTensor, ...]) -> bool:
-    """Whether a weight is large enough to be written a chunk at a time (`InitializerGroup.stream`)."""
+    """Whether a weight is large enough to be written a chunk at a time (`InitializerGroup.pieces`)."""
     return planned[0].nbytes >= STREAM_BYTES
 
 
