@@ -18,6 +18,8 @@ import numpy as np
 # Rows of the source per transposed tile (measured best of 32..512 on x86-64): the tile is read
 # sequentially and written as 512-byte runs into each output row, so both sides stream through the cache.
 _TILE_ROWS = 128
+# Elements per tile of a narrow transposed slab (`transposed_slab`).
+_TILE_ELEMENTS = 1 << 14
 # Rows widened at a time when only widening (no transpose): a few MB, whatever the tensor.
 _WIDEN_ELEMENTS = 1 << 20
 # Which uint16 half of a float32 is its low (zeroed) half and which its high one (the bfloat16 bits).
@@ -105,16 +107,19 @@ def transposed_slab(w: np.ndarray | Bfloat16Rows, dtype: np.dtype | type, k0: in
     dtype = np.dtype(dtype)
     n = w.shape[0]
     out = np.empty((k1 - k0, n), dtype)
+    # A plain view (a memmap's slices cost a Python object each); tiles of about _TILE_ELEMENTS, taller
+    # for a narrow slab, so each tile still reads and writes whole cache lines.
+    source = np.asarray(w.bits if isinstance(w, Bfloat16Rows) else w)
+    tile = max(_TILE_ROWS, _TILE_ELEMENTS // max(1, k1 - k0))
     if isinstance(w, Bfloat16Rows) and dtype == np.float32:
         halves = out.view(np.uint16).reshape(k1 - k0, n, 2)
-        for start in range(0, n, _TILE_ROWS):
-            stop = min(start + _TILE_ROWS, n)
+        for start in range(0, n, tile):
+            stop = min(start + tile, n)
             halves[:, start:stop, _LOW] = 0
-            halves[:, start:stop, _HIGH] = w.bits[start:stop, k0:k1].T
+            halves[:, start:stop, _HIGH] = source[start:stop, k0:k1].T
         return out
-    source = w.bits if isinstance(w, Bfloat16Rows) else w
-    for start in range(0, n, _TILE_ROWS):
-        stop = min(start + _TILE_ROWS, n)
+    for start in range(0, n, tile):
+        stop = min(start + tile, n)
         block = source[start:stop, k0:k1]
         if isinstance(w, Bfloat16Rows):
             block = widen_bfloat16(np.ascontiguousarray(block))
