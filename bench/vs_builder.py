@@ -1,7 +1,7 @@
 """mtpc against the real competitors, measured in one run: one table of ratios.
 
     pip install -e '.[bench]'
-    python bench/vs_builder.py [--size medium] [--json FILE] [--with-27b]
+    python bench/vs_builder.py [--size medium] [--json FILE] [--with-27b] [--only compile|27b] [--gguf-27b FILE]
 
 Competitors: onnxruntime-genai 0.18.0's model builder (`onnxruntime_genai.models.builder`, from
 its wheel; needs torch and transformers) on the same Hugging Face checkpoint, and llama.cpp's
