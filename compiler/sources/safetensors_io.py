@@ -125,7 +125,9 @@ class SafetensorsFile:
         if self._map is None:
             return
         begin, end = self._entries[name]["data_offsets"]
-        mapped = self._map._mmap  # numpy's mmap.mmap, starting at the page boundary at or before the data
+        # numpy's mmap.mmap, starting at the allocation boundary at or before the data (a private attribute:
+        # without it, nothing is released)
+        mapped = getattr(self._map, "_mmap", None)
         if mapped is None:
             return
         release_pages(mapped, begin + self._map.offset - self._map_start(), end - begin)
