@@ -3,8 +3,9 @@
 A graph is built against *planned* tensors: name, dtype and shape are known up
 front (so the `.onnx` proto can carry external-data references with exact
 offsets), while the values are produced one source weight at a time when the
-`.onnx.data` file is written. Memory therefore stays bounded by the largest
-single weight, whatever the model size.
+`.onnx.data` file is written, a large weight one slab at a time (`InitializerGroup.pieces`).
+Memory therefore stays bounded by a few slabs (`--jobs` of them in flight) plus the small
+tensors of the weight being written, whatever the model size.
 """
 
 from __future__ import annotations
