@@ -13,11 +13,16 @@ bench/llama_bench_build.py and cached outside the repository) on the same GGUF f
 2. Compile, each in a fresh process timed from outside with its peak RSS sampled from /proc:
    `mtpc compile` and the builder, at fp32 and int4 (block 32, each tool's CPU defaults),
    and `cp -r CHECKPOINT && sync` as the disk floor.
-3. Decode tok/s in onnxruntime-genai (128 greedy steps after an 8-token prompt, best of 2,
-   `intra_op_num_threads` 1 and 2) of each package.
+3. Decode tok/s in onnxruntime-genai (128 greedy steps after an 8-token prompt and a 16-step
+   warm-up, best of 2, `intra_op_num_threads` 1 and 2) of each package. mtpc's and the builder's
+   package run alternately in fresh processes, `--decode-repeats` times (default 3), and the
+   medians count: on a shared machine a run that waited for a core is an outlier, not a verdict.
+   Tokens per CPU-second (user + system time of the decoding process) are printed beside the
+   table: what the kernels cost, whatever the other jobs on the machine did.
 4. llama.cpp's converter writes a Q8_0 and a BF16 GGUF of the same checkpoint; llama-quantize
    makes Q4_0 from the BF16 one. mtpc compiles each with `keep: source`; og's decode of those
-   packages against `llama-bench -p 0 -n 128 -t 1,2` on the very same files.
+   packages against `llama-bench -p 0 -n 128 -t 1,2` on the very same files, alternating the
+   same way (llama-bench's own mean of its repetitions per run, then the median of the runs).
 5. Metadata verbs (`--help`, `inspect`, `check SPEC`, `plan`, `diff SPEC SPEC`) on a
    27B-shaped sparse GGUF (bench/sparse_source.py: real header and vocabulary, no weights).
 6. `--with-27b`: that GGUF written dense (~17 GB of real bytes), compiled with keep: source,
@@ -37,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -127,7 +133,10 @@ def gguf_files(folder: Path, ckpt: Path) -> dict[str, Path]:
 
 
 def decode_child(package: Path, threads: int) -> None:
-    """Prints the tok/s of 128 greedy decode steps in onnxruntime-genai (run as `--decode PKG N`)."""
+    """Prints the tok/s of 128 greedy decode steps in onnxruntime-genai (run as `--decode PKG N`), and
+    tokens per CPU-second of this process over the same steps."""
+    import resource
+
     import onnxruntime_genai as og
 
     config = package / "genai_config.json"
@@ -140,22 +149,30 @@ def decode_child(package: Path, threads: int) -> None:
         section.pop("shared_initializers", None)
     config.write_text(json.dumps(doc, indent=4))
     model = og.Model(str(package))
-    best = 0.0
-    for _ in range(2):
+
+    def cpu_s() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    best = best_cpu = 0.0
+    for steps in (16, DECODE_STEPS, DECODE_STEPS):  # the first, short, warms the arena and the caches up
         params = og.GeneratorParams(model)
-        length = len(PROMPT) + DECODE_STEPS + 1
+        length = len(PROMPT) + steps + 1
         params.set_search_options(do_sample=False, max_length=length, min_length=length)
         generator = og.Generator(model, params)
         generator.append_tokens(PROMPT)
-        start = time.perf_counter()
-        for _ in range(DECODE_STEPS):
+        cpu, start = cpu_s(), time.perf_counter()
+        for _ in range(steps):
             generator.generate_next_token()
-        best = max(best, DECODE_STEPS / (time.perf_counter() - start))
-    print(json.dumps({"tok_s": best}))
+        wall, cpu = time.perf_counter() - start, cpu_s() - cpu
+        if steps == DECODE_STEPS:
+            best, best_cpu = max(best, steps / wall), max(best_cpu, steps / cpu)
+    print(json.dumps({"tok_s": best, "tok_cpu_s": best_cpu}))
 
 
-def og_decode(package: Path, threads: int) -> float:
-    return json.loads(run([PY, __file__, "--decode", str(package), str(threads)])["stdout"].strip().splitlines()[-1])["tok_s"]
+def og_decode(package: Path, threads: int) -> dict[str, float]:
+    """{"tok_s": wall tok/s, "tok_cpu_s": tokens per CPU-second} of a fresh decoding process."""
+    return json.loads(run([PY, __file__, "--decode", str(package), str(threads)])["stdout"].strip().splitlines()[-1])
 
 
 def llama_decode(gguf: Path) -> dict[int, float]:
@@ -165,6 +182,18 @@ def llama_decode(gguf: Path) -> dict[int, float]:
             "-o", "json"]
     rows = json.loads(run(argv)["stdout"])
     return {int(r["n_threads"]): float(r["avg_ts"]) for r in rows}
+
+
+def alternating(ours, theirs, repeats: int) -> tuple[list, list]:
+    """`repeats` results of each of two measurements, run turn about (who goes first alternates too),
+    so a busy spell on the machine falls on both."""
+    a, b = [], []
+    for i in range(repeats):
+        if i % 2:
+            b.append(theirs()); a.append(ours())
+        else:
+            a.append(ours()); b.append(theirs())
+    return a, b
 
 
 # ----------------------------------------------------------------------------- the run
@@ -300,6 +329,13 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(decode_cpu: dict) -> str:
+    lines = ["| package | threads | mtpc | builder | mtpc / builder |", "|---|---:|---:|---:|---:|"]
+    for (label, threads), (ours, theirs) in sorted(decode_cpu.items()):
+        lines.append(f"| {label} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="medium")
@@ -310,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf-27b", type=Path, metavar="FILE",
                         help="with --with-27b / --only 27b: a dense GGUF `sparse_source.py FILE --dense` wrote (kept)")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--decode-repeats", type=int, default=3, metavar="N",
+                        help="decode runs of each package, alternating, medians count (default 3)")
     parser.add_argument("--decode", nargs=2, metavar=("PACKAGE", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.decode:
@@ -327,12 +365,16 @@ def main(argv: list[str] | None = None) -> int:
         results["copy_s"] = floor["wall_s"]
         if args.only == "compile":
             return _report(args, results)
-        results["decode"] = {}
+        results["decode"], results["decode_cpu"] = {}, {}
         for label in ("fp32", "int4"):
             for threads in THREADS:
                 print(f"decoding {label} at {threads} threads", file=sys.stderr)
-                results["decode"][(label, threads)] = (og_decode(packages[("mtpc", label)], threads),
-                                                       og_decode(packages[("builder", label)], threads))
+                ours, theirs = alternating(lambda: og_decode(packages[("mtpc", label)], threads),
+                                           lambda: og_decode(packages[("builder", label)], threads), args.decode_repeats)
+                results["decode"][(label, threads)] = (median(r["tok_s"] for r in ours),
+                                                       median(r["tok_s"] for r in theirs))
+                results["decode_cpu"][(label, threads)] = (median(r["tok_cpu_s"] for r in ours),
+                                                           median(r["tok_cpu_s"] for r in theirs))
         for package in packages.values():
             shutil.rmtree(package)
         print("metadata verbs on the 27B-shaped sparse GGUF", file=sys.stderr)
@@ -344,9 +386,11 @@ def main(argv: list[str] | None = None) -> int:
                 out = work / f"gguf-{qtype}"
                 run([PY, "-m", "mtpc", "compile", str(spec(work, f"gguf-{qtype}", f"{{gguf: {gguf.name}}}", KEEP)),
                      "-o", str(out), "-q"])
-                theirs = llama_decode(gguf)
+                ours, theirs = alternating(lambda: {t: og_decode(out, t)["tok_s"] for t in THREADS},
+                                           lambda: llama_decode(gguf), args.decode_repeats)
                 for threads in THREADS:
-                    results["llama"][(qtype, threads)] = (og_decode(out, threads), theirs[threads])
+                    results["llama"][(qtype, threads)] = (median(r[threads] for r in ours),
+                                                          median(r[threads] for r in theirs))
                 shutil.rmtree(out)
             if args.with_27b:
                 print("27B-shaped dense Q4_0 GGUF: writing, copying, compiling", file=sys.stderr)
@@ -360,6 +404,10 @@ def _report(args, results: dict) -> int:
     print(f"mtpc vs onnxruntime-genai 0.18.0's builder and llama.cpp, size {args.size}, "
           f"{os.cpu_count()} cores; one run, every ratio measured in it")
     print(table(results))
+    if results.get("decode_cpu"):
+        print(f"\ntokens per CPU-second (medians of {args.decode_repeats}; not a goal: the kernels' cost without the "
+              "waits for a core)\n")
+        print(cpu_table(results["decode_cpu"]))
     if "failed" in results:
         print(f"\nnot measured, a step failed: {results['failed']}")
     if args.json:

@@ -3,7 +3,7 @@
 import os
 
 from bench.sparse_source import architecture_27b, write
-from bench.vs_builder import table
+from bench.vs_builder import alternating, cpu_table, table
 from mtpc import sources
 from mtpc.ir import SourceRef
 
@@ -58,3 +58,15 @@ def test_the_table_reports_the_write_floor_and_the_27b_compile():
     assert rows["compile / `cp && sync`"].endswith("| 1.50 | <= 2.0 | met |")
     assert rows["peak anonymous memory GiB"].endswith("| 0.50 | <= 1.0 | met |")
     assert rows["(compile + the `sync` after it) / `cp && sync`"].endswith("| 2.00 | | |")
+
+
+def test_decode_runs_alternate_and_who_goes_first_alternates_too():
+    calls = []
+    ours, theirs = alternating(lambda: calls.append("a") or len(calls), lambda: calls.append("b") or len(calls), 3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert (ours, theirs) == ([1, 4, 5], [2, 3, 6])
+
+
+def test_the_cpu_second_table_has_a_ratio_per_package_and_thread_count():
+    text = cpu_table({("int4", 2): (90.0, 100.0), ("fp32", 1): (30.0, 20.0)})
+    assert text.splitlines()[2:] == ["| fp32 | 1 | 30.0 | 20.0 | 1.50 |", "| int4 | 2 | 90.0 | 100.0 | 0.90 |"]
