@@ -15,7 +15,7 @@ bench/llama_bench_build.py and cached outside the repository) on the same GGUF f
    and `cp -r CHECKPOINT && sync` as the disk floor.
 3. Decode tok/s in onnxruntime-genai (128 greedy steps after an 8-token prompt and a 16-step
    warm-up, best of 2, `intra_op_num_threads` 1 and 2) of each package. mtpc's and the builder's
-   package run alternately in fresh processes, `--decode-repeats` times (default 3), and the
+   package run alternately in fresh processes, `--decode-repeats` times (default 5), and the
    medians count: on a shared machine a run that waited for a core is an outlier, not a verdict.
    Tokens per CPU-second (user + system time of the decoding process) are printed beside the
    table: what the kernels cost, whatever the other jobs on the machine did.
@@ -346,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf-27b", type=Path, metavar="FILE",
                         help="with --with-27b / --only 27b: a dense GGUF `sparse_source.py FILE --dense` wrote (kept)")
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
-    parser.add_argument("--decode-repeats", type=int, default=3, metavar="N",
-                        help="decode runs of each package, alternating, medians count (default 3)")
+    parser.add_argument("--decode-repeats", type=int, default=5, metavar="N",
+                        help="decode runs of each package, alternating, medians count (default 5)")
     parser.add_argument("--decode", nargs=2, metavar=("PACKAGE", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.decode:

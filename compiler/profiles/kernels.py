@@ -52,6 +52,22 @@ NO_FUSION = FusedKernels()
 # the L2 norm (1.08x int4). Main graph nodes of the 16-layer shape the issue measured: 721 -> 444
 # (the 0.18.0 builder: 449). onnxruntime's own optimizer already turns x * sigmoid(x) into QuickGelu,
 # so that one only shrinks the file; it does not fuse Add + RMSNormalization-23.
+#
+# Re-measured against the 0.18.0 builder's graphs of the same 156M checkpoint (bench/vs_builder.py
+# --size medium: 6 layers, 5 of them GatedDeltaNet), 1 thread, onnxruntime's profiler, per-node medians
+# over 127 decode steps: the kernels add up to 7.1 ms (mtpc int4) vs 7.3 ms (builder int4) and 23.3 vs
+# 23.3 ms (fp32); MatMulNBits / MatMul are 74 % (int4) and 92 % (fp32) of it, and the LM head alone
+# 1.6 ms (int4) and 6.4 ms (fp32), the same kernel and stored form as the builder's. One session.run of a
+# decode step, CPU time, interleaved, 300 runs: mtpc / builder 0.93-1.02 (int4). What is left outside
+# the matmuls is the recurrence (LinearAttention, ~60 us a layer: it reads and writes the 512 KiB
+# state), the causal conv and the norms; a node costs onnxruntime 0.3-1 us without the profiler
+# (a chain of 41 Reshape / Sigmoid / Split+Concat on [1, 1, 1024]: +14 / +26 / +41 us), so the 15 nodes
+# mtpc has beyond the builder's (Reshape and Split around packed projections) cost ~10 us a step.
+# Not used, measured: com.microsoft GatedRMSNorm (the builder's rms_norm(o) * w * silu(z) in one
+# kernel; its groups are len(w) wide, 1.3e-6 from float64) took 33 us a call in the builder's profile,
+# as long as the RMSNormalization + QuickGelu + Mul it would replace here (~20-25 us together).
+# Packing gate/up is a wash at decode (one 292 us MatMulNBits + Split vs the builder's 156 + 145 us),
+# and pays in prefill, where one kernel call reads the activations once.
 
 _BY_PROVIDER = {
     # Every kernel above has a CPU implementation in float32 and float16 (verified, onnxruntime 1.32).

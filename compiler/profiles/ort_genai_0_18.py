@@ -21,6 +21,14 @@ from . import OrtGenaiProfile
 # it. "session.intra_op.allow_spinning": "0" was 1.65x (float32) and 2.1x (int4) at 2 threads, but
 # on a machine loaded 4x over its cores, where spinning workers only steal time; 0.95x at 1 thread.
 # An idle machine was not available to show it does not cost latency there, so it is left unset.
+# Re-measured on the 156M bench checkpoint (bench/vs_builder.py --size medium), 2 threads, alternating
+# fresh processes, medians of 4-6, load average 1.5-4.8 on the 2 cores: "0" gave int4 2.22x and fp32
+# 1.63x wall tok/s (1.75x / 1.64x tokens per CPU-second), the builder's packages suffering the same
+# spinning. Without spinning a worker sleeps between the parallel kernels of a step and is woken for
+# each, which on an idle many-core machine costs latency; still unmeasured here, so still unset (on a
+# shared machine, add "session.intra_op.allow_spinning": "0" to the package's session_options).
+# past_present_share_buffer (search) stays false for dense dynamic caches (below): true made no
+# difference on that checkpoint (0.89x vs 0.90x of the builder in the same run, 1 thread).
 _SESSION_OPTIONS = {
     "log_id": "string",
     "enable_profiling": "string",
