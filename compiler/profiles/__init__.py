@@ -275,9 +275,8 @@ def _major_minor(version: str) -> str:
 # Levels 0/1 have no fast 8-bit CPU kernel at all: a 32000 x 1024 LM head at 8 bits took 195-216 ms
 # a call against 2.8 ms (block 32) and 3.9 ms (block 16) at level 4, 1 thread; 4 bits: 2.7 ms vs 1.9 ms.
 # At level 4 a decode step is bound by memory bandwidth (~13 GB/s on one core here, as llama.cpp's
-# is): MLAS reads per block of 32 the codes plus a float32 scale (and, for int8 compute, a float32
-# block sum), where a GGUF Q4_0 / Q8_0 block holds one float16 scale, so a kept GGUF reads ~1.1-1.3x
-# llama.cpp's bytes. A Q6_K LM head (what llama-quantize writes beside Q4_0 layers) is kept exactly as
+# is): a block of 32 is its codes plus a scale in the activations' dtype (float32), where a GGUF
+# Q4_0 / Q8_0 block holds one float16 scale, so a kept GGUF reads ~1.1-1.3x llama.cpp's bytes. A Q6_K LM head (what llama-quantize writes beside Q4_0 layers) is kept exactly as
 # 8-bit blocks of 16 (41 MB with float32 scales vs Q6_K's 26.9 MB): 2.6 ms of a 7-8 ms step; an
 # override re-quantizing it to int4 decoded 1.25-1.31x faster (max |error| 0.012), at the user's choice.
 _MATMULNBITS_ACCURACY_LEVEL = {"cpu": 4}

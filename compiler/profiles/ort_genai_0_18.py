@@ -23,8 +23,8 @@ from . import OrtGenaiProfile
 # An idle machine was not available to show it does not cost latency there, so it is left unset.
 # Re-measured on the 156M bench checkpoint (bench/vs_builder.py --size medium), 2 threads, alternating
 # fresh processes, medians of 4-6, load average 1.5-4.8 on the 2 cores: "0" gave int4 2.22x and fp32
-# 1.63x wall tok/s (1.75x / 1.64x tokens per CPU-second), the builder's packages suffering the same
-# spinning. Without spinning a worker sleeps between the parallel kernels of a step and is woken for
+# 1.63x wall tok/s (1.75x / 1.64x tokens per CPU-second; 2.09x for int4 with the decoding processes
+# at nice -10), the builder's packages suffering the same spinning. Without spinning a worker sleeps between the parallel kernels of a step and is woken for
 # each, which on an idle many-core machine costs latency; still unmeasured here, so still unset (on a
 # shared machine, add "session.intra_op.allow_spinning": "0" to the package's session_options).
 # past_present_share_buffer (search) stays false for dense dynamic caches (below): true made no
