@@ -29,6 +29,8 @@ from ..ir import Architecture, MoeDims, QuantForm, WeightDecision
 from ..quant import quantize_experts
 from .blocks import initializer_name, mlp, project, silu
 from .builder import MS, GraphBuilder
+from ..weights import QuantizedTensor, Weight, WeightStore
+from . import parameters
 from .initializers import InitializerGroup, PlannedTensor
 
 FeedForward = Callable[[GraphBuilder, oir.Value, str], oir.Value]
@@ -70,37 +72,116 @@ def _expert_decision(b: GraphBuilder, p: str) -> WeightDecision:
 
 def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oir.Value | None, ...]:
     """FC1 (interleaved gate/up) and FC2 (down) of the routed experts: (fc1, fc1 scales, fc2, fc2 scales),
-    float in the I/O dtype without scales, or QMoE's packed blocks."""
+    float in the I/O dtype without scales, or QMoE's packed blocks.
+
+    A stack large enough (`parameters.STREAM_BYTES`) is written a few experts at a time
+    (`InitializerGroup.pieces`): every step is per expert (interleaving, casting) or per row (quantizing,
+    converting blocks), so the slabs hold the whole stack's bytes, read expert by expert from the source."""
     store = b.params.store
     gate_name, up_name, down_name = _expert_names(p)
     e, i, h = store.info(gate_name).shape
     fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
+    as_float = form is None
+
+    def read(name: str, a: int, z: int) -> Weight:
+        return read_experts(store, name, a, z, as_float=as_float)
 
     if form is None:
-        def fc1() -> tuple[np.ndarray, ...]:
+        def fc1(a: int, z: int) -> tuple[np.ndarray, ...]:
+            return (interleave_gate_up(read(gate_name, a, z), read(up_name, a, z)),)
+
+        def fc1_whole() -> tuple[np.ndarray, ...]:
             return (interleave_gate_up(store.read_float(gate_name), store.read_float(up_name)),)
 
-        (w1,) = b.weights(InitializerGroup((PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), fc1))
-        (w2,) = b.weights(InitializerGroup((PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),),
-                                           lambda: (store.read_float(down_name),)))
+        groups = (
+            _stacked_group(b, (PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), (gate_name, up_name), fc1,
+                           fc1_whole),
+            _stacked_group(b, (PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),), (down_name,),
+                           lambda a, z: (read(down_name, a, z),), lambda: (store.read_float(down_name),)),
+        )
+        (w1,), (w2,) = (b.weights(g) for g in groups)
         return w1, None, w2, None
 
-    def blocks(name: str) -> tuple[np.ndarray, np.ndarray]:
-        return quantize_experts(store.read(name), form, store.info(name).shape)
+    def blocks(weight: Weight, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return quantize_experts(weight, form, (_experts_in(weight, n), n, k))
 
-    def fc1_blocks() -> tuple[np.ndarray, ...]:
+    def fc1_blocks(gate: Weight, up: Weight) -> tuple[np.ndarray, ...]:
         # Interleaving rows commutes with quantizing them: each row's blocks are its own.
-        (gate, gate_scales), (up, up_scales) = blocks(gate_name), blocks(up_name)
+        (gate, gate_scales), (up, up_scales) = blocks(gate, i, h), blocks(up, i, h)
         return interleave_gate_up(gate, up), interleave_gate_up(gate_scales, up_scales)
 
-    values = []
-    for name, produce, (n, k) in ((fc1_name, fc1_blocks, (2 * i, h)), (fc2_name, lambda: blocks(down_name), (h, i))):
-        planned = (
+    def planned(name: str, n: int, k: int) -> tuple[PlannedTensor, ...]:
+        return (
             PlannedTensor(name.removesuffix(".weight") + ".qweight", oir.DataType.UINT8, (e, n, k * form.bits // 8)),
             PlannedTensor(name.removesuffix(".weight") + ".scales", b.io_dtype, (e, n, k // form.block_size)),
         )
-        values += b.weights(InitializerGroup(planned, produce))
-    return tuple(values)
+
+    groups = (
+        _stacked_group(b, planned(fc1_name, 2 * i, h), (gate_name, up_name),
+                       lambda a, z: fc1_blocks(read(gate_name, a, z), read(up_name, a, z)),
+                       lambda: fc1_blocks(store.read(gate_name), store.read(up_name))),
+        _stacked_group(b, planned(fc2_name, h, i), (down_name,), lambda a, z: blocks(read(down_name, a, z), h, i),
+                       lambda: blocks(store.read(down_name), h, i)),
+    )
+    return tuple(v for g in groups for v in b.weights(g))
+
+
+def _experts_in(weight: Weight, n: int) -> int:
+    """How many experts of `n` rows each a stack (or a slab of one) holds."""
+    rows = weight.shape[0] if isinstance(weight, QuantizedTensor) else weight.shape[0] * weight.shape[1]
+    return rows // n
+
+
+def _stacked_group(b: GraphBuilder, planned: tuple[PlannedTensor, ...], names: tuple[str, ...],
+                   make: Callable[[int, int], tuple[np.ndarray, ...]],
+                   whole: Callable[[], tuple[np.ndarray, ...]]) -> InitializerGroup:
+    """Tensors `[E, ...]` made from the expert stacks `names`: whole (`whole`), or, when large, `make(a, z)`
+    for experts `a:z` at a time (about `parameters.STREAM_BYTES` of the first tensor per slab), the source
+    pages of those experts given back as soon as their slab is made."""
+    store = b.params.store
+    e = planned[0].shape[0]
+    # A slab's memory is its float32 source rows (what QMoE's blocks are made from, 8x their int4 bytes) or
+    # its first tensor, whichever is larger.
+    source_elements = sum(int(np.prod(store.info(name).shape[1:])) for name in names)
+    per_expert = max(planned[0].nbytes // max(1, e), 4 * source_elements)
+
+    def slab(a: int, z: int) -> tuple[np.ndarray, ...]:
+        arrays = make(a, z)
+        for name in names:
+            release_experts(store, name, a, z)
+        return arrays
+
+    def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
+        step = max(1, parameters.STREAM_BYTES // max(1, per_expert))
+        return [lambda a=a: slab(a, min(a + step, e)) for a in range(0, e, step)]
+
+    def written() -> None:
+        for name in names:
+            b.params.release(name)
+
+    streams = per_expert * e >= parameters.STREAM_BYTES
+    return InitializerGroup(planned, whole, pieces if streams else None, written=written)
+
+
+def read_experts(store: WeightStore, name: str, start: int, stop: int, *, as_float: bool) -> Weight:
+    """Experts `start:stop` of the stack `name`: `read_float`'s values (`as_float`) or `read`'s (a
+    `QuantizedTensor` of their rows where the source's blocks are kept), read alone where the store can
+    (`read_experts` of the HF and GGUF stores), else sliced from the whole stack (arrays in memory)."""
+    read = getattr(store, "read_experts", None)
+    if read is not None:
+        return read(name, start, stop, as_float=as_float)
+    whole = store.read_float(name) if as_float else store.read(name)
+    if isinstance(whole, QuantizedTensor):
+        n = whole.shape[0] // store.info(name).shape[0]
+        return whole.rows(start * n, stop * n)
+    return whole[start:stop]
+
+
+def release_experts(store: WeightStore, name: str, start: int, stop: int) -> None:
+    """The source pages of experts `start:stop` leave the process, where the store can say which they are."""
+    release = getattr(store, "release_experts", None)
+    if release is not None:
+        release(name, start, stop)
 
 
 def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.Value:

@@ -107,7 +107,7 @@ class ParameterSource:
         read = getattr(self.store, "read_float_rows", None)
         return read(canonical) if read is not None else self.store.read_float(canonical)
 
-    def _release(self, canonical: str) -> None:
+    def release(self, canonical: str) -> None:
         """The weight is written: its source pages may leave the process (`release`, where the store has it)."""
         release = getattr(self.store, "release", None)
         if release is not None:
@@ -131,7 +131,7 @@ class ParameterSource:
             return (self.store.read_float(canonical),)
 
         planned = (PlannedTensor(name, dtype, shape),)
-        written = lambda: self._release(canonical)  # noqa: E731
+        written = lambda: self.release(canonical)  # noqa: E731
         if len(shape) != 2 or not _streams(planned):
             return InitializerGroup(planned, produce, written=written)
 
@@ -172,7 +172,7 @@ class ParameterSource:
                 return [lambda make=make: (make(),) for make in made] if made else []
 
             group = InitializerGroup(planned, produce_float, pieces if _streams(planned) else None,
-                                     written=lambda: self._release(canonical))
+                                     written=lambda: self.release(canonical))
             return LinearParams(n, k, group, None, slabs=slabs)
         planned = _quantized_tensors(stem + ".weight", n, k, form, self.io_dtype, offsets_by_block=True)
         symmetric = not form.has_zero_points
@@ -189,7 +189,7 @@ class ParameterSource:
             return self._quantized_pieces(canonical, decision, form, symmetric, offsets_by_block=True)
 
         group = InitializerGroup(planned, produce_quantized, pieces if _streams(planned) else None,
-                                 _axes(planned, form, offsets_by_block=True), lambda: self._release(canonical))
+                                 _axes(planned, form, offsets_by_block=True), lambda: self.release(canonical))
         return LinearParams(n, k, group, form, decision.accuracy_level)
 
     def _quantized_pieces(self, canonical: str, decision: WeightDecision, form: QuantForm, symmetric: bool, *,
@@ -283,7 +283,7 @@ class ParameterSource:
             return [lambda make=make: flattened(make) for make in made]
 
         group = InitializerGroup(planned, produce, pieces if _streams(planned) else None,
-                                 _axes(planned, form, offsets_by_block=False), lambda: self._release(canonical))
+                                 _axes(planned, form, offsets_by_block=False), lambda: self.release(canonical))
         return EmbeddingParams(vocab, hidden, group, form)
 
 

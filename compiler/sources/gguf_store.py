@@ -199,6 +199,35 @@ class GGUFWeightStore:
         # in_proj_qkv rows and conv channels are [q_all | k_all | v_all]
         return _regroup_value_heads(value, 0, 2 * key_dim, n_k, n_v)
 
+    def read_experts(self, name: str, start: int, stop: int, *, as_float: bool) -> Weight:
+        """Experts `start:stop` of an expert stack `[E, N, K]` (`*_exps`), only their bytes read: `read`'s
+        value for them (a `QuantizedTensor` of their `(stop - start) * N` rows for a carried block form)
+        or, with `as_float`, `read_float`'s. The stack's rows are its experts' rows one after the other, and
+        every conversion (block forms, gguf-py's dequantization) works row by row, so the bytes are those
+        of the whole stack's read sliced."""
+        entry = self._entry(name)
+        tensor = self._tensors[entry.gguf]
+        e, n, k = entry.canonical_shape
+        if entry.transform is not Transform.NONE or entry.gguf_shape != entry.canonical_shape:
+            whole = self.read_float(name) if as_float else self.read(name)
+            return whole.rows(start * n, stop * n) if isinstance(whole, QuantizedTensor) else whole[start:stop]
+        if not as_float:
+            rows = self._quantized_rows(name)
+            if rows is not None:
+                return rows.assembled(start * n, stop * n)
+        raw = self._data(tensor).reshape(e * n, -1)[start * n : stop * n]
+        value = self._dequantized(entry, tensor, raw).reshape(stop - start, n, k).astype(np.float32, copy=False)
+        # An array of its own (F32 stacks are views of the map): the source's pages may go once it is made.
+        return value.copy() if np.may_share_memory(value, raw) else value
+
+    def release_experts(self, name: str, start: int, stop: int) -> None:
+        """Drop the pages of experts `start:stop` of a stack this process has touched."""
+        if self._header is None:
+            return
+        tensor = self._tensors[self._entry(name).gguf]
+        per = tensor.nbytes // max(1, tensor.shape[0])
+        self._header.release(replace(tensor, offset=tensor.offset + start * per, nbytes=(stop - start) * per))
+
     def release(self, name: str) -> None:
         """Drop the pages of `name` this process has touched (they stay in the page cache)."""
         if self._header is not None:

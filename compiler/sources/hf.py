@@ -327,6 +327,19 @@ class HFWeightStore:
         rows = self.read_rows(name)
         return rows if isinstance(rows, Bfloat16Rows) else self.read_float(name)
 
+    def read_experts(self, name: str, start: int, stop: int, *, as_float: bool = True) -> np.ndarray:
+        """Experts `start:stop` of a stacked expert tensor (`[E, ...]`), float32, their bytes alone read."""
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            return value.read_experts(self._files, start, stop)
+        return np.array(self.read(name)[start:stop], dtype=np.float32)
+
+    def release_experts(self, name: str, start: int, stop: int) -> None:
+        """Drop the pages of experts `start:stop` once they are written."""
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            value.release_experts(self._files, start, stop)
+
     def release(self, name: str) -> None:
         """Drop the tensor's pages from this process once it is written (they stay in the page cache)."""
         for filename, hf_name in parts_of(self._entries[name]):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import widen_bfloat16
 from ..diagnostics import SourceError
 from .safetensors_io import SafetensorsFile
 
@@ -61,6 +62,33 @@ class ExpertTensor:
             return value
         rows = value.shape[1] // 2
         return value[:, self.half * rows : (self.half + 1) * rows]
+
+
+    def read_experts(self, files: dict[str, SafetensorsFile], start: int, stop: int) -> np.ndarray:
+        """Experts `start:stop` of `read`'s stack in float32, an array of their own: only their bytes are
+        read (bfloat16 widened for them alone), never the whole stack."""
+        if not self.fused:
+            return np.stack([np.asarray(files[f].read(n), np.float32) for f, n in self.parts[start:stop]])
+        filename, name = self.parts[0]
+        st = files[filename]
+        bits = st.read_bfloat16_bits(name)
+        stored = bits if bits is not None else st.read(name)
+        chosen = stored[start:stop]
+        if self.half is not None:
+            rows = stored.shape[1] // 2
+            chosen = chosen[:, self.half * rows : (self.half + 1) * rows]
+        if bits is not None:
+            return widen_bfloat16(np.ascontiguousarray(chosen))
+        return np.array(chosen, dtype=np.float32)  # a copy: the source's pages may go once it is made
+
+    def release_experts(self, files: dict[str, SafetensorsFile], start: int, stop: int) -> None:
+        """Drop the pages of experts `start:stop` from the process (they stay in the page cache)."""
+        if not self.fused:
+            for filename, name in self.parts[start:stop]:
+                files[filename].release(name)
+            return
+        filename, name = self.parts[0]
+        files[filename].release(name, (start, stop))
 
 
 def parts_of(value: Entry | ExpertTensor) -> tuple[Entry, ...]:

@@ -119,12 +119,16 @@ class SafetensorsFile:
         """Drop this file's map; views already handed out keep it alive until they go."""
         self._map = None
 
-    def release(self, name: str) -> None:
+    def release(self, name: str, rows: tuple[int, int] | None = None) -> None:
         """Drop the tensor's pages from this process (MADV_DONTNEED): a compile that has written a weight
-        no longer counts it in its RSS; the pages stay in the page cache and come back if read again."""
+        no longer counts it in its RSS; the pages stay in the page cache and come back if read again.
+        `rows` `(start, stop)`: only those indices of its first axis (one expert of a fused stack)."""
         if self._map is None:
             return
         begin, end = self._entries[name]["data_offsets"]
+        if rows is not None:
+            per = (end - begin) // max(1, self.shape(name)[0])
+            begin, end = begin + rows[0] * per, begin + rows[1] * per
         # numpy's mmap.mmap, starting at the allocation boundary at or before the data (a private attribute:
         # without it, nothing is released)
         mapped = getattr(self._map, "_mmap", None)

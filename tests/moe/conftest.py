@@ -8,7 +8,7 @@ import pytest
 
 from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.reference import MtpHeadReference, Qwen35Reference
-from tests.clients import hf_transformers
+from tests.clients import hf_transformers, llama_cpp
 from tests.fixtures.fitted_head import PROMPTS, simulate_speculative
 from tests.fixtures.moe_checkpoints import (
     fitted_moe_store,
@@ -80,3 +80,18 @@ def check_speculative(models, greedy: list[int], reference, head_reference, prom
     expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
     assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
     assert run.accepted > 0 and run.rejected > 0, run
+
+
+@pytest.fixture(scope="session")
+def moe_ggufs(moe_workdir, moe_release_with_tokenizer) -> dict[str, Path]:
+    try:
+        llama_cpp.converter_tree()
+    except llama_cpp.ConverterUnavailable as error:  # fail, never skip: without it nothing here is tested
+        pytest.fail(f"llama.cpp's converter is needed and could not be had: {error}", pytrace=False)
+    outputs = {t: moe_workdir / f"moe-{t}.gguf" for t in ("f32", "q8_0")}
+    return llama_cpp.convert(moe_release_with_tokenizer, outputs)
+
+
+@pytest.fixture(scope="session")
+def moe_gguf(moe_ggufs) -> Path:
+    return moe_ggufs["f32"]

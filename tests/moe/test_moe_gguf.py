@@ -27,7 +27,6 @@ from gguf import GGMLQuantizationType as QT, GGUFReader
 from mtpc.ir import SourceRef
 from mtpc.reference import Qwen35Reference
 from mtpc.sources import gguf
-from tests.clients import llama_cpp
 from tests.fixtures.fitted_head import PROMPTS
 from tests.fixtures.gguf_requantize import requantize
 from tests.fixtures.moe_checkpoints import fitted_moe_store
@@ -35,21 +34,6 @@ from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
 from .conftest import check_speculative, compile_moe
-
-
-@pytest.fixture(scope="session")
-def moe_ggufs(moe_workdir, moe_release_with_tokenizer) -> dict[str, Path]:
-    try:
-        llama_cpp.converter_tree()
-    except llama_cpp.ConverterUnavailable as error:  # fail, never skip: without it nothing here is tested
-        pytest.fail(f"llama.cpp's converter is needed and could not be had: {error}", pytrace=False)
-    outputs = {t: moe_workdir / f"moe-{t}.gguf" for t in ("f32", "q8_0")}
-    return llama_cpp.convert(moe_release_with_tokenizer, outputs)
-
-
-@pytest.fixture(scope="session")
-def moe_gguf(moe_ggufs) -> Path:
-    return moe_ggufs["f32"]
 
 
 @pytest.fixture(scope="session")
