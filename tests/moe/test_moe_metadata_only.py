@@ -9,7 +9,6 @@ to its full ~70 GB as a sparse file. Reading any tensor's bytes fails the test.
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,8 @@ from mtpc.cli.main import main
 from mtpc.ir import LayerKind, LinearAttentionDims, MoeDims, Rope, TokenIds, Architecture
 from mtpc.sources.safetensors_io import SafetensorsFile
 from mtpc.weights import canonical_shapes
+from tests.fixtures.moe_checkpoints import hf_expert_names
+from tests.fixtures.safetensors_writer import write_sparse_safetensors
 from tests.runtime.conftest import write_spec
 
 A3B = Architecture(
@@ -29,21 +30,6 @@ A3B = Architecture(
     linear_attention=LinearAttentionDims(16, 128, 32, 128, 4), mtp_num_layers=1,
     moe=MoeDims(num_experts=256, top_k=8, expert_intermediate_size=512, shared_expert_intermediate_size=512),
 )
-
-
-def _hf_names(canonical: str, shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
-    """The HF tensors holding one canonical tensor: per-expert in the trunk, fused in the head."""
-    name = canonical if canonical.startswith("mtp.") or canonical == "lm_head.weight" else "model.language_model." + canonical
-    if name.endswith("linear_attn.decay_scale"):
-        return [(name.removesuffix("decay_scale") + "A_log", shape)]
-    if ".mlp.experts." not in name:
-        return [(name, shape)]
-    owner, proj = name.split(".mlp.experts.")
-    if name.startswith("mtp."):
-        if proj == "gate_proj.weight":
-            return [(f"{owner}.mlp.experts.gate_up_proj", (shape[0], 2 * shape[1], shape[2]))]
-        return [] if proj == "up_proj.weight" else [(f"{owner}.mlp.experts.down_proj", shape)]
-    return [(f"{owner}.mlp.experts.{e}.{proj}", shape[1:]) for e in range(shape[0])]
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +51,9 @@ def a3b(tmp_path_factory) -> Path:
     config = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
               "text_config": text, "tie_word_embeddings": False}
     (folder / "config.json").write_text(json.dumps(config))
-    header, offset = {}, 0
-    for canonical, shape in sorted(canonical_shapes(A3B).items()):
-        for name, hf_shape in _hf_names(canonical, shape):
-            size = 2
-            for d in hf_shape:
-                size *= d
-            header[name] = {"dtype": "BF16", "shape": list(hf_shape), "data_offsets": [offset, offset + size]}
-            offset += size
-    raw = json.dumps(header).encode()
-    with open(folder / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)  # sparse: the size of the real thing, no blocks on disk
+    shapes = dict(hf for canonical, shape in canonical_shapes(A3B).items()
+                  for hf in hf_expert_names(canonical, shape, fused=canonical.startswith("mtp.")))
+    offset = write_sparse_safetensors(folder / "model.safetensors", shapes)
     assert offset > 60e9  # 35B BF16 parameters, near enough
     return folder
 
