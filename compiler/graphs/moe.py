@@ -15,6 +15,9 @@ Experts the weight table quantizes go to `QMoE` instead: symmetric 4- / 8-bit bl
 MatMulNBits' packing (`quant.quantize_experts`), `[E, N, K * bits / 8]` weights and
 `[E, N, K / block]` scales, which its CPU kernel reads with the default zero point (measured:
 tests/moe/test_moe_op.py). With accuracy_level 0 the 4-bit kernel keeps float activations.
+
+Expert stacks are the largest tensors of a MoE model (2-3 GiB a layer at 35B-A3B in float32), so a large
+one is written a few experts at a time, each expert read alone from the source (`read_experts`).
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ import onnx_ir as oir
 from ..diagnostics import MtpcError
 from ..ir import Architecture, MoeDims, QuantForm, WeightDecision
 from ..quant import quantize_experts
-from .blocks import initializer_name, mlp, project, silu
-from .builder import MS, GraphBuilder
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
+from .blocks import initializer_name, mlp, project, silu
+from .builder import MS, GraphBuilder
 from .initializers import InitializerGroup, PlannedTensor
 
 FeedForward = Callable[[GraphBuilder, oir.Value, str], oir.Value]
@@ -136,8 +139,9 @@ def _stacked_group(b: GraphBuilder, planned: tuple[PlannedTensor, ...], names: t
                    make: Callable[[int, int], tuple[np.ndarray, ...]],
                    whole: Callable[[], tuple[np.ndarray, ...]]) -> InitializerGroup:
     """Tensors `[E, ...]` made from the expert stacks `names`: whole (`whole`), or, when large, `make(a, z)`
-    for experts `a:z` at a time (about `parameters.STREAM_BYTES` of the first tensor per slab), the source
-    pages of those experts given back as soon as their slab is made."""
+    for experts `a:z` at a time (about `parameters.STREAM_BYTES` per slab, of float32 source rows or of the
+    first tensor, whichever is larger), the source pages of those experts given back as soon as their slab
+    is made."""
     store = b.params.store
     e = planned[0].shape[0]
     # A slab's memory is its float32 source rows (what QMoE's blocks are made from, 8x their int4 bytes) or
