@@ -1,7 +1,12 @@
 """Routed-expert stacks are written a few experts at a time (`graphs/moe.py`, `InitializerGroup.pieces`),
 each expert read alone from the source: the package is byte-identical to writing each stack whole, for
 every expert layout and stored form, at `--jobs` 1 and 2, and the memory a write holds does not grow with
-the number of experts."""
+the number of experts.
+
+Sources: the shipped spec (synthetic), the release checkpoint (trunk experts one tensor per expert, the
+head's fused) in f32 and bf16, and GGUFs from llama.cpp's converter with their expert stacks as written
+(f32, q8_0) or re-encoded: F16, Q4_0 and Q5_0 by gguf-py, Q6_K and Q4_K (on a 256-wide variant, k-quant
+rows being super-blocks of 256) by tests/fixtures/kquant_encoder.py."""
 
 from __future__ import annotations
 
@@ -17,15 +22,26 @@ from gguf import GGMLQuantizationType as QT
 
 from mtpc.cli.main import main
 from mtpc.driver import build
+from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.graphs import initializers, parameters
 from mtpc.ir import MoeDims, SourceRef
 from mtpc.output import write_package
 from mtpc.sources import gguf
 from mtpc.sources.hf_experts import ExpertTensor
-from mtpc.sources.safetensors_io import SafetensorsFile
 from mtpc.sources.random_weights import raw_hf_tensors
+from mtpc.sources.safetensors_io import SafetensorsFile
+from tests.clients import llama_cpp
+from tests.fixtures import kquant_encoder
+from tests.fixtures.arch import kquant_arch
 from tests.fixtures.gguf_requantize import requantize
-from tests.fixtures.moe_checkpoints import HEAD, fitted_moe_tensors, fuse_experts, moe_text_config, tiny_moe_arch
+from tests.fixtures.moe_checkpoints import (
+    HEAD,
+    fitted_moe_tensors,
+    fuse_experts,
+    moe_text_config,
+    tiny_moe_arch,
+    write_moe_release_checkpoint,
+)
 from tests.fixtures.safetensors_writer import write_safetensors
 from tests.runtime.conftest import ORT_GENAI_CPU, files_of
 
@@ -35,25 +51,37 @@ KEEP = "quantization:\n  default: {keep: source}\n"
 INT4 = "quantization:\n  default: {bits: 4, block_size: 32}\n"
 INT8 = "quantization:\n  default: {bits: 8, block_size: 32}\n"
 FLOAT = "quantization:\n  default: {bits: null}\n"
-# name -> (source file or folder under the work folder, or None for the shipped spec; the spec's rest)
+# name -> (source file or folder under the work folder, or None for the shipped spec; the spec's rest;
+# how the experts are stored)
 CASES = {
-    "shipped": (None, ""),
-    "shipped-int4": (None, INT4),
+    "shipped": (None, "", "float"),
+    "shipped-int4": (None, INT4, "QMoE"),
     # trunk experts one tensor per expert, the head's fused gate_up_proj / down_proj
-    "hf-float": ("release", ""),
-    "hf-int4": ("release", INT4),
-    "hf-int8": ("release", INT8),
-    "hf-bf16-float16": ("release-bf16", "precision: {io_dtype: float16}\n"),
-    "hf-bf16-int4": ("release-bf16", INT4),
-    "gguf-f32": ("moe-f32.gguf", ""),
-    "gguf-f16-experts": ("moe-f16-experts.gguf", ""),
-    "gguf-q8_0-keep": ("moe-q8_0.gguf", KEEP),          # Q8_0 carried into int8 QMoE
-    "gguf-q8_0-int4": ("moe-q8_0.gguf", INT4),          # Q8_0 blocks dequantized, re-quantized to int4
-    "gguf-q8_0-float": ("moe-q8_0.gguf", FLOAT),        # gguf-py's dequantization, float MoE
-    "gguf-q4_0-keep": ("moe-q4_0-streamed.gguf", KEEP),
-    "gguf-q5_0-keep": ("moe-q5_0-streamed.gguf", KEEP),
-    "gguf-q5_0-int8": ("moe-q5_0-streamed.gguf", INT8),
+    "hf-float": ("release", "", "float"),
+    "hf-int4": ("release", INT4, "QMoE"),
+    "hf-int8": ("release", INT8, "QMoE"),
+    "hf-bf16-float16": ("release-bf16", "precision: {io_dtype: float16}\n", "float"),
+    "hf-bf16-int4": ("release-bf16", INT4, "QMoE"),
+    "gguf-f32": ("moe-f32.gguf", "", "float"),
+    "gguf-f16-experts": ("moe-f16-experts.gguf", "", "float"),
+    "gguf-q8_0-keep": ("moe-q8_0.gguf", KEEP, "QMoE"),          # Q8_0 carried into int8 QMoE
+    "gguf-q8_0-int4": ("moe-q8_0.gguf", INT4, "QMoE"),          # Q8_0 blocks dequantized, re-quantized to int4
+    "gguf-q8_0-float": ("moe-q8_0.gguf", FLOAT, "float"),       # gguf-py's dequantization, float MoE
+    "gguf-q4_0-keep": ("moe-q4_0-streamed.gguf", KEEP, "QMoE"),
+    "gguf-q5_0-keep": ("moe-q5_0-streamed.gguf", KEEP, "QMoE"),
+    "gguf-q5_0-int8": ("moe-q5_0-streamed.gguf", INT8, "QMoE"),
+    # k-quant stacks (rows of 256): Q6_K carried as 8-bit blocks of 16, Q4_K (float zero points) dequantized
+    "gguf-q6_k-keep": ("kq/moe-q6_k.gguf", KEEP, "QMoE"),
+    "gguf-q6_k-int4": ("kq/moe-q6_k.gguf", INT4, "QMoE"),
+    "gguf-q4_k-keep": ("kq/moe-q4_k.gguf", KEEP, "float"),
+    "gguf-q4_k-int4": ("kq/moe-q4_k.gguf", INT4, "QMoE"),
 }
+
+
+def kquant_moe_arch():
+    """`tiny_moe_arch` with every expert row a whole k-quant super-block (hidden and expert width 256)."""
+    return replace(kquant_arch(), family="qwen35moe", intermediate_size=256,
+                   moe=MoeDims(num_experts=8, top_k=2, expert_intermediate_size=256, shared_expert_intermediate_size=256))
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +99,24 @@ def sources(moe_workdir, moe_release, moe_ggufs, moe_arch) -> Path:
     for qtype, name in ((QT.F16, "moe-f16-experts"), (QT.Q4_0, "moe-q4_0-streamed"), (QT.Q5_0, "moe-q5_0-streamed")):
         if not (moe_workdir / f"{name}.gguf").exists():
             requantize(moe_ggufs["f32"], moe_workdir / f"{name}.gguf", experts, qtype)
+    kq = moe_workdir / "kq"
+    if not kq.exists():
+        arch = kquant_moe_arch()
+        release = write_moe_release_checkpoint(kq / "release", arch)
+        for relpath, content in synthetic_tokenizer_files(arch):
+            (release / relpath).write_bytes(content)
+        converted = llama_cpp.convert(release, {"f32": kq / "moe-f32.gguf"})["f32"]
+
+        def encode(values, qtype):
+            return kquant_encoder.quantize(values.reshape(-1, values.shape[-1]), qtype).reshape(*values.shape[:-1], -1)
+
+        for qtype in (QT.Q6_K, QT.Q4_K):
+            requantize(converted, kq / f"moe-{qtype.name.lower()}.gguf", experts, qtype, encode)
     return moe_workdir
 
 
 def _spec(sources: Path, name: str) -> Path:
-    source, rest = CASES[name]
+    source, rest, _ = CASES[name]
     spec = sources / f"streamed-{name}.yaml"
     if source is None:
         text = SHIPPED.read_text()
@@ -106,8 +147,10 @@ def test_expert_slabs_give_the_whole_stacks_bytes(sources, tmp_path, monkeypatch
     whole = compile_with(1 << 40, "1")
     assert not any(filled for _, filled in slabs)  # nothing streamed: every stack made whole
     report = json.loads(whole["quantization.json"])
-    forms = {w["stored"]["kind"] for w in report["weights"] if w["role"] == "experts"}
-    assert forms == ({"QMoE"} if "keep" in name or "int" in name else {"float"}), forms
+    experts = [w for w in report["weights"] if w["role"] == "experts"]
+    assert {w["stored"]["kind"] for w in experts} == {CASES[name][2]}, experts[0]
+    if name.endswith("-keep") and CASES[name][2] == "QMoE":  # the source's blocks, carried as stored
+        assert all(w["lossless"] for w in experts), experts[0]
     for jobs in ("1", "2"):
         streamed = compile_with(256, jobs)
         assert streamed.keys() == whole.keys()
