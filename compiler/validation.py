@@ -109,7 +109,22 @@ def json_path(error: "jsonschema.ValidationError") -> str:
     return json_pointer(*error.absolute_path) or "/"
 
 
+@lru_cache(maxsize=None)
+def _verdict(file_name: str):
+    from .schema_verdict import verdict
+
+    return verdict(_load_schema(file_name))
+
+
 def errors(name: str, instance) -> "list[jsonschema.ValidationError]":
+    """jsonschema's errors of `instance` under the schema `name`, sorted by where and what.
+
+    A document the schema's compiled verdict (`mtpc.schema_verdict`) says for sure is valid has none,
+    and jsonschema is not imported for it; any other document is validated by jsonschema."""
+    from .schema_verdict import accepts
+
+    if accepts(_verdict(_file_name(name)), instance):
+        return []
     token = _ACCEPTED.set(set())  # acceptances are remembered for this one document
     try:
         return sorted(validator(name).iter_errors(instance), key=lambda e: (json_path(e), e.message))

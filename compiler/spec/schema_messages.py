@@ -8,16 +8,18 @@ suggest the nearest valid key or choice.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
 from ..diagnostics import Diagnostic
+from ..schema_verdict import accepts, verdict
 from ..validation import load_schema
 from .suggest import choice_for, closest
 from .yaml_positions import dotted
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # jsonschema is imported for a spec with errors only (see `_errors`)
+    import jsonschema
+
     from .loader import LoadedSpec
 
 
@@ -26,10 +28,19 @@ def _is_strict_integer(checker, instance) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
+@lru_cache(maxsize=None)
+def spec_validator() -> "type[jsonschema.Draft202012Validator]":
+    import jsonschema
+
+    return jsonschema.validators.extend(
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+    )
+
+
+@lru_cache(maxsize=None)
+def _spec_verdict():
+    return verdict(load_schema("spec"), strict_integers=True)
 
 _TYPE_NAMES = {
     "integer": "an integer",
@@ -42,8 +53,12 @@ _TYPE_NAMES = {
 }
 
 
-def _errors(spec: "LoadedSpec") -> list[jsonschema.ValidationError]:
-    return list(_Validator(load_schema("spec")).iter_errors(spec.data))
+def _errors(spec: "LoadedSpec") -> "list[jsonschema.ValidationError]":
+    # A spec the compiled verdict finds valid has no errors for jsonschema to find (mtpc.schema_verdict):
+    # the common case, answered without importing jsonschema.
+    if accepts(_spec_verdict(), spec.data):
+        return []
+    return list(spec_validator()(load_schema("spec")).iter_errors(spec.data))
 
 
 def invalid_sections(spec: "LoadedSpec") -> frozenset[str] | None:

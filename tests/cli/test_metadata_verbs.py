@@ -27,6 +27,9 @@ HEAVY = ("onnx_ir", "onnxruntime", "onnxruntime_genai", "onnx", "sympy", "torch"
 # its top makes every run pay for them (numpy alone is a tenth of a second).
 # What reading a GGUF's header needs none of (`mtpc.sources.gguf_constants`): no weight is read.
 HEADER_ONLY = ("numpy", "gguf")
+# What validating documents that are valid needs none of (`mtpc.schema_verdict` answers for them; jsonschema,
+# with attrs and referencing, is a tenth of a second to import and is imported to word errors).
+VALID_ONLY = ("jsonschema", "referencing", "attrs")
 WORK = ("numpy", "yaml", "jsonschema", "gguf", "mtpc.api", "mtpc.checks", "mtpc.diffing", "mtpc.driver", "mtpc.ir")
 
 PROBE = """
@@ -80,14 +83,14 @@ def test_inspect_imports_no_graph_or_runtime_library(gguf_spec):
 def test_check_spec_builds_no_graph_and_imports_no_graph_or_runtime_library(gguf_spec):
     # The configs are checked against the graphs' I/O contracts (tests/emit/test_graph_files.py), so no
     # graph is built: neither onnx_ir (nor onnx, which it and the graph reader pull in) nor a runtime loads.
-    code, loaded = _loaded("check", str(gguf_spec), watched=HEAVY + HEADER_ONLY)
+    code, loaded = _loaded("check", str(gguf_spec), watched=HEAVY + HEADER_ONLY + VALID_ONLY)
     assert code == 0
     assert loaded == []
 
 
 def test_plan_without_a_package_to_compare_builds_no_graph(gguf_spec, tmp_path):
     # Against ./out/<name>, which does not exist here: every file is "create", so no graph bytes are needed.
-    code, loaded = _loaded("plan", "-q", str(gguf_spec), cwd=tmp_path, watched=HEAVY + HEADER_ONLY)
+    code, loaded = _loaded("plan", "-q", str(gguf_spec), cwd=tmp_path, watched=HEAVY + HEADER_ONLY + VALID_ONLY)
     assert code == 0
     assert loaded == []
 
@@ -104,9 +107,17 @@ def gguf_spec_b(gguf_spec) -> Path:
 
 
 def test_diff_of_two_specs_with_the_same_graphs_builds_no_graph(gguf_spec, gguf_spec_b):
-    code, loaded = _loaded("diff", str(gguf_spec), str(gguf_spec_b), watched=HEAVY + HEADER_ONLY)
+    code, loaded = _loaded("diff", str(gguf_spec), str(gguf_spec_b), watched=HEAVY + HEADER_ONLY + VALID_ONLY)
     assert code == 1  # they differ (name, rule, provenance, model card)
     assert loaded == []
+
+
+def test_an_invalid_spec_is_still_worded_by_jsonschema(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("mtpc: 1\nname: bad\nsource: {synthetic: {seed: 0, hidden_size: 64.0}}\n")
+    code, loaded = _loaded("check", str(spec), watched=VALID_ONLY)
+    assert code == 1
+    assert "jsonschema" in loaded
 
 
 def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(gguf_spec, gguf_spec_b, monkeypatch):
