@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import math
 import mmap
+import re
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..diagnostics import SourceError
@@ -82,10 +84,25 @@ def skip_strings(buf: memoryview, start: int, count: int) -> int:
 
     Each string is a little-endian u64 length and that many bytes, so the end is found by stepping
     from length to length, and nothing else is done per string: half a million steps for a 248k-token
-    vocabulary and its merges, 35-100 ms on the shared 2-core machine, where also recording each
-    string's place (into numpy arrays, as this reader did) took two to three times as long.
+    vocabulary and its merges. Runs of `_RUN` strings shorter than 256 bytes (a vocabulary's strings,
+    nearly all) are stepped over by one regular-expression match each (`_short_run`), in C, at about
+    twice the speed of the Python loop; a run with a longer string, and the tail, are stepped in Python.
     """
-    pos, end = start, len(buf)
+    pos = start
+    if count >= _REGEX_FROM:
+        run = _short_run()
+        while count >= _RUN:
+            matched = run.match(buf, pos)
+            if matched is None:  # a string of 256 bytes or more in this run (or the file ends): step it
+                pos = _step(buf, pos, _RUN)
+            else:
+                pos = matched.end()
+            count -= _RUN
+    return _step(buf, pos, count)
+
+
+def _step(buf: memoryview, pos: int, count: int) -> int:
+    end = len(buf)
     unpack = _U64.unpack_from
     try:
         for _ in range(count):
@@ -95,6 +112,19 @@ def skip_strings(buf: memoryview, start: int, count: int) -> int:
     if pos > end:  # the last string runs past the end (every earlier one is followed by a prefix)
         raise _Truncated
     return pos
+
+
+_RUN = 1024
+_REGEX_FROM = 16 * _RUN  # below this, compiling the expression (about 5 ms) costs more than it saves
+
+
+@lru_cache(maxsize=1)
+def _short_run() -> "re.Pattern[bytes]":
+    """`_RUN` consecutive strings shorter than 256 bytes: a string of length L < 256 is the byte L, seven
+    zero bytes (the rest of its u64 length) and L bytes of anything, one alternative per L (each starts
+    with its own byte, so at most one applies at any place and the match is the stepping's own walk)."""
+    one = b"|".join(re.escape(bytes([length]) + bytes(7)) + (b".{%d}" % length if length else b"") for length in range(256))
+    return re.compile(b"(?s:(?:%s){%d})" % (one, _RUN))
 
 
 def string_offsets(buf: memoryview, start: int, count: int) -> tuple[list[int], list[int]]:
