@@ -24,6 +24,7 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, Callable
 
 Predicate = Callable[[Any], bool]
@@ -69,10 +70,20 @@ def accepts(predicate: Predicate | None, instance: Any) -> bool:
     """True only when `predicate` says for sure that `instance` is valid."""
     if predicate is None:
         return False
+    token = _ANSWERS.set({})  # answers are remembered for this one document
     try:
         return predicate(instance)
     except Exception:  # Undecided, or a document deeper than the stack: jsonschema decides
         return False
+    finally:
+        _ANSWERS.reset(token)
+
+
+# A `$ref` applied to a mapping equal to one it was applied to before in the same document gives the
+# same answer (a predicate is a function of the schema and the value; `repr` tells the values of a JSON
+# or YAML document apart, types included): a package's quantization.json repeats a few stored forms
+# hundreds of times.
+_ANSWERS: "ContextVar[dict | None]" = ContextVar("mtpc_schema_verdict_answers", default=None)
 
 
 # ----------------------------------------------------------------------------- equality, as jsonschema's
@@ -355,7 +366,7 @@ class _Compiler:
         if "$ref" in node:
             target = self.resolve(node["$ref"])
             # (a schema being compiled, referring to itself, gives its forward predicate)
-            checks.append(self.compile(target))
+            checks.append(_remembered(self.compile(target), id(target)))
         if "allOf" in node:
             subs = tuple(self.compile(s) for s in _nonempty(node["allOf"]))
             checks.append(lambda x: all(s(x) for s in subs))
@@ -384,6 +395,20 @@ class _Compiler:
             otherwise = self.compile(node["else"]) if "else" in node else _yes
             checks.append(lambda x: then(x) if condition(x) else otherwise(x))
         return _all(checks)
+
+
+def _remembered(target: Predicate, key: int) -> Predicate:
+    def ref(x) -> bool:
+        answers = _ANSWERS.get() if type(x) is dict else None
+        if answers is None:
+            return target(x)
+        seen = (key, repr(x))
+        answer = answers.get(seen)
+        if answer is None:
+            answer = answers[seen] = target(x)
+        return answer
+
+    return ref
 
 
 def _nonempty(subschemas) -> list:

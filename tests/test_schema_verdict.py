@@ -231,3 +231,20 @@ def test_errors_of_a_valid_document_need_no_jsonschema_and_of_an_invalid_one_are
     plain = jsonschema.Draft202012Validator(load_schema("genai_config")).iter_errors(broken)
     assert found == sorted(((list(e.absolute_path), e.message) for e in plain), key=lambda x: (str(x[0]), x[1]))
     assert found
+
+
+def test_a_repeated_part_is_answered_for_what_it_is_each_time():
+    """`$ref` answers are remembered per equal mapping within one document, never across documents."""
+    doc = json.loads((ROOT / "tests/golden/qwen35-tiny-mtp/quantization.json").read_text("utf-8"))
+    predicate = verdict(load_schema("quantization"))
+    assert accepts(predicate, doc)
+    broken = copy.deepcopy(doc)
+    broken["weights"][-1]["stored"] = dict(broken["weights"][0]["stored"], bits=3)  # like the others, but wrong
+    assert not accepts(predicate, broken)
+    assert not _truth(load_schema("quantization"), broken, strict=False)
+    assert accepts(predicate, doc)  # and the next document starts afresh
+    recursive = {"$defs": {"t": {"type": "object", "properties": {"k": {"$ref": "#/$defs/t"}, "v": {"type": "integer"}}}},
+                 "$ref": "#/$defs/t"}
+    tree = {"k": {"k": {"v": 1}, "v": 1}, "v": 1}
+    assert accepts(verdict(recursive), tree)
+    assert not accepts(verdict(recursive), {"k": {"k": {"v": "x"}, "v": 1}, "v": 1})

@@ -11,12 +11,12 @@ Sorted keys, weights sorted by name, a trailing newline: the same IR gives the s
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict
 
 from ..ir import ModelIR, WeightDecision, WeightRole
 from . import Artifact, EmitContext
+from .json_text import dumps_sorted
 
 REPORT_NAME = "quantization.json"
 SCHEMA = "quantization"
@@ -49,15 +49,26 @@ def document(ir: ModelIR) -> dict:
         {"rule": rule, "role": role, "source": source, "result": result, "lossless": lossless, "count": count}
         for (rule, role, source, result, lossless), count in sorted(groups.items())
     ]
+    # A model has hundreds of weights and a handful of stored forms: each form's entry is made once.
+    forms: dict[tuple, dict] = {}
+
+    def stored_once(w: WeightDecision) -> dict:
+        key = (w.form, w.role, w.io_dtype, w.accuracy_level)
+        entry = forms.get(key)
+        if entry is None:
+            entry = forms[key] = stored(w)
+        return entry
+
     weights = [
-        {"name": w.name, "role": w.role.value, "source": w.source, "stored": stored(w), "rule": w.rule, "lossless": w.lossless}
+        {"name": w.name, "role": w.role.value, "source": w.source, "stored": stored_once(w), "rule": w.rule,
+         "lossless": w.lossless}
         for w in sorted(ir.weights, key=lambda w: w.name)
     ]
     return {"format_version": FORMAT_VERSION, "io_dtype": ir.precision.io_dtype, "summary": summary, "weights": weights}
 
 
 def dumps(doc: dict) -> bytes:
-    return (json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, indent=2) + "\n").encode("utf-8")
+    return (dumps_sorted(doc) + "\n").encode("utf-8")
 
 
 def emit_quantization_report(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
