@@ -175,7 +175,7 @@ def _spec_diff(a: Path, b: Path) -> list:
     byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show."""
     from .diffing import diff_files, diff_values, sorted_changes, to_plain
     from .driver import build
-    from .emit.graph_files import graph_inputs
+    from .emit.graph_files import same_graph_inputs
 
     with build(a, defer=True, defer_graphs=True) as old, build(b, defer=True, defer_graphs=True) as new:
         # Where the spec file lives is not a difference in what it means.
@@ -183,7 +183,7 @@ def _spec_diff(a: Path, b: Path) -> list:
         ir_old.pop("spec_path", None)
         ir_new.pop("spec_path", None)
         (files_old, unbuilt_old), (files_new, unbuilt_new) = _spec_files(old), _spec_files(new)
-        if graph_inputs(old.ir) == graph_inputs(new.ir):
+        if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
         return sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)

@@ -178,3 +178,37 @@ def test_to_plain_of_every_shipped_specs_ir_is_the_field_by_field_walk():
         ir, _ = build_ir(spec)
         ours, reference = to_plain(ir), _plain_reference(ir)
         assert json.dumps(ours) == json.dumps(reference), spec.name  # same values, same key order
+
+
+# ----------------------------------------------------------------------------- equal parts told in C
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+import mtpc.diffing as diffing_module  # noqa: E402
+
+_LEAVES = st.sampled_from([0, 1, True, False, 1.0, -0.0, 0.0, float("nan"), None, "", "a", "1", "nan", (1, 2), (True,)])
+_TREES = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "name", "shape"]), inner, max_size=3)
+    | st.lists(st.fixed_dictionaries({"name": st.sampled_from(["x", "y", "z"]), "v": inner}), max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_TREES, _TREES, st.booleans())
+def test_equal_parts_skipped_in_c_give_the_walks_own_changes(old, new, share):
+    """`_same` cuts the walk short where it would find nothing: True vs 1, 1.0 vs 1, NaN (changed even from
+    itself) and -0.0 vs 0.0 come out as the walk alone says."""
+    if share:  # the same part on both sides, as two IRs of one model hold
+        new = [old, new]
+        old = [old, old]
+    fast = diff_values(old, new, "f")
+    original = diffing_module._same
+    diffing_module._same = lambda a, b: False
+    try:
+        slow = diff_values(old, new, "f")
+    finally:
+        diffing_module._same = original
+    key = lambda c: (repr(c.path), c.kind, repr(c.old), repr(c.new))  # noqa: E731
+    assert sorted(map(key, fast)) == sorted(map(key, slow))

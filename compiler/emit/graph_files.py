@@ -21,7 +21,9 @@ left-out fields are all changed, and compares the bytes).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
+from functools import lru_cache
+from typing import Callable
 
 from ..ir import GraphContract, ModelIR, QuantizationPlan
 from . import Artifact, EmitContext
@@ -32,6 +34,30 @@ def graph_inputs(ir: ModelIR) -> ModelIR:
     """The IR as the graph builders see it (compare two with `==`): what only the documents read is blanked."""
     return replace(ir, name="", spec_path=None, notes=(), quantization=QuantizationPlan(),
                    weights=tuple(replace(w, rule="") for w in ir.weights))
+
+
+def same_graph_inputs(a: ModelIR, b: ModelIR) -> bool:
+    """`graph_inputs(a) == graph_inputs(b)`, told without making either: the IRs less the documentary
+    fields, then the weights pair by pair less their rule (a model's hundreds of weights are not copied)."""
+    if len(a.weights) != len(b.weights):
+        return False
+    blank = dict(name="", spec_path=None, notes=(), quantization=QuantizationPlan(), weights=())
+    if replace(a, **blank) != replace(b, **blank):
+        return False
+    for x, y in zip(a.weights, b.weights):
+        if type(x) is not type(y):
+            return False
+        compared = _compared_weight_fields(type(x))
+        if compared(x) != compared(y):
+            return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def _compared_weight_fields(cls: type) -> Callable[[object], tuple]:
+    # The tuple the dataclass's == compares, less the rule (`graph_inputs` blanks it).
+    names = [f.name for f in fields(cls) if f.compare and f.name != "rule"]
+    return lambda w: tuple(getattr(w, name) for name in names)
 
 
 def graph_files(ir: ModelIR) -> list[tuple[str, str, GraphContract]]:

@@ -142,3 +142,31 @@ def test_graph_inputs_keep_what_the_graphs_are_built_from():
                     replace(ir, precision=replace(ir.precision, io_dtype="float16")),
                     replace(ir, architecture=replace(ir.architecture, rms_norm_eps=1e-5))):
         assert graph_inputs(changed) != graph_inputs(ir)
+
+
+def test_same_graph_inputs_is_graph_inputs_compared():
+    """`diff SPEC SPEC` asks `same_graph_inputs`, which compares without copying the weights."""
+    from dataclasses import replace
+
+    from mtpc.emit.graph_files import graph_inputs, same_graph_inputs
+    from mtpc.ir import QuantForm
+
+    irs = []
+    for spec in SPECS:
+        with build(spec, defer=True, defer_graphs=True) as built:
+            irs.append(built.ir)
+    ir = irs[0]
+    first = ir.weights[0]
+    variants = [
+        _documentary_fields_changed(ir),
+        replace(ir, weights=(replace(first, form=QuantForm(bits=8, block_size=32, has_zero_points=False)), *ir.weights[1:])),
+        replace(ir, weights=(replace(first, lossless=not first.lossless), *ir.weights[1:])),
+        replace(ir, weights=(replace(first, accuracy_level=first.accuracy_level + 1), *ir.weights[1:])),
+        replace(ir, weights=ir.weights[1:]),
+        replace(ir, weights=(*ir.weights[1:], first)),
+        replace(ir, precision=replace(ir.precision, io_dtype="float16")),
+    ]
+    pairs = [(a, b) for a in irs + variants for b in irs + variants]
+    answers = [same_graph_inputs(a, b) for a, b in pairs]
+    assert answers == [graph_inputs(a) == graph_inputs(b) for a, b in pairs]
+    assert True in answers and answers.count(True) > len(irs) + 1  # the documentary variant is the same
