@@ -65,7 +65,6 @@ if _run_as_the_mtpc_command():
 try:  # after the handlers, on purpose
     import argparse
     import importlib
-    import traceback
 
     from .. import __version__
     from ..diagnostics import Diagnostic, ExitCode, MtpcError
@@ -203,6 +202,8 @@ def _main(argv: list[str] | None) -> int:
         return _report_interrupt(signal.SIGINT)
     except Exception as error:  # anything else is ours to fix
         if args.traceback:
+            import traceback  # a bug's report only
+
             traceback.print_exc()
         message = f"internal error: {type(error).__name__}: {error}"
         if fmt == "json":
