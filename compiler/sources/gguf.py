@@ -246,10 +246,28 @@ def _storage(header: GGUFHeader) -> tuple[tuple[str, str], ...]:
     return tuple((group, ",".join(sorted(types))) for group, types in sorted(groups.items()))
 
 
+# The last description made, by the reference and the header it was read from (which stands for the
+# file's identity, `_open`): `diff SPEC SPEC` lowers two specs of one checkpoint, and a description is
+# a function of the two (frozen; its tokenizer files, built on first read, are the file's).
+_last_description: tuple[SourceRef, GGUFHeader, SourceInfo] | None = None
+
+
 def describe(ref: SourceRef) -> SourceInfo:
     """Metadata only: tensor shapes and types come from the header, no tensor data is read."""
+    global _last_description
     assert ref.path is not None
-    meta = Metadata(_open(ref.path), ref.path)
+    header = _open(ref.path)
+    last = _last_description
+    if last is not None and last[0] == ref and last[1] is header:
+        return last[2]
+    info = _describe(ref, header)
+    _last_description = (ref, header, info)
+    return info
+
+
+def _describe(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
+    assert ref.path is not None
+    meta = Metadata(header, ref.path)
     layout = _layout(meta)
     header = meta.header
     facts: list[tuple[str, object]] = [

@@ -151,6 +151,30 @@ def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
     assert len(made) == 1
 
 
+def test_diff_of_two_specs_of_one_gguf_describes_it_once(gguf_spec, gguf_spec_b, monkeypatch):
+    import mtpc
+
+    described = []
+    real = gguf_source._describe
+    monkeypatch.setattr(gguf_source, "_describe", lambda ref, header: described.append(ref) or real(ref, header))
+    monkeypatch.setattr(gguf_source, "_last_header", None)
+    mtpc.diff(gguf_spec, gguf_spec_b)
+    assert len(described) == 1
+
+
+def test_a_rewritten_gguf_is_described_afresh(tmp_path):
+    from mtpc.ir import SourceRef
+
+    path = write_gguf(tmp_path / "a.gguf", tiny_arch(), seed=0)
+    ref = SourceRef("gguf", str(path))
+    first = gguf_source.describe(ref)
+    assert gguf_source.describe(ref) is first
+    write_gguf(tmp_path / "b.gguf", tiny_arch(num_layers=2), seed=1)
+    (tmp_path / "b.gguf").replace(path)
+    again = gguf_source.describe(ref)
+    assert again is not first and again.architecture.num_layers != first.architecture.num_layers
+
+
 def test_a_rewritten_gguf_is_read_afresh(tmp_path):
     path = write_gguf(tmp_path / "a.gguf", tiny_arch(), seed=0)
     first = gguf_source._open(str(path))
