@@ -21,17 +21,13 @@ copies of them.
 
 from __future__ import annotations
 
-import numbers
 import re
-from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Callable
 
+from .schema_values import TYPES, Undecided, all_unique, equal, is_integer, is_number, is_strict_integer
+
 Predicate = Callable[[Any], bool]
-
-
-class Undecided(Exception):
-    """This document's answer is left to jsonschema."""
 
 
 class Unsupported(Exception):
@@ -73,7 +69,7 @@ def accepts(predicate: Predicate | None, instance: Any) -> bool:
     token = _ANSWERS.set({})  # answers are remembered for this one document
     try:
         return predicate(instance)
-    except Exception:  # Undecided, or a document deeper than the stack: jsonschema decides
+    except (Undecided, RecursionError):  # left to jsonschema, or a document deeper than the stack
         return False
     finally:
         _ANSWERS.reset(token)
@@ -84,55 +80,6 @@ def accepts(predicate: Predicate | None, instance: Any) -> bool:
 # or YAML document apart, types included): a package's quantization.json repeats a few stored forms
 # hundreds of times.
 _ANSWERS: "ContextVar[dict | None]" = ContextVar("mtpc_schema_verdict_answers", default=None)
-
-
-# ----------------------------------------------------------------------------- equality, as jsonschema's
-
-
-def _unbool(element, true=object(), false=object()):
-    if element is True:
-        return true
-    if element is False:
-        return false
-    return element
-
-
-def equal(one, two) -> bool:
-    """jsonschema's `_utils.equal`: bools are not numbers, sequences and mappings compared item by item."""
-    if one is two:
-        return True
-    if isinstance(one, str) or isinstance(two, str):
-        return one == two
-    if isinstance(one, Sequence) and isinstance(two, Sequence):
-        return len(one) == len(two) and all(equal(i, j) for i, j in zip(one, two))
-    if isinstance(one, Mapping) and isinstance(two, Mapping):
-        return len(one) == len(two) and all(key in two and equal(value, two[key]) for key, value in one.items())
-    return _unbool(one) == _unbool(two)
-
-
-# ----------------------------------------------------------------------------- types, as draft 2020-12's
-
-
-def _is_number(x) -> bool:
-    return not isinstance(x, bool) and isinstance(x, numbers.Number)
-
-
-def _is_integer(x) -> bool:
-    return not isinstance(x, bool) and (isinstance(x, int) or (isinstance(x, float) and x.is_integer()))
-
-
-def _is_strict_integer(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-_TYPES: dict[str, Predicate] = {
-    "array": lambda x: isinstance(x, list),
-    "boolean": lambda x: isinstance(x, bool),
-    "null": lambda x: x is None,
-    "number": _is_number,
-    "object": lambda x: isinstance(x, dict),
-    "string": lambda x: isinstance(x, str),
-}
 
 
 def _yes(x) -> bool:
@@ -149,7 +96,7 @@ def _no(x) -> bool:
 class _Compiler:
     def __init__(self, root: Any, strict_integers: bool):
         self.root = root
-        self.types = dict(_TYPES, integer=_is_strict_integer if strict_integers else _is_integer)
+        self.types = dict(TYPES, integer=is_strict_integer if strict_integers else is_integer)
         self.compiled: dict[int, Predicate] = {}  # id(schema node) -> its predicate, for $ref (and recursion)
 
     def resolve(self, ref: str) -> Any:
@@ -231,7 +178,7 @@ class _Compiler:
                 if high is not None and len(x) > high:
                     return False
                 return pattern is None or pattern.search(x) is not None
-            if not _is_number(x):
+            if not is_number(x):
                 return True
             for key, bound in bounds:
                 if key == "minimum" and x < bound or key == "maximum" and x > bound:
@@ -334,7 +281,7 @@ class _Compiler:
                     for value in x[len(prefix):]:
                         if not rest(value):
                             return False
-            if unique and not _unique(x):
+            if unique and not all_unique(x):
                 return False
             if contains is not None:
                 matches = sum(1 for value in x if contains(value))
@@ -423,10 +370,3 @@ def _all(checks: list[Predicate]) -> Predicate | None:
     if len(checks) == 1:
         return checks[0]
     return lambda x: all(check(x) for check in checks)
-
-
-def _unique(items: list) -> bool:
-    """jsonschema's `uniq` for lists of strings or of integers (the only ones answered here)."""
-    if all(type(i) is str for i in items) or all(type(i) is int for i in items):
-        return len(set(items)) == len(items)
-    raise Undecided
