@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import random
 import subprocess
 import sys
@@ -24,7 +23,8 @@ import yaml
 from mtpc.schema_verdict import IGNORED, IMPLEMENTED, Undecided, accepts, equal, verdict
 from mtpc.spec.schema_messages import spec_validator
 from mtpc.validation import errors, load_schema, schema_names
-from tests.test_validation import DOCUMENTS, _paths
+from tests.fixtures.mutants import mutant
+from tests.test_validation import DOCUMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,34 +62,7 @@ _WRONG = ("", "not-a-value", -1, 0, 3, 64.0, 1.5, float("nan"), 2**70, True, Fal
 
 
 def _mutant(doc, rng: random.Random):
-    doc = copy.deepcopy(doc)
-    for _ in range(rng.randint(1, 3)):
-        paths = list(_paths(doc))[1:]
-        if not paths:
-            break
-        path = rng.choice(paths)
-        parent = doc
-        for part in path[:-1]:
-            parent = parent[part]
-        last = path[-1]
-        action = rng.choice(("replace", "delete", "extra", "copy", "retype"))
-        if action == "replace":
-            parent[last] = copy.deepcopy(rng.choice(_WRONG))
-        elif action == "delete":
-            del parent[last]
-        elif action == "extra" and isinstance(parent[last], dict):
-            parent[last]["zz_not_in_the_schema"] = copy.deepcopy(rng.choice(_WRONG))
-        elif action == "retype":  # the same value as another type: 64 -> 64.0 / "64" / True
-            value = parent[last]
-            if isinstance(value, bool):
-                parent[last] = int(value)
-            elif isinstance(value, int):
-                parent[last] = rng.choice((float(value), str(value), value == 1))
-            elif isinstance(value, float):
-                parent[last] = int(value) if math.isfinite(value) else str(value)
-        elif isinstance(parent, list):  # a copy of an item, broken or not, next to it
-            parent.insert(last, copy.deepcopy(parent[last]))
-    return doc
+    return mutant(doc, rng, _WRONG, ("replace", "delete", "extra", "copy", "retype"))
 
 
 def _specs() -> list[tuple[str, object]]:

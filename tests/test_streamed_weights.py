@@ -16,6 +16,7 @@ from mtpc.graphs.initializers import DataFile, InitializerGroup, PlannedTensor
 from tests.fixtures.arch import kquant_arch, tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.fixtures.gguf_writer import MIXED_TYPES, q4_k_m_types, write_gguf
+from tests.fixtures.package_files import files_of
 
 INT4 = "quantization:\n  default: {bits: 4, block_size: 32}\n"
 # onnx-genai's sidecar needs a float embedding, which a kept Q4_K table is not.
@@ -44,10 +45,6 @@ def sources(tmp_path_factory) -> Path:
     return folder
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_streamed_weights_give_the_whole_weights_bytes(sources, tmp_path, monkeypatch, capsys, name):
     spec = sources / f"{name}.yaml"
@@ -63,7 +60,7 @@ def test_streamed_weights_give_the_whole_weights_bytes(sources, tmp_path, monkey
         assert main(["compile", str(spec), "-o", str(out), "-v", "--jobs", jobs]) == 0
         captured = capsys.readouterr()
         notes = [line for line in (captured.out + captured.err).splitlines() if "measured while writing" in line]
-        return _files(out), "\n".join(notes)
+        return files_of(out), "\n".join(notes)
 
     whole, whole_notes = compile_with(1 << 40, "1")
     assert not any(slabs)  # nothing streamed: every weight made whole

@@ -8,7 +8,6 @@ ways; the errors must be the same, at the same paths, in the same order.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from mtpc.checks import schema_for
 from mtpc.checks.onnx_genai import metadata_layout
 from mtpc.validation import errors, load_schema, read_yaml
+from tests.fixtures.mutants import mutant
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -54,40 +54,11 @@ def _ours(schema: str, instance) -> list[tuple]:
     return sorted((_shape(e) for e in errors(schema, instance)), key=lambda s: (list(s[0]), s[1]))
 
 
-def _paths(node, here=()):
-    yield here
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, here + (key,))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _paths(value, here + (i,))
-
-
 _WRONG = ("", "not-a-value", -1, 0, 3, 1.5, True, None, [], {}, {"kind": "float"}, [1, "a"])
 
 
 def _mutant(doc, rng: random.Random):
-    doc = copy.deepcopy(doc)
-    for _ in range(rng.randint(1, 3)):
-        paths = list(_paths(doc))[1:]
-        if not paths:
-            break
-        path = rng.choice(paths)
-        parent = doc
-        for part in path[:-1]:
-            parent = parent[part]
-        last = path[-1]
-        action = rng.choice(("replace", "delete", "extra", "copy"))
-        if action == "replace":
-            parent[last] = copy.deepcopy(rng.choice(_WRONG))
-        elif action == "delete":
-            del parent[last]
-        elif action == "extra" and isinstance(parent[last], dict):
-            parent[last]["zz_not_in_the_schema"] = rng.choice(_WRONG)
-        elif isinstance(parent, list):  # a copy of an item, broken or not, next to it
-            parent.insert(last, copy.deepcopy(parent[last]))
-    return doc
+    return mutant(doc, rng, _WRONG, ("replace", "delete", "extra", "copy"))
 
 
 def test_every_golden_artifact_has_a_schema_and_is_valid():

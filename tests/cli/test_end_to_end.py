@@ -12,13 +12,10 @@ import pytest
 
 from mtpc.cli.main import main
 from tests.cli.test_main import run_mtpc
+from tests.fixtures.package_files import files_of
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 TINY = SPECS / "qwen35-tiny-mtp.yaml"
-
-
-def files_of(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def compile_with_hash_seed(spec: Path, out: Path, seed: str) -> None:

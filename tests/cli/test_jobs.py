@@ -15,6 +15,7 @@ from mtpc.graphs.initializers import DataFile, InitializerGroup, PlannedTensor
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
+from tests.fixtures.package_files import files_of
 
 SPECS = {
     "bf16-float": "source: {hf: ckpt}\n",
@@ -32,10 +33,6 @@ def sources(tmp_path_factory) -> Path:
     return folder
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_jobs_1_and_2_give_byte_identical_packages(sources, tmp_path, name):
     spec = sources / f"{name}.yaml"
@@ -44,7 +41,7 @@ def test_jobs_1_and_2_give_byte_identical_packages(sources, tmp_path, name):
     for jobs in ("1", "2", "3"):
         out = tmp_path / f"j{jobs}"
         assert main(["compile", str(spec), "-o", str(out), "-q", "--jobs", jobs]) == 0
-        packages[jobs] = _files(out)
+        packages[jobs] = files_of(out)
     assert packages["1"].keys() == packages["2"].keys() == packages["3"].keys()
     assert any(rel.endswith(".onnx.data") and len(data) > 10_000 for rel, data in packages["1"].items())
     for rel in packages["1"]:

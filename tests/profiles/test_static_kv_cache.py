@@ -14,6 +14,7 @@ from mtpc import sources
 from mtpc.driver import build
 from mtpc.output import write_package
 from mtpc.reference import Qwen35Reference
+from tests.fixtures.package_files import files_of
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
 STEPS = 10
@@ -39,10 +40,6 @@ def compiled(folder: Path, **settings):
     result = build(tiny_variant(folder, **settings))
     write_package(result.artifacts, folder / "pkg")
     return result, folder / "pkg"
-
-
-def files_of(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from mtpc.output import write_package
 from mtpc.reference import MtpHeadReference, Qwen35Reference
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.fitted_head import PROMPTS, fitted_store, write_fitted_gguf, write_fitted_hf_checkpoint
+from tests.fixtures.package_files import files_of  # the runtime tests import it from here
 
 STEPS = 20
 ORT_GENAI_CPU = 'targets:\n  onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense}\n'
@@ -31,10 +32,6 @@ def write_spec(path: Path, name: str, source: str, extra: str = "") -> Path:
 def compile_spec(spec: Path, out: Path) -> Path:
     write_package(build(spec).artifacts, out)
     return out
-
-
-def files_of(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="session")
