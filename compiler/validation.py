@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,48 +54,7 @@ def validator(name: str) -> "jsonschema.Draft202012Validator":
 def _validator(name: str) -> "jsonschema.Draft202012Validator":
     import jsonschema
 
-    schema = load_schema(name)
-    cls = jsonschema.Draft202012Validator if _scope_dependent(schema) else _memoizing_validator()
-    return cls(schema, format_checker=jsonschema.FormatChecker())
-
-
-# A `$ref` whose target already accepted an equal instance in this validation accepts it again: the
-# result of applying a subschema is a function of the subschema and the instance alone, except where
-# dynamic scope or annotations from other keywords take part (the keywords below; a schema using one is
-# validated without the memo). A package's quantization.json names every weight (866 in a 64-layer
-# model) with a handful of distinct stored forms and rules, so most `$ref`s are answered here; only
-# acceptances are remembered, so every error is found and reported exactly as jsonschema reports it
-# (tests/test_validation.py compares the two on every golden artifact and on broken copies of them).
-_SCOPE_DEPENDENT = ("$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems")
-_ACCEPTED: "ContextVar[set | None]" = ContextVar("mtpc_schema_acceptances", default=None)
-
-
-def _scope_dependent(schema: dict) -> bool:
-    text = json.dumps(schema)
-    return any(json.dumps(keyword) in text for keyword in _SCOPE_DEPENDENT)
-
-
-@lru_cache(maxsize=None)
-def _memoizing_validator():
-    import jsonschema
-
-    base = jsonschema.Draft202012Validator
-    plain_ref = base.VALIDATORS["$ref"]
-
-    def ref(validator, ref, instance, schema):
-        accepted = _ACCEPTED.get()
-        if accepted is None:
-            yield from plain_ref(validator, ref, instance, schema)
-            return
-        key = (id(schema), repr(instance))  # repr: exact type and value of a JSON / YAML document's parts
-        if key in accepted:
-            return
-        found = list(plain_ref(validator, ref, instance, schema))
-        if not found:
-            accepted.add(key)
-        yield from found
-
-    return jsonschema.validators.extend(base, {"$ref": ref})
+    return jsonschema.Draft202012Validator(load_schema(name), format_checker=jsonschema.FormatChecker())
 
 
 def json_pointer(*parts: object) -> str:
@@ -125,11 +83,7 @@ def errors(name: str, instance) -> "list[jsonschema.ValidationError]":
 
     if accepts(_verdict(_file_name(name)), instance):
         return []
-    token = _ACCEPTED.set(set())  # acceptances are remembered for this one document
-    try:
-        return sorted(validator(name).iter_errors(instance), key=lambda e: (json_path(e), e.message))
-    finally:
-        _ACCEPTED.reset(token)
+    return sorted(validator(name).iter_errors(instance), key=lambda e: (json_path(e), e.message))
 
 
 def read_yaml(text: str):
