@@ -15,8 +15,8 @@ Steps:
    - `import`: imports mtpc, numpy and onnx and nothing else (the baseline RSS);
    - `copy`: reads every tensor with mtpc's safetensors reader and writes them
      all to one file (the reference: what moving the bytes costs);
-   - `compile float32` / `compile int4`: `mtpc.driver.build` then
-     `mtpc.output.write_package`, as `mtpc compile` does.
+   - `compile float32` / `compile int4`: `mtpc.pipeline.driver.build` then
+     `mtpc.output.write.write_package`, as `mtpc compile` does.
 3. Print a table and the ratios (optionally also as JSON).
 
 Peak RSS is the child's own `VmHWM` (/proc/self/status), not
@@ -105,7 +105,7 @@ class WeightStats:
 
 
 def weight_stats(checkpoint: Path) -> WeightStats:
-    from mtpc.sources.safetensors_io import SafetensorsFile
+    from mtpc.sources.hf.safetensors import SafetensorsFile
 
     sizes: dict[str, int] = {}
     for path in sorted(checkpoint.glob("*.safetensors")):
@@ -148,13 +148,13 @@ def _import_baseline() -> None:
     import numpy  # noqa: F401
     import onnx  # noqa: F401
 
-    import mtpc.driver  # noqa: F401
-    import mtpc.output  # noqa: F401
+    import mtpc.pipeline.driver  # noqa: F401
+    import mtpc.output.write  # noqa: F401
     from mtpc.emit import genai_config, inference_metadata, model_card, onnx_graphs, tokenizer  # noqa: F401
 
 
 def _copy(checkpoint: Path, target: Path) -> None:
-    from mtpc.sources.safetensors_io import SafetensorsFile
+    from mtpc.sources.hf.safetensors import SafetensorsFile
 
     with open(target, "wb") as out:
         for path in sorted(checkpoint.glob("*.safetensors")):
@@ -165,8 +165,8 @@ def _copy(checkpoint: Path, target: Path) -> None:
 
 
 def _compile(spec: Path, target: Path) -> None:
-    from mtpc.driver import build
-    from mtpc.output import write_package
+    from mtpc.pipeline.driver import build
+    from mtpc.output.write import write_package
 
     write_package(build(spec).artifacts, target)
 

@@ -8,10 +8,10 @@ the ratios are what to compare across machines and commits.
     .venv/bin/python bench/quant_bench.py --rows 4096 --cols 4096 --repeat 5 --json q.json
 
 Cases, each on one `[rows, cols]` weight:
-- `quantize_linear int4` / `int8`: `mtpc.quant.quantize_linear(w, bits, 32)` on a float32
+- `quantize_linear int4` / `int8`: `mtpc.weights.quant.quantize_linear(w, bits, 32)` on a float32
   matrix (what `bits: 4` / `bits: 8` do to a float source's weights). Reference: one
   `np.abs(w).max(axis=-1)` over the same matrix.
-- `gguf Q8_0` / `Q4_K` / `Q6_K`: `mtpc.sources.gguf_quant.to_quantized_tensor` on raw GGUF
+- `gguf Q8_0` / `Q4_K` / `Q6_K`: `mtpc.sources.gguf.quant.to_quantized_tensor` on raw GGUF
   blocks (what `keep: source` does to a GGUF's weights, MatMulNBits form). Reference: one
   `raw.astype(np.float32).sum()` over the same block bytes. The blocks are random bytes
   with sane fp16 scale fields, made here (any bit pattern is a valid code or sub-scale).
@@ -44,8 +44,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf.constants import GGML_QUANT_SIZES
 
-from mtpc.quant import quantize_linear
-from mtpc.sources.gguf_quant import to_quantized_tensor
+from mtpc.weights.quant import quantize_linear
+from mtpc.sources.gguf.quant import to_quantized_tensor
 
 BLOCK_SIZE = 32
 GGUF_TYPES = (QT.Q8_0, QT.Q4_K, QT.Q6_K)

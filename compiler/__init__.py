@@ -2,13 +2,16 @@
 
 The Python API (see `mtpc.api`): `mtpc.compile(spec, output)`, `mtpc.check(*targets)` and
 `mtpc.diff(old, new)`, each returning a frozen result object. They are imported on first
-use, so `import mtpc` stays instant.
+use, so `import mtpc` stays instant. `mtpc.diagnostics` (the `MtpcError` the API raises) and
+`mtpc.progress` (`Console`, to report as the command does) are the two utilities a script needs.
+docs/architecture.md shows how the packages below fit together.
 """
 
-__version__ = "0.1.0"
+from .util.version import __version__
 
 _API = ("compile", "check", "diff", "CompileResult", "CheckResult", "DiffResult", "PackageFile", "CheckedTarget")
-__all__ = ["__version__", *_API]
+_UTILITIES = ("diagnostics", "progress")
+__all__ = ["__version__", *_API, *_UTILITIES]
 
 
 def __getattr__(name: str):
@@ -16,8 +19,12 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, name)
+    if name in _UTILITIES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.util.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | set(_UTILITIES))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpc.validation import load_schema
+from mtpc.schema.validation import load_schema
 from tests.fixtures.git import GIT_ENV, git
 
 REPO = Path(__file__).resolve().parents[1]

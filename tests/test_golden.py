@@ -26,7 +26,7 @@ import onnxruntime_genai as og
 import pytest
 import yaml
 
-from mtpc.driver import build
+from mtpc.pipeline.driver import build
 from tests.fixtures.shared import shared_file
 
 REPO = Path(__file__).resolve().parents[1]

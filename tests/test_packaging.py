@@ -24,5 +24,7 @@ def test_wheel_carries_schemas_and_templates(tmp_path):
         assert f"mtpc/templates/{name}" in names
     assert "mtpc/cli/main.py" in names
     # Every subpackage of compiler/ ships: pyproject.toml lists them one by one.
-    for init in (REPO / "compiler").glob("*/__init__.py"):
-        assert f"mtpc/{init.parent.name}/__init__.py" in names, init.parent.name
+    for init in (REPO / "compiler").rglob("*/__init__.py"):
+        package = init.parent.relative_to(REPO / "compiler").as_posix()
+        assert f"mtpc/{package}/__init__.py" in names, package
+

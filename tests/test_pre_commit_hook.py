@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpc.api_check import is_spec_file
+from mtpc.api.checking import is_spec_file
 from tests.clients.llama_cpp import cache_root
 from tests.fixtures.git import GIT_ENV, git
 

@@ -33,9 +33,9 @@ from onnx import TensorProto, helper
 
 from mtpc.checks import artifact_files, check_files
 from mtpc.cli.main import main
-from mtpc.diagnostics import ExitCode, MtpcError
-from mtpc.driver import build
-from mtpc.validation import read_yaml
+from mtpc.util.diagnostics import ExitCode, MtpcError
+from mtpc.pipeline.driver import build
+from mtpc.schema.validation import read_yaml
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.gguf_writer import write_gguf
 from tests.fixtures.shared import shared_file

@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
 from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
-from ..provenance import PROVENANCE_NAME
+from ..emit.provenance_record import PROVENANCE_NAME
 from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
 from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
 from .completeness import check_onnx_genai_files, check_onnxruntime_genai_files
@@ -48,7 +48,7 @@ __all__ = [
 
 # The schema in schemas/ each package file must satisfy, by file name and, for onnx-genai's
 # metadata, layout. The emitters declare the same schema on the artifacts they write
-# (tests/test_checks.py holds the two together).
+# (tests/checks/test_checks.py holds the two together).
 SCHEMAS: dict[tuple[str, str | None], str] = {
     (GENAI_CONFIG, None): "genai_config.schema.json",
     (INFERENCE_METADATA, "flat"): "inference_metadata.flat.schema.json",

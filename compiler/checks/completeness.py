@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 
 from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA, SIDECAR
-from ..validation import json_pointer
+from ..schema.validation import json_pointer
 from .package import TOKENIZER_JSON, Checker, folder
 
 SIDECAR_GRAPH = f"{SIDECAR}.onnx"
@@ -70,7 +70,7 @@ def _head_folder(c: Checker, root: dict, configs: dict[str, dict]) -> None:
 
 
 def _tokenizer(c: Checker) -> None:
-    from ..tokenizer_json import TOKENIZER_FILES
+    from ..sources.tokenizer_json import TOKENIZER_FILES
 
     present = [name for name in TOKENIZER_FILES if name in c.files]
     if not present:

@@ -9,8 +9,8 @@ main-graph initializer of that dtype and shape.
 
 from __future__ import annotations
 
-from ..contracts import PAGED_INPUT_NAMES
-from ..validation import json_pointer
+from ..ir.contracts import PAGED_INPUT_NAMES
+from ..schema.validation import json_pointer
 from .graphs import Graph, Tensor
 from .package import Checker, byte_count, folder
 

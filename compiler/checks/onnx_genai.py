@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..contracts import quantized_companions
+from ..ir.contracts import quantized_companions
 from ..emit.speculator import speculator_findings
-from ..validation import json_pointer
+from ..schema.validation import json_pointer
 from .genai_config import same_hidden
 from .graphs import Graph, Tensor
 from .package import Checker

@@ -17,8 +17,8 @@ from typing import Callable
 
 import yaml
 
-from ..spec.suggest import closest
-from ..validation import errors as schema_errors, json_pointer, read_yaml
+from ..util.suggest import closest
+from ..schema.validation import errors as schema_errors, json_pointer, read_yaml
 from .graphs import ExternalTensor, Graph, interface_graph, read_graph
 from .positions import Positions, locate, positions
 
@@ -300,7 +300,7 @@ TOKENIZER_JSON = "tokenizer.json"
 
 def check_tokenizer(c: Checker) -> None:
     """A package's `tokenizer.json`, when it ships one, loads: JSON with a `model` object, and in `tokenizers`."""
-    from ..tokenizer_json import tokenizer_json_problem
+    from ..sources.tokenizer_json import tokenizer_json_problem
 
     if TOKENIZER_JSON in c.files and not c.files[TOKENIZER_JSON].deferred:
         problem = tokenizer_json_problem(c.files[TOKENIZER_JSON].read())

@@ -16,7 +16,7 @@ import re
 
 import yaml
 
-from ..validation import json_pointer
+from ..schema.validation import json_pointer
 
 Positions = dict[str, tuple[int, int]]
 

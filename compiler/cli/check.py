@@ -1,4 +1,4 @@
-"""`mtpc check SPEC|DIR...`: the CI gate. Schemas, cross-artifact contracts and completeness (see `mtpc.api_check`)."""
+"""`mtpc check SPEC|DIR...`: the CI gate. Schemas, cross-artifact contracts and completeness (see `mtpc.api.checking`)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..api import check as check_targets
-    from ..diagnostics import ExitCode
+    from ..util.diagnostics import ExitCode
 
     result = check_targets(*args.targets, offline=args.offline, skip_non_specs=args.skip_non_specs)
     say = console(args)

@@ -62,8 +62,8 @@ def _jobs(text: str) -> int:
 
 def run(args) -> int:
     from ..api import compile as compile_package
-    from ..diffing import digest, file_chunks
-    from ..progress import human_size
+    from ..diffing.files import digest, file_chunks
+    from ..util.progress import human_size
 
     say = console(args)
     result = compile_package(args.spec, args.output, force=args.force, progress=say, jobs=args.jobs)

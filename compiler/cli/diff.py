@@ -50,9 +50,9 @@ def compute(old: Path, new: Path):
 
 
 def run(args) -> int:
-    from ..diff_render import markdown, text  # onnx (the graph diff): only when there is something to diff
-    from ..diagnostics import ExitCode
-    from ..diff_report import DiffReport
+    from ..diffing.render import markdown, text  # onnx (the graph diff): only when there is something to diff
+    from ..util.diagnostics import ExitCode
+    from ..diffing.report import DiffReport
 
     report = DiffReport(args.old, args.new, tuple(compute(Path(args.old), Path(args.new))))
     say = console(args)

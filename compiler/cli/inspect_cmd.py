@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..diagnostics import ExitCode, MtpcError
+from ..util.diagnostics import ExitCode, MtpcError
 from .report import err, verb_parser, out, print_json
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def source_ref(path: Path) -> "SourceRef":
 
 def run(args) -> int:
     from .. import sources
-    from ..diffing import to_plain
+    from ..diffing.changes import to_plain
 
     ref = source_ref(Path(args.source))
     info = sources.describe(ref)
@@ -123,6 +123,6 @@ def _findings(ref: SourceRef, info) -> list[str]:
     """
     if ref.kind != "hf":
         return []
-    from ..sources import hf
+    from ..sources.hf import reader as hf
 
     return hf.check(ref, info)

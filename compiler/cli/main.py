@@ -11,7 +11,7 @@ anything else; `main` (which also installs them for in-process callers, and
 restores what was there) imports the verbs, which pull in onnx and numpy (most
 of a second), only after that. So an interrupt at any time ends the run the
 same way: one line on stderr, exit 130 or 143, and nothing left behind (an
-interrupted write removes its temporary folder, see `mtpc.output`).
+interrupted write removes its temporary folder, see `mtpc.output.write`).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ try:  # after the handlers, on purpose
     import argparse
     import importlib
 
-    from .. import __version__
-    from ..diagnostics import Diagnostic, ExitCode, MtpcError
+    from ..util.version import __version__
+    from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
     from .report import err, print_json, print_json_error
 except Interrupted as interrupt:  # only where our handlers are installed: this process is the command
     sys.stderr.write(f"mtpc: interrupted by {SIGNAL_NAMES[interrupt.signum]}\n")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..diagnostics import MtpcError
+from ..util.diagnostics import MtpcError
 
 if TYPE_CHECKING:  # imported by `run`: every `mtpc` run builds this verb's parser (`mtpc --help` too)
-    from ..diff_report import DiffReport
-    from ..diffing import Change
+    from ..diffing.report import DiffReport
+    from ..diffing.changes import Change
 from .report import console, verb_parser, existing_file, out, print_json
 
 HELP = "show what compile would create, change or remove, and what each pass did"
@@ -44,7 +44,8 @@ def add_parser(sub) -> None:
 
 def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Change]]":
     """(relpath, action) for every file compile would touch, sorted by path, and what changes in them."""
-    from ..diffing import ADDED, CHANGED, REMOVED, Change, diff_files, digest, file_chunks
+    from ..diffing.changes import ADDED, CHANGED, Change, REMOVED
+    from ..diffing.files import diff_files, digest, file_chunks
 
     planned: list[tuple[str, str]] = []
     changes: list[Change] = []
@@ -76,7 +77,7 @@ def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Ch
 
 
 def destination_refusal(against: Path) -> dict | None:
-    from ..output import check_destination
+    from ..output.write import check_destination
 
     """Why `compile -o AGAINST` would refuse to write there (None when it would not), and whether --force helps."""
     try:
@@ -91,13 +92,13 @@ def destination_refusal(against: Path) -> dict | None:
 
 
 def run(args) -> int:
-    from ..api import default_output
-    from ..diff_render import markdown
-    from ..diff_report import DiffReport
-    from ..diffing import to_plain
-    from ..validation import dump_yaml
+    from ..api.compiling import default_output
+    from ..diffing.render import markdown
+    from ..diffing.report import DiffReport
+    from ..diffing.changes import to_plain
+    from ..schema.validation import dump_yaml
 
-    from ..driver import build
+    from ..pipeline.driver import build
 
     spec = existing_file(args.spec, "spec")
     snapshots: list[tuple[str, object]] = []

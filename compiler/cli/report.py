@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..diagnostics import ExitCode, MtpcError
+from ..util.diagnostics import ExitCode, MtpcError
 
 FORMAT_VERSION = 1
 
@@ -40,9 +40,9 @@ def err(line: str) -> None:
 
 
 def console(args):
-    """The verb's stderr voice (`mtpc.progress.Console`): silent with -q, and for JSON output
+    """The verb's stderr voice (`mtpc.util.progress.Console`): silent with -q, and for JSON output
     (a script reads stdout and wants nothing else); -v adds elapsed times and detail."""
-    from ..progress import Console
+    from ..util.progress import Console
 
     quiet = bool(getattr(args, "quiet", False)) or getattr(args, "format", "text") == "json"
     return Console(quiet=quiet, verbose=int(getattr(args, "verbose", 0) or 0))

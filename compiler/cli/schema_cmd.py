@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..diagnostics import ExitCode, MtpcError
+from ..util.diagnostics import ExitCode, MtpcError
 from .report import verb_parser, out, print_json
 
 HELP = "list the JSON Schemas, or print one"
@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..validation import load_schema, schema_names
+    from ..schema.validation import load_schema, schema_names
 
     names = schema_names()
     short = [n[: -len(SUFFIX)] for n in names]

@@ -8,7 +8,7 @@ that fails:
 1. the static checks of `mtpc check DIR`;
 2. onnxruntime: `model.onnx` on a prompt (prefill) and one more token (a step
    with the caches it returned), logits and the hidden state the head is
-   seeded from, against `mtpc.reference.Qwen35Reference`;
+   seeded from, against `mtpc.reference.forward.Qwen35Reference`;
 3. the MTP head graph named by `model.mtp.filename` on the same tokens, seeded
    with the reference's hidden state, against `MtpHeadReference`; likewise the
    onnx-genai head the speculator config names, fed the embedded tokens;
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ..diagnostics import ExitCode, MtpcError
+from ..util.diagnostics import ExitCode, MtpcError
 from .report import console, verb_parser, err, existing_dir, existing_file, out, print_json
 
 if TYPE_CHECKING:  # imported where they are used: every `mtpc` run builds this verb's parser (`mtpc --help` too)
@@ -229,11 +229,11 @@ def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report
     """Steps 2 to 4 of the module docstring, adding to `report`."""
     require_runtime()
     from .. import sources
-    from ..driver import build_ir
+    from ..pipeline.driver import build_ir
     from .verify_steps import compare_package
 
     ir, info = build_ir(spec)
-    from ..provenance import package_mismatches
+    from ..emit.provenance_record import package_mismatches
 
     report.provenance = package_mismatches(root, ir, spec)
     for message in report.provenance:  # said now: a wrong spec makes everything after it fail

@@ -12,8 +12,8 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..lazy_import import lazy_module
-from ..diagnostics import ExitCode, MtpcError
+from ..util.lazy_import import lazy_module
+from ..util.diagnostics import ExitCode, MtpcError
 
 np = lazy_module("numpy")  # imported when a package is verified, not by every `mtpc` run (`--help` builds this verb's parser)
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..lazy_import import lazy_module
+from ..util.lazy_import import lazy_module
 from ..checks import GENAI_CONFIG
 from .verify_runner import GraphRunner, runtime_step
 from .verify_tolerance import AsBuiltWeights, stores_quantized, strict_greedy, tolerance_for
@@ -29,7 +29,7 @@ class Report:
     speculative: list[int] | None = None
     reference_greedy: list[int] | None = None
     stats: dict | None = None
-    # How the package's provenance.json disagrees with the spec given (see mtpc.provenance).
+    # How the package's provenance.json disagrees with the spec given (see mtpc.emit.provenance_record).
     provenance: list[str] = field(default_factory=list)
 
     @property
@@ -72,7 +72,7 @@ def _head_folder(root: Path, cfg: dict) -> Path | None:
 
 def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
     from ..ir import SeedHidden
-    from ..reference import MtpHeadReference, Qwen35Reference
+    from ..reference.forward import MtpHeadReference, Qwen35Reference
 
     arch = ir.architecture
     tolerance = tolerance_for(ir, weights, args.atol)
@@ -140,7 +140,7 @@ def _speculator(root: Path) -> dict | None:
 
 def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, report, tolerance, progress) -> None:
     """onnx-genai's head: the runtime embeds the tokens itself and applies the LM head to `mtp_hidden`."""
-    from ..reference import MtpHeadReference
+    from ..reference.forward import MtpHeadReference
 
     progress(f"running {speculator['model']} on onnxruntime")
     kv = {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}

@@ -7,7 +7,7 @@ rounding of the weights (see `tolerance_for`).
 
 from __future__ import annotations
 
-from ..lazy_import import lazy_module
+from ..util.lazy_import import lazy_module
 
 np = lazy_module("numpy")  # imported when a package is verified, not by every `mtpc` run (`--help` builds this verb's parser)
 
@@ -59,7 +59,7 @@ class AsBuiltWeights:
 
     def read_float(self, name: str) -> np.ndarray:
         from ..ir import WeightRole
-        from ..quant import embedding_form, embedding_requested, materialize, resolve
+        from ..weights.quant import embedding_form, embedding_requested, materialize, resolve
         from ..weights import QuantizedTensor
 
         if self._table:
@@ -67,7 +67,7 @@ class AsBuiltWeights:
             if decision is None or decision.form is None:
                 return self._store.read_float(name)
             if decision.role is WeightRole.EXPERTS:
-                from ..quant import dequantize_experts
+                from ..weights.quant import dequantize_experts
 
                 return dequantize_experts(self._store.read(name), decision.form, self._store.info(name).shape)
             embedding = decision.role is WeightRole.EMBEDDING
@@ -90,7 +90,7 @@ class AsBuiltWeights:
 
 def stores_quantized(ir, weights) -> bool:
     """Whether the package stores any weight quantized: one the plan quantizes, or a source-quantized one it keeps."""
-    from ..quant import resolved_form
+    from ..weights.quant import resolved_form
 
     if ir.weights:
         return any(w.form is not None for w in ir.weights)
@@ -104,7 +104,7 @@ def stores_quantized(ir, weights) -> bool:
 def rounds_activations(ir, weights) -> bool:
     """Whether a weight stored quantized has accuracy_level > 0: its MatMulNBits rounds the activations too."""
     from ..passes.quantization import profile_accuracy
-    from ..quant import resolved_form
+    from ..weights.quant import resolved_form
 
     def accuracy_level(name: str) -> int:
         level = ir.quantization.scheme_for(name).accuracy_level

@@ -2,7 +2,7 @@
 
 An emitter never touches the file system. It returns `Artifact`s; the driver
 validates each against its schema and sorts them by path, and
-`mtpc.output.write_package` (called by `mtpc compile`) writes them all
+`mtpc.output.write.write_package` (called by `mtpc compile`) writes them all
 atomically. Large tensor data is produced lazily through `Artifact.chunks` so
 a model's weights stream into `.onnx.data` without being held in memory.
 
@@ -12,121 +12,10 @@ run: a later one may read what an earlier one recorded in the `EmitContext`.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the emitters pull in onnx_ir (and sympy): imported only when a package is built
-    from ..graphs.initializers import StoredTensor
-    from ..ir import GraphContract, ModelIR
-    from ..sources import SourceInfo
-    from ..weights import WeightStore
-
-Progress = Callable[[str], None]
-
-# The tensors of one `.onnx.data` file that another graph may borrow, by initializer name.
-DataLayout = "dict[str, StoredTensor]"
-
-
-@dataclass(frozen=True)
-class Artifact:
-    relpath: str  # path inside the package, "/"-separated
-    content: bytes | None = None  # small files
-    chunks: Callable[[], Iterator[bytes | memoryview]] | None = None  # large files, streamed
-    schema: str | None = None  # schema file in schemas/ the content must satisfy
-    # A streamed file's length, known from its layout before any chunk is produced (None: not known).
-    # Lets the contract checks measure external data against its file without reading the weights.
-    size: int | None = None
-    # Bytes that cost real work to make and that no other file depends on (a GGUF vocabulary turned
-    # into tokenizer.json): produced only when read. The in-memory checks of a verb that writes
-    # nothing (`check SPEC`, `plan`, `diff SPEC`) leave them unread; `compile` reads them first.
-    deferred: bool = False
-    # An ONNX graph left unbuilt (`build(..., defer_graphs=True)`): the I/O contract its graph is built to,
-    # which the contract checks read in place of the graph (tests/emit/test_graph_files.py holds the two equal).
-    interface: GraphContract | None = None
-    # (content, what it parses to), when the artifact's maker has parsed it already (an emitter reading
-    # its YAML back, the driver validating it): the checks use it rather than parse the same bytes again.
-    # Kept with the very bytes it is the parse of, so a copy with other content does not inherit it.
-    parsed: tuple[bytes, object] | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def document(self) -> object:
-        """What `content` parses to, if its maker parsed it (None: parse it yourself)."""
-        if self.parsed is not None and self.parsed[0] is self.content:
-            return self.parsed[1]
-        return None
-
-    def with_document(self, document: object) -> "Artifact":
-        return replace(self, parsed=(self.content, document))
-
-    @property
-    def nbytes(self) -> int | None:
-        """The file's length without producing it: the content's, or the declared size of a streamed file."""
-        return len(self.content) if self.content is not None else self.size
-
-    def iter_bytes(self) -> Iterator[bytes | memoryview]:
-        if self.content is not None:
-            yield self.content
-        elif self.chunks is not None:
-            yield from self.chunks()
-
-    def read(self) -> bytes:
-        return b"".join(self.iter_bytes())
-
-
-def _quiet(message: str) -> None:
-    pass
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which a container or `taskset` narrows)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-@dataclass
-class EmitContext:
-    """What emitters may use besides the IR.
-
-    The weight store opens on first use and stays open while `.onnx.data`
-    artifacts stream; whoever consumes the artifacts calls `close` afterwards.
-    """
-
-    info: SourceInfo
-    weights_factory: Callable[[], WeightStore]
-    progress: Progress = _quiet
-    # Weights produced in parallel while a data file streams (`DataFile.chunks`); the bytes are the same for any value.
-    jobs: int = field(default_factory=available_cores)
-    # Data file (package path) -> its shareable tensors; written by onnx_graphs, read by genai_config.
-    data_layouts: dict[str, DataLayout] = field(default_factory=dict)
-    # Graph (package path) -> the data file it reads its shareable tensors from, when not its own
-    # (the main model reads the embedding and LM head from the head's file); written by onnx_graphs.
-    shared_data_files: dict[str, str] = field(default_factory=dict)
-    # Weight -> max |stored - source's dequantization| of source-quantized weights re-quantized, filled
-    # as the data files stream (see graphs/parameters.py); `compile` reports it once they are written.
-    requantization_error: dict[str, float] = field(default_factory=dict)
-    # What `provenance.json` records (see mtpc.provenance); None when the IR was built without a spec.
-    provenance: dict | None = None
-    # Leave the ONNX graphs unbuilt until their bytes are read (see emit/graph_files.py), for a verb that
-    # writes nothing; honoured only where no other emitter needs what building them records.
-    defer_graphs: bool = False
-    _weights: WeightStore | None = field(default=None, init=False, repr=False)
-
-    @property
-    def weights(self) -> WeightStore:
-        if self._weights is None:
-            self._weights = self.weights_factory()
-        return self._weights
-
-    def close(self) -> None:
-        if self._weights is not None:
-            self._weights.close()
-            self._weights = None
-
-
-Emitter = Callable[["ModelIR", EmitContext], list[Artifact]]
+if TYPE_CHECKING:
+    from .artifact import Emitter
 
 
 def __getattr__(name: str):

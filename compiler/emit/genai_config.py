@@ -17,8 +17,9 @@ import json
 import posixpath
 
 from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR, OrtGenaiTarget
-from ..profiles import OrtGenaiProfile, ort_genai_profile
-from . import Artifact, DataLayout, EmitContext
+from ..profiles import ort_genai_profile
+from ..profiles.ort_genai import OrtGenaiProfile
+from .artifact import Artifact, DataLayout, EmitContext
 
 CONFIG_NAME = "genai_config.json"
 

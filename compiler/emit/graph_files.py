@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Callable
 
 from ..ir import GraphContract, ModelIR, QuantizationPlan
-from . import Artifact, EmitContext
+from .artifact import Artifact, EmitContext
 from .genai_config import reads_data_layouts
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..contracts import BATCH
-from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from ..ir.contracts import BATCH
+from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR, TensorSpec
-from ..validation import dump_yaml, read_yaml
-from . import Artifact, EmitContext
+from ..schema.validation import dump_yaml, read_yaml
+from .artifact import Artifact, EmitContext
 from .speculator import SpeculatorConfig, contract_findings, speculator_findings
 
 METADATA_FILE = "inference_metadata.yaml"

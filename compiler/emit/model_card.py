@@ -14,11 +14,11 @@ import re
 from collections import Counter
 
 from ..ir import AttentionMode, HeadContract, ModelIR
-from ..quant import requantization_notes
-from . import Artifact, EmitContext
+from ..weights.quant import requantization_notes
+from .artifact import Artifact, EmitContext
 
 CARD_NAME = "README.md"
-# The third line after the front matter starts with this; `mtpc.output` recognises an earlier package by it.
+# The third line after the front matter starts with this; `mtpc.output.write` recognises an earlier package by it.
 CARD_SIGNATURE = "A runtime package compiled by mtpc from a "
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import onnx_ir as oir
 
-from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..graphs.builder import BuiltGraph, GraphData
 from ..graphs.initializers import DataFile
 from ..graphs.mtp_head import build_head
@@ -26,7 +26,7 @@ from ..graphs.parameters import ParameterSource
 from ..graphs.qwen35 import build_main
 from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR
 from ..profiles.kernels import fused_kernels
-from . import Artifact, EmitContext
+from .artifact import Artifact, EmitContext
 
 LM_HEAD_PREFIX = LM_HEAD_INITIALIZER.removesuffix("weight")  # "lm_head.MatMul."
 

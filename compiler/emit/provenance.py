@@ -1,4 +1,4 @@
-"""`provenance.json`: where the package came from (see `mtpc.provenance`).
+"""`provenance.json`: where the package came from (see `mtpc.emit.provenance_record`).
 
 The driver gathers the record (it reads the spec and fingerprints the source) into
 `EmitContext.provenance`; this emitter only renders it. IR built without a spec
@@ -8,8 +8,8 @@ The driver gathers the record (it reads the spec and fingerprints the source) in
 from __future__ import annotations
 
 from ..ir import ModelIR
-from ..provenance import PROVENANCE_NAME, SCHEMA, render
-from . import Artifact, EmitContext
+from .provenance_record import PROVENANCE_NAME, SCHEMA, render
+from .artifact import Artifact, EmitContext
 
 
 def emit_provenance(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import asdict
 
 from ..ir import ModelIR, WeightDecision, WeightRole
-from . import Artifact, EmitContext
+from .artifact import Artifact, EmitContext
 from .json_text import dumps_sorted
 
 REPORT_NAME = "quantization.json"

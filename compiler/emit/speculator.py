@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..ir import DecoderConfig, GraphContract, ModelIR
 
 PROPOSAL_TYPE = "mtp"

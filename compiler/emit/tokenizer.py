@@ -12,9 +12,9 @@ onnxruntime-genai 0.18.0 (whose built-in tokenizer reads `tokenizer.json` +
 from __future__ import annotations
 
 from ..ir import Architecture, ModelIR
-from ..sources import DeferredFiles
-from ..tokenizer_json import added_token, byte_level_bpe, dump
-from . import Artifact, EmitContext
+from ..sources.info import DeferredFiles
+from ..sources.tokenizer_json import added_token, byte_level_bpe, dump
+from .artifact import Artifact, EmitContext
 
 # Bytes that prompts use most get ids first, so a vocabulary smaller than 256 still encodes text.
 _BYTE_ORDER = (*range(0x20, 0x7F), 0x0A, 0x09, 0x0D, *(b for b in range(256) if not (0x20 <= b < 0x7F or b in (9, 10, 13))))

@@ -17,7 +17,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import onnx_ir as oir
 
-from ..contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..ir import Architecture, Rope
 from .builder import MS, GraphBuilder
 from .parameters import EmbeddingParams, LinearParams

@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 import onnx_ir as oir
 
-from ..diagnostics import MtpcError
+from ..util.diagnostics import MtpcError
 from ..ir import Architecture, MoeDims, QuantForm, WeightDecision
-from ..quant import quantize_experts
+from ..weights.quant import quantize_experts
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
 from .blocks import initializer_name, mlp, project, silu

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import onnx_ir as oir
 
-from ..contracts import EMBEDDING_INITIALIZER
+from ..ir.contracts import EMBEDDING_INITIALIZER
 from ..ir import DecoderConfig, HeadContract, ModelIR
 from .blocks import Residual, add_norm, cast, embed, gated_attention, lm_head, project, residual_block, rms_norm, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels

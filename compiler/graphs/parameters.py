@@ -4,7 +4,7 @@ Each weight's stored *form* (float, or bits / block size / zero points / block o
 is read from the IR's weight table (`ModelIR.weights`, decided by
 `passes/quantization.py` from the tensors' metadata), so the data file is laid out
 before any value is read and `plan` shows exactly what is built. When the file is
-streamed, `mtpc.quant.materialize` produces the arrays in that form and the stream
+streamed, `mtpc.weights.quant.materialize` produces the arrays in that form and the stream
 checks them against the table.
 """
 
@@ -17,11 +17,11 @@ from typing import Callable, Sequence
 import numpy as np
 import onnx_ir as oir
 
-from ..arrays import can_slice_columns, slab_rows, transposed, transposed_slab
-from ..contracts import quantized_names
-from ..diagnostics import MtpcError
+from ..util.arrays import can_slice_columns, slab_rows, transposed, transposed_slab
+from ..ir.contracts import quantized_names
+from ..util.diagnostics import MtpcError
 from ..ir import QuantizationPlan, WeightDecision
-from ..quant import QuantForm, materialize, materialized_pieces
+from ..weights.quant import QuantForm, materialize, materialized_pieces
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
 

@@ -6,7 +6,7 @@ from typing import Callable
 
 import onnx_ir as oir
 
-from ..contracts import EMBEDDING_INITIALIZER
+from ..ir.contracts import EMBEDDING_INITIALIZER
 from ..ir import LayerKind, ModelIR, SeedHidden, TensorSpec
 from .blocks import Residual, add_norm, cast, embed, gated_attention, gated_delta_net, lm_head, residual_block, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as oir
 
-from ..contracts import PAGED_INPUT_NAMES
+from ..ir.contracts import PAGED_INPUT_NAMES
 from ..ir import Architecture, AttentionMode, DecoderConfig
 from .blocks import SequenceOps, merge_heads, split_heads
 from .builder import MS, GraphBuilder

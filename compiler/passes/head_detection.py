@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..diagnostics import MtpcError
+from ..util.diagnostics import MtpcError
 from ..ir import GraphContract, HeadPolicy, ModelIR
-from . import PassResult
+from .pipeline import PassResult
 
 HIDDEN_STATES_ROLE = "hidden_states"
 

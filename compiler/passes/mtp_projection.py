@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..contracts import (
+from ..ir.contracts import (
     ONNX_GENAI_HEAD_INPUT_NAMES,
     ONNX_GENAI_HEAD_OUTPUT_NAMES,
     ORT_HEAD_INPUT_NAMES,
@@ -34,7 +34,7 @@ from ..contracts import (
     ort_head_contract,
 )
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR
-from . import PassResult
+from .pipeline import PassResult
 
 ORT_HEAD_FILENAME = "mtp/mtp.onnx"
 ONNX_GENAI_HEAD_FILENAME = "mtp_sidecar.onnx"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..contracts import (
+from ..ir.contracts import (
     BATCH,
     LOGITS_INDICES,
     NUM_LOGITS,
@@ -44,7 +44,7 @@ from ..contracts import (
     STATE_UPDATE_INPUT_NAMES,
     STATE_UPDATE_OUTPUT_NAMES,
 )
-from ..diagnostics import MtpcError
+from ..util.diagnostics import MtpcError
 from ..ir import (
     Architecture,
     AttentionMode,
@@ -56,7 +56,7 @@ from ..ir import (
     StateGroup,
     TensorSpec,
 )
-from . import PassResult
+from .pipeline import PassResult
 
 NUM_BLOCKS = "num_blocks"
 BLOCK_SIZE = "block_size"

@@ -3,7 +3,7 @@
 For each weight the source serves (`ModelIR.source_tensors`, metadata only) the pass
 records its source encoding, the stored form (float in the I/O dtype, MatMulNBits or
 GatherBlockQuantized blocks), the spec rule that chose it and whether the stored values
-equal the source's. The decision functions are `mtpc.quant`'s, the same ones graph
+equal the source's. The decision functions are `mtpc.weights.quant`'s, the same ones graph
 building applies to the bytes, so the table and the graphs cannot disagree.
 
 `plan` shows the table grouped; a quantized source tensor that is not carried as stored
@@ -17,10 +17,10 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ..ir import ModelIR, QuantForm, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
-from ..profiles import matmulnbits_accuracy_level
-from ..quant import embedding_form, embedding_requested, expert_form, requantization_notes, resolved_form
+from ..profiles.ort_genai import matmulnbits_accuracy_level
+from ..weights.quant import embedding_form, embedding_requested, expert_form, requantization_notes, resolved_form
 from ..weights import TensorInfo
-from . import PassResult
+from .pipeline import PassResult
 
 # What keep: source re-quantizes a MatMul weight to when its source type has no exact form.
 _NEAREST = QuantForm(4, 32, False)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..diagnostics import Diagnostic, MtpcError
+from ..util.diagnostics import Diagnostic, MtpcError
 from ..ir import GraphContract, ModelIR, OrtGenaiTarget, TensorSpec
-from ..profiles import OrtGenaiProfile, ort_genai_profile
-from . import PassResult
+from ..profiles import ort_genai_profile
+from ..profiles.ort_genai import OrtGenaiProfile
+from .pipeline import PassResult
 
 
 class ApplyRuntimeProfile:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..ir import AttentionMode
-from . import OrtGenaiProfile
+from .ort_genai import OrtGenaiProfile
 
 # mtpc sets none of these but provider_options (emit/genai_config.py): each session option tried
 # measured no better than the runtime's own choice, in decode tok/s of a 512-wide 8-layer float32

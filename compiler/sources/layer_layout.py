@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..diagnostics import SourceError
+from ..util.diagnostics import SourceError
 from ..ir import LayerKind, hybrid_layer_kinds
 
 # Qwen3.5's default interval (transformers' config and llama.cpp's converter agree).

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import SourceRef, SourceTensor, SyntheticSpec
 from ..weights import WeightStore, canonical_shapes
-from . import SourceInfo
+from .info import SourceInfo
 
 
 def problems(spec: SyntheticSpec) -> list[tuple[tuple[str, ...], str]]:

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..contracts import LM_HEAD_INITIALIZER, quantized_names
-from ..diagnostics import Diagnostic
+from ..ir.contracts import LM_HEAD_INITIALIZER, quantized_names
+from ..util.diagnostics import Diagnostic
 from ..ir import ModelIR, QuantForm, QuantizationPlan, WeightDecision
 from ..passes.head_detection import emits_head
 from ..passes.quantization import decide
 
 if TYPE_CHECKING:
-    from .loader import LoadedSpec
+    from .loaded import LoadedSpec
 
 EMBEDDING = "embed_tokens.weight"
 LM_HEAD = "lm_head.weight"

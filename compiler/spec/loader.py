@@ -13,66 +13,20 @@ is refused as unreadable (2), at its place in the file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
 
 import yaml
 
-from ..diagnostics import Diagnostic, ExitCode, MtpcError, Span
-from ..validation import load_schema
+from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, Span
+from ..schema.validation import load_schema
 from . import rules, yaml_positions
 from .defaults import apply_defaults
 from .schema_messages import invalid_sections, schema_diagnostics
-from .yaml_positions import JsonPath, LimitExceeded, NodeSpan, dotted
+from .loaded import LoadedSpec
+from .yaml_positions import LimitExceeded
 
 # The shipped specs are 1-3 KB; a megabyte is no spec but a mistake (or an attack), refused unread.
 MAX_SPEC_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class LoadedSpec:
-    """A schema-valid spec as written (no defaults filled in), with where each part of it sits."""
-
-    data: dict
-    spans: Mapping[JsonPath, NodeSpan]
-    lines: tuple[str, ...]
-    path: Path  # as given by the caller, so diagnostics name the file the way the user did
-
-    @property
-    def folder(self) -> Path:
-        """The folder relative source paths are resolved against."""
-        return self.path.resolve().parent
-
-    def span(self, path: JsonPath, *, at: Literal["value", "key"] = "value") -> Span:
-        """Where `path` sits; a path the spec does not spell out falls back to its nearest written parent's key."""
-        written = path
-        while written and written not in self.spans:
-            written = written[:-1]
-        node = self.spans.get(written)
-        if node is None:  # an empty document
-            return Span(str(self.path), 1, 1, 2)
-        if written != path or at == "key" or node.multiline:
-            return node.key or node.value
-        return node.value
-
-    def diagnostic(
-        self, path: JsonPath, message: str, *, at: Literal["value", "key"] = "value", hint: str | None = None
-    ) -> Diagnostic:
-        span = self.span(path, at=at)
-        line = self.lines[span.line - 1] if 0 < span.line <= len(self.lines) else None
-        return Diagnostic(message, span, hint=hint, path=dotted(path), source_line=line)
-
-    def get(self, path: JsonPath, default: Any = None) -> Any:
-        """The value written at `path`, or `default` when the spec does not write it."""
-        value: Any = self.data
-        for part in path:
-            try:
-                value = value[part]
-            except (KeyError, IndexError, TypeError):
-                return default
-        return value
-
 
 def by_position(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     def key(d: Diagnostic):
@@ -80,7 +34,6 @@ def by_position(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
         return (span.line, span.col, d.message) if span else (0, 0, d.message)
 
     return sorted(diagnostics, key=key)
-
 
 def load_spec(path: str | os.PathLike) -> LoadedSpec:
     path = Path(path)
@@ -103,7 +56,6 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
             problems += rules.check(spec, apply_defaults(load_schema("spec"), spec.data), skip=broken)
         raise MtpcError(by_position(problems), ExitCode.FINDINGS)
     return spec
-
 
 def _read_text(path: Path) -> str:
     try:
@@ -135,7 +87,6 @@ def _read_text(path: Path) -> str:
             path=str(path),
         ) from None
 
-
 def _yaml_error(err: yaml.MarkedYAMLError, path: Path, text: str) -> Diagnostic:
     mark = err.problem_mark or err.context_mark
     problem = err.problem or err.context or "unreadable"
@@ -145,7 +96,6 @@ def _yaml_error(err: yaml.MarkedYAMLError, path: Path, text: str) -> Diagnostic:
         if "block" in err.context:  # PyYAML's words for a mapping or list laid out by indentation
             hint += "; check the indentation"
     return _marked(f"not valid YAML: {problem}", mark, hint, path, text)
-
 
 def _marked(message: str, mark: yaml.Mark | None, hint: str | None, path: Path, text: str) -> Diagnostic:
     if mark is None:

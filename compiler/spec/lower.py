@@ -12,8 +12,8 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 
 from .. import sources
-from ..contracts import main_decoder_config
-from ..diagnostics import Diagnostic, ExitCode, MtpcError
+from ..ir.contracts import main_decoder_config
+from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import (
     Architecture,
     HeadPolicy,
@@ -26,13 +26,14 @@ from ..ir import (
     SeedHidden,
     SourceRef,
 )
-from ..sources import SourceInfo
-from ..validation import load_schema
+from ..sources.info import SourceInfo
+from ..schema.validation import load_schema
 from ..weights import canonical_shapes
 from . import borrowed_weights, rules
 from .defaults import apply_defaults
-from .loader import LoadedSpec, by_position
-from .suggest import closest
+from .loader import by_position
+from .loaded import LoadedSpec
+from ..util.suggest import closest
 from .synthetic_settings import synthetic_spec
 from .targets import targets_of
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, AbstractSet
 
-from ..diagnostics import Diagnostic
+from ..util.diagnostics import Diagnostic
 from ..ir import AttentionMode
-from ..profiles import TARGET_PATH, ort_genai_profile
+from ..profiles import ort_genai_profile
+from ..profiles.ort_genai import TARGET_PATH
 from ..sources import synthetic
 from .synthetic_settings import synthetic_spec
 from .targets import ort_target
 from .yaml_positions import dotted
 
 if TYPE_CHECKING:
-    from .loader import LoadedSpec
+    from .loaded import LoadedSpec
 
 # What `keep: source` decides itself; accuracy_level (how the kernel computes) combines with it.
 _ENCODING_FIELDS = ("bits", "block_size", "symmetric")

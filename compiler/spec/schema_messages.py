@@ -11,16 +11,16 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from ..diagnostics import Diagnostic
-from ..schema_verdict import accepts, verdict
-from ..validation import load_schema
-from .suggest import choice_for, closest
+from ..util.diagnostics import Diagnostic
+from ..schema.verdict import accepts, verdict
+from ..schema.validation import load_schema
+from ..util.suggest import choice_for, closest
 from .yaml_positions import dotted
 
 if TYPE_CHECKING:  # jsonschema is imported for a spec with errors only (see `_errors`)
     import jsonschema
 
-    from .loader import LoadedSpec
+    from .loaded import LoadedSpec
 
 
 def _is_strict_integer(checker, instance) -> bool:
@@ -54,7 +54,7 @@ _TYPE_NAMES = {
 
 
 def _errors(spec: "LoadedSpec") -> "list[jsonschema.ValidationError]":
-    # A spec the compiled verdict finds valid has no errors for jsonschema to find (mtpc.schema_verdict):
+    # A spec the compiled verdict finds valid has no errors for jsonschema to find (mtpc.schema.verdict):
     # the common case, answered without importing jsonschema.
     if accepts(_spec_verdict(), spec.data):
         return []

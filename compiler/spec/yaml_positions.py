@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from ..diagnostics import Diagnostic, Span
+from ..util.diagnostics import Diagnostic, Span
 
 JsonPath = tuple  # of str (mapping keys) and int (list indices)
 

@@ -7,7 +7,7 @@ import json
 import onnx
 
 from mtpc.cli.main import main
-from mtpc.validation import load_schema, schema_names
+from mtpc.schema.validation import load_schema, schema_names
 from tests.cli import handmade as hm
 from tests.cli.test_main import run_mtpc
 

@@ -27,9 +27,9 @@ import pytest
 
 import mtpc
 from mtpc.cli.main import main
-from mtpc.diff_render import text as text_lines
-from mtpc.diff_render import GITHUB_COMMENT_LIMIT, comment_length
-from mtpc.driver import build
+from mtpc.diffing.render import text as text_lines
+from mtpc.diffing.render import GITHUB_COMMENT_LIMIT, comment_length
+from mtpc.pipeline.driver import build
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "diff"
 UPDATE = os.environ.get("MTPC_UPDATE_GOLDEN") == "1"

@@ -146,7 +146,7 @@ def test_check_finds_a_hand_broken_compiled_package(package, tmp_path, capsys):
     assert "present.3.value" in metadata
     (broken / "inference_metadata.yaml").write_text(metadata.replace("present.3.value", "present.3.v"))
     assert main(["check", str(broken)]) == 1
-    # Each finding at its file's line and column (tests/test_check_completeness.py holds which); here, what and where.
+    # Each finding at its file's line and column (tests/checks/test_completeness.py holds which); here, what and where.
     out = [re.sub(r"^(\S+?):\d+:\d+: ", r"\1:", line) for line in capsys.readouterr().out.splitlines()]
     assert f"{broken}/config.json:/speculator_config/target_hidden_output: 'hidden_states.9' is not an output of model.onnx" in out
     assert f"{broken}/genai_config.json:/model/decoder/outputs/present_key_names: 'present.1.k' is not an output of model.onnx" in out

@@ -82,7 +82,7 @@ def test_internal_errors_exit_3_and_say_it_is_a_bug(monkeypatch, capsys):
     def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("mtpc.validation.schema_names", broken)
+    monkeypatch.setattr("mtpc.schema.validation.schema_names", broken)
     assert main(["schema"]) == 3
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: boom" in err
@@ -187,7 +187,7 @@ def test_the_exit_code_table_is_the_same_in_the_readme_the_help_and_the_code():
     import signal
 
     from mtpc.cli.main import EPILOG, EXIT_BROKEN_PIPE
-    from mtpc.diagnostics import ExitCode
+    from mtpc.util.diagnostics import ExitCode
 
     in_code = {int(c) for c in ExitCode} | {EXIT_BROKEN_PIPE, 128 + signal.SIGINT, 128 + signal.SIGTERM}
     assert in_code == {0, 1, 2, 3, 130, 141, 143}

@@ -15,22 +15,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpc.driver import build
-from mtpc.sources import gguf as gguf_source
-from mtpc.sources import gguf_tokenizer
-from mtpc.validation import dump_yaml
+from mtpc.pipeline.driver import build
+from mtpc.sources.gguf import layout as gguf_layout, reader as gguf_source
+from mtpc.sources.gguf import tokenizer as gguf_tokenizer
+from mtpc.schema.validation import dump_yaml
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
 
 HEAVY = ("onnx_ir", "onnxruntime", "onnxruntime_genai", "onnx", "sympy", "torch")
 # What `mtpc --help` needs none of: it builds every verb's parser, so a verb module that imports these at
 # its top makes every run pay for them (numpy alone is a tenth of a second).
-# What reading a GGUF's header needs none of (`mtpc.sources.gguf_constants`): no weight is read.
+# What reading a GGUF's header needs none of (`mtpc.sources.gguf.constants`): no weight is read.
 HEADER_ONLY = ("numpy", "gguf")
-# What validating documents that are valid needs none of (`mtpc.schema_verdict` answers for them; jsonschema,
+# What validating documents that are valid needs none of (`mtpc.schema.verdict` answers for them; jsonschema,
 # with attrs and referencing, is a tenth of a second to import and is imported to word errors).
 VALID_ONLY = ("jsonschema", "referencing", "attrs")
-WORK = ("numpy", "yaml", "jsonschema", "gguf", "mtpc.api", "mtpc.checks", "mtpc.diffing", "mtpc.driver", "mtpc.ir")
+WORK = ("numpy", "yaml", "jsonschema", "gguf", "mtpc.api.compiling", "mtpc.checks", "mtpc.diffing.changes", "mtpc.pipeline.driver", "mtpc.ir")
 
 PROBE = """
 import json, sys
@@ -140,13 +140,13 @@ def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(ggu
 def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
     made = []
 
-    class Counting(gguf_source.GGUFHeader):
+    class Counting(gguf_layout.GGUFHeader):
         def __init__(self, path):
             made.append(path)
             super().__init__(path)
 
-    monkeypatch.setattr(gguf_source, "GGUFHeader", Counting)
-    monkeypatch.setattr(gguf_source, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "GGUFHeader", Counting)
+    monkeypatch.setattr(gguf_layout, "_last_header", None)
     build(gguf_spec, defer=True).close()
     assert len(made) == 1
 
@@ -157,7 +157,7 @@ def test_diff_of_two_specs_of_one_gguf_describes_it_once(gguf_spec, gguf_spec_b,
     described = []
     real = gguf_source._describe
     monkeypatch.setattr(gguf_source, "_describe", lambda ref, header: described.append(ref) or real(ref, header))
-    monkeypatch.setattr(gguf_source, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_last_header", None)
     mtpc.diff(gguf_spec, gguf_spec_b)
     assert len(described) == 1
 
@@ -177,12 +177,12 @@ def test_a_rewritten_gguf_is_described_afresh(tmp_path):
 
 def test_a_rewritten_gguf_is_read_afresh(tmp_path):
     path = write_gguf(tmp_path / "a.gguf", tiny_arch(), seed=0)
-    first = gguf_source._open(str(path))
-    assert gguf_source._open(str(path)) is first
+    first = gguf_layout.open_header(str(path))
+    assert gguf_layout.open_header(str(path)) is first
     write_gguf(tmp_path / "b.gguf", tiny_arch(num_layers=2), seed=1)
     (tmp_path / "b.gguf").replace(path)
-    assert gguf_source._open(str(path)) is not first
-    assert gguf_source._open(str(path)).metadata["qwen35.block_count"] == 3
+    assert gguf_layout.open_header(str(path)) is not first
+    assert gguf_layout.open_header(str(path)).metadata["qwen35.block_count"] == 3
 
 
 def test_check_and_plan_leave_the_tokenizer_unconverted_and_compile_converts_and_checks_it(gguf_spec, monkeypatch):
@@ -194,7 +194,7 @@ def test_check_and_plan_leave_the_tokenizer_unconverted_and_compile_converts_and
         return real(*args)
 
     monkeypatch.setattr(gguf_tokenizer, "_build", counting)
-    monkeypatch.setattr(gguf_source, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_last_header", None)
     with build(gguf_spec, defer=True) as deferred:
         names = sorted(a.relpath for a in deferred.artifacts)
         assert {"tokenizer.json", "tokenizer_config.json"} <= set(names)
@@ -213,7 +213,7 @@ def test_check_and_plan_leave_the_tokenizer_unconverted_and_compile_converts_and
 
 
 def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec, monkeypatch):
-    from mtpc.sources import gguf_header
+    from mtpc.sources.gguf import header as gguf_header
 
     located = []
     real = gguf_header.string_offsets
@@ -223,7 +223,7 @@ def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec,
         return real(buf, start, count)
 
     monkeypatch.setattr(gguf_header, "string_offsets", counting)
-    monkeypatch.setattr(gguf_source, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_last_header", None)
     build(gguf_spec, defer=True, defer_graphs=True).close()  # check SPEC, plan
     assert located == []  # stepped over by the header walk, never read
     with build(gguf_spec) as eager:  # compile: tokenizer.json is made from the vocabulary and its merges
@@ -235,7 +235,7 @@ def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec,
 @pytest.mark.parametrize("layout", ["workflow", "flat"])
 def test_each_document_of_a_build_is_parsed_once(tmp_path, monkeypatch, layout):
     """The driver validates, the checks check, an emitter reads its YAML back: one parse serves them all."""
-    from mtpc import driver
+    from mtpc.pipeline import driver
     from mtpc.checks import package
     from mtpc.emit import inference_metadata
 
@@ -286,7 +286,7 @@ def test_emitted_metadata_is_what_the_pure_python_dumper_writes(monkeypatch, tmp
     spec.write_text("mtpc: 1\nname: y\nsource: {synthetic: {seed: 0}}\ntargets:\n  onnx_genai: {layout: workflow}\n")
     with build(spec) as fast:
         ours = {a.relpath: a.read() for a in fast.artifacts if a.relpath.endswith(".yaml")}
-    monkeypatch.setattr("mtpc.validation._SAFE_DUMPER", yaml.SafeDumper)
+    monkeypatch.setattr("mtpc.schema.validation._SAFE_DUMPER", yaml.SafeDumper)
     with build(spec) as slow:
         pure = {a.relpath: a.read() for a in slow.artifacts if a.relpath.endswith(".yaml")}
     assert ours and ours == pure
@@ -297,8 +297,8 @@ def test_a_schema_violation_the_checks_now_validate_alone_is_still_a_bug_in_mtpc
     """The driver leaves these files' schemas to the contract checks (one validation, not two)."""
     import dataclasses
 
-    from mtpc import driver
-    from mtpc.diagnostics import ExitCode, MtpcError
+    from mtpc.pipeline import driver
+    from mtpc.util.diagnostics import ExitCode, MtpcError
 
     def corrupting(emitter):
         def emit(ir, ctx):

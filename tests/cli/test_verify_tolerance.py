@@ -14,7 +14,7 @@ import pytest
 
 from mtpc.cli.main import main
 from mtpc.cli.verify_tolerance import AsBuiltWeights, strict_greedy, tolerance_for
-from mtpc.driver import build_ir
+from mtpc.pipeline.driver import build_ir
 from mtpc.sources import open_weights
 from mtpc.ir import ModelIR, Precision, QuantizationPlan, QuantOverride, QuantScheme
 from mtpc.sources.random_weights import seeded_store
@@ -122,7 +122,7 @@ def test_atol_overrides_every_branch(ir):
 
 def test_the_quantized_reference_uses_the_weights_as_built():
     # Computed here from the op's definition (symmetric blocks of 32 along K, zero point 8, scale absmax / 7),
-    # not through mtpc.quant: what MatMulNBits multiplies by.
+    # not through mtpc.weights.quant: what MatMulNBits multiplies by.
     store = seeded_store(tiny_arch(), 3)
     plan = QuantizationPlan(default=QuantScheme(bits=4), overrides=(QuantOverride("lm_head.weight", QuantScheme()),))
     built = AsBuiltWeights(store, plan)

@@ -17,12 +17,13 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mtpc.emit import EMITTERS, EmitContext
+from mtpc.emit import EMITTERS
+from mtpc.emit.artifact import EmitContext
 from mtpc.graphs.initializers import StoredTensor
 from mtpc.emit.genai_config import emit_genai_config
 from mtpc.ir import HeadPolicy
-from mtpc.sources import SourceInfo
-from mtpc.validation import errors as schema_errors
+from mtpc.sources.info import SourceInfo
+from mtpc.schema.validation import errors as schema_errors
 
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.shared import builder_config

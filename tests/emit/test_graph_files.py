@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mtpc import driver
+from mtpc.pipeline import driver
 from mtpc.checks.graphs import interface_graph, read_graph
-from mtpc.diagnostics import ExitCode, MtpcError
-from mtpc.driver import build
+from mtpc.util.diagnostics import ExitCode, MtpcError
+from mtpc.pipeline.driver import build
 from mtpc.emit.genai_config import reads_data_layouts
 from mtpc.emit.graph_files import graph_files
 from tests.fixtures.arch import tiny_arch
@@ -111,7 +111,7 @@ def _documentary_fields_changed(ir):
 def test_the_graphs_are_built_from_their_graph_inputs_alone(spec, gguf_spec):
     """What `diff SPEC SPEC` relies on to skip building graphs: what `graph_inputs` leaves out, no graph reads."""
     from mtpc import sources
-    from mtpc.emit import EmitContext
+    from mtpc.emit.artifact import EmitContext
     from mtpc.emit.graph_files import graph_inputs
     from mtpc.emit.onnx_graphs import emit_onnx_graphs
 

@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 import yaml
 
-from mtpc import contracts
-from mtpc.diagnostics import ExitCode, MtpcError
+from mtpc.ir import contracts
+from mtpc.util.diagnostics import ExitCode, MtpcError
 from mtpc.emit.inference_metadata import emit_inference_metadata
 from mtpc.emit.speculator import contract_findings, speculator_findings
 from mtpc.ir import (
@@ -39,7 +39,7 @@ from mtpc.ir import (
     SourceRef,
     Targets,
 )
-from mtpc.validation import errors as our_schema_errors
+from mtpc.schema.validation import errors as our_schema_errors
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.shared import shared_file
 
@@ -322,7 +322,7 @@ def test_sliding_window_layers_get_their_own_group():
 
 
 def test_our_speculator_definitions_agree():
-    from mtpc.validation import load_schema
+    from mtpc.schema.validation import load_schema
 
     flat = load_schema("inference_metadata.flat.schema.json")["$defs"]
     config = load_schema("speculator_config.schema.json")["$defs"]

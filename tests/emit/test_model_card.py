@@ -82,8 +82,8 @@ def test_card_snippet_runs_in_the_compiled_package(spec, tmp_path, monkeypatch, 
     """The card's own code must decode with the package it describes, as written."""
     from pathlib import Path
 
-    from mtpc.driver import build
-    from mtpc.output import write_package
+    from mtpc.pipeline.driver import build
+    from mtpc.output.write import write_package
 
     repo = Path(__file__).resolve().parents[2]
     package = tmp_path / spec

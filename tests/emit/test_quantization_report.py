@@ -15,7 +15,7 @@ from mtpc.cli.main import main
 from mtpc.emit.quantization_report import emit_quantization_report
 from mtpc.ir import QuantForm, QuantizationPlan, QuantOverride, QuantScheme
 from mtpc.passes import default_pipeline
-from mtpc.validation import errors as schema_errors, json_path
+from mtpc.schema.validation import errors as schema_errors, json_path
 from tests.passes.ir_factory import compiled, make_ir
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,12 +6,12 @@ from dataclasses import replace
 import onnxruntime_genai as og
 import pytest
 
-from mtpc.contracts import main_decoder_config
-from mtpc.emit import EmitContext
+from mtpc.ir.contracts import main_decoder_config
+from mtpc.emit.artifact import EmitContext
 from mtpc.emit.tokenizer import emit_tokenizer
 from mtpc.ir import ModelIR, MtpSettings, Precision, QuantizationPlan, SourceRef, Targets
-from mtpc.sources import SourceInfo
-from mtpc.sources import gguf as gguf_source
+from mtpc.sources.info import SourceInfo
+from mtpc.sources.gguf import reader as gguf_source
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.gguf_writer import fixture_vocab, write_gguf
 
@@ -130,7 +130,7 @@ def test_unsupported_tokenizer_class_is_rejected_by_the_runtime(tmp_path):
 
 def test_gguf_describe_defers_building_the_tokenizer(gguf_with_tokenizer, monkeypatch):
     """`describe` (and so `inspect`) names the tokenizer files without converting the vocabulary."""
-    from mtpc.sources import gguf_tokenizer
+    from mtpc.sources.gguf import tokenizer as gguf_tokenizer
 
     arch, path = gguf_with_tokenizer
 

@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mtpc.reference import MtpHeadReference, Qwen35Reference  # noqa: E402
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference  # noqa: E402
 from mtpc.sources.random_weights import seeded_store  # noqa: E402
 from tests.fixtures.arch import tiny_arch  # noqa: E402
 from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir, presents_as_past  # noqa: E402

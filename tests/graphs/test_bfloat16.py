@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import ArrayWeightStore
 

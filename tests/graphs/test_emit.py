@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from mtpc.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from mtpc.ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from mtpc.emit import EMITTERS
 from mtpc.emit.graph_files import emit_graph_files
 from mtpc.emit.onnx_graphs import emit_onnx_graphs

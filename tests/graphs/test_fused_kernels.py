@@ -15,7 +15,7 @@ import pytest
 
 import mtpc.emit.onnx_graphs as onnx_graphs
 from mtpc.profiles.kernels import NO_FUSION, fused_kernels
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 
 from .tiny import ORT_HEAD_FILE, emit, empty_state, make_ir, run, session

@@ -4,8 +4,8 @@ import numpy as np
 import onnx
 import pytest
 
-from mtpc.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 
 from .tiny import ONNX_GENAI_HEAD_FILE, ORT_HEAD_FILE, emit, empty_state, make_ir, run, session

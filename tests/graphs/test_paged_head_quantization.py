@@ -13,8 +13,8 @@ import onnx
 import pytest
 
 from mtpc.checks import check_package
-from mtpc.driver import build
-from mtpc.output import write_package
+from mtpc.pipeline.driver import build
+from mtpc.output.write import write_package
 
 SPEC = """\
 mtpc: 1

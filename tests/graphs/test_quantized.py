@@ -6,8 +6,8 @@ import onnx
 import pytest
 
 from mtpc.ir import QuantizationPlan, QuantOverride, QuantScheme
-from mtpc.quant import quantize_linear
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.weights.quant import quantize_linear
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import ArrayWeightStore, QuantizedTensor, TensorInfo
 

@@ -5,7 +5,7 @@ import pytest
 
 from mtpc.graphs.blocks import mrope_axes
 from mtpc.ir import Rope, SeedHidden
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 
 from .tiny import emit, empty_state, make_ir, presents_as_past, run, session

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mtpc.contracts import main_decoder_config, onnx_genai_head_contract, ort_head_contract
-from mtpc.emit import EmitContext, Progress
-from mtpc.emit import Artifact
+from mtpc.ir.contracts import main_decoder_config, onnx_genai_head_contract, ort_head_contract
+from mtpc.emit.artifact import EmitContext, Progress
+from mtpc.emit.artifact import Artifact
 from mtpc.emit.onnx_graphs import emit_onnx_graphs
 from mtpc.ir import (
     Architecture,
@@ -26,10 +26,10 @@ from mtpc.ir import (
     SourceTensor,
     Targets,
 )
-from mtpc.output import write_package
+from mtpc.output.write import write_package
 from mtpc.passes.paged_io import packed_decoder
 from mtpc.passes.quantization import QuantizationPlanning
-from mtpc.sources import SourceInfo
+from mtpc.sources.info import SourceInfo
 
 ORT_HEAD_FILE = "mtp/mtp.onnx"
 ONNX_GENAI_HEAD_FILE = "mtp_sidecar.onnx"

@@ -22,7 +22,7 @@ import pytest
 
 from mtpc import sources
 from mtpc.ir import LayerKind, SourceRef
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.graphs.tiny import graph_io, presents_as_past

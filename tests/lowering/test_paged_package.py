@@ -18,7 +18,7 @@ import pytest
 
 from mtpc.graphs import paged as paged_graphs
 from mtpc.ir import HeadContract
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
 from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir, presents_as_past

@@ -18,11 +18,11 @@ import onnx
 import onnxruntime_genai as og
 import pytest
 
-from mtpc.driver import build
+from mtpc.pipeline.driver import build
 from mtpc.ir import HeadContract
-from mtpc.output import write_package
+from mtpc.output.write import write_package
 from mtpc.passes.paged_io import with_selected_logits
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
 from tests.graphs.tiny import ORT_HEAD_FILE, emit, make_ir, presents_as_past

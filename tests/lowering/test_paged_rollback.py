@@ -21,7 +21,7 @@ import pytest
 from mtpc.graphs import paged as paged_graphs
 from mtpc.ir import LayerKind
 from mtpc.passes.paged_io import with_state_updates
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
 from tests.graphs.tiny import emit, make_ir, presents_as_past

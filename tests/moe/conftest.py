@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtpc.emit.tokenizer import synthetic_tokenizer_files
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from tests.clients import hf_transformers, llama_cpp
 from tests.fixtures.fitted_head import PROMPTS, simulate_speculative
 from tests.fixtures.moe_checkpoints import (

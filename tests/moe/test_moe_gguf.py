@@ -25,8 +25,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT, GGUFReader
 
 from mtpc.ir import SourceRef
-from mtpc.reference import Qwen35Reference
-from mtpc.sources import gguf
+from mtpc.reference.forward import Qwen35Reference
+from mtpc.sources.gguf import reader as gguf
 from tests.fixtures.fitted_head import PROMPTS
 from tests.fixtures.gguf_requantize import requantize
 from tests.fixtures.moe_checkpoints import fitted_moe_store

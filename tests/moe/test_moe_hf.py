@@ -15,15 +15,15 @@ import onnx
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.diagnostics import SourceError
+from mtpc.util.diagnostics import SourceError
 from mtpc.ir import SourceRef
-from mtpc.sources import hf
+from mtpc.sources.hf import reader as hf
 from tests.clients import hf_transformers
 from tests.fixtures.fitted_head import PROMPTS
 from tests.fixtures.moe_checkpoints import fitted_moe_store, write_moe_release_checkpoint, write_transformers_checkpoint
 from tests.fixtures.safetensors_writer import write_safetensors
 from tests.runtime import decoding
-from mtpc.driver import build
+from mtpc.pipeline.driver import build
 from tests.runtime.conftest import STEPS, compile_spec, files_of, write_spec
 
 from .conftest import check_speculative, compile_moe

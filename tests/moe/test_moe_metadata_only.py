@@ -15,7 +15,7 @@ import pytest
 
 from mtpc.cli.main import main
 from mtpc.ir import LayerKind, LinearAttentionDims, MoeDims, Rope, TokenIds, Architecture
-from mtpc.sources.safetensors_io import SafetensorsFile
+from mtpc.sources.hf.safetensors import SafetensorsFile
 from mtpc.weights import canonical_shapes
 from tests.fixtures.moe_checkpoints import hf_expert_names
 from tests.fixtures.safetensors_writer import write_sparse_safetensors

@@ -16,8 +16,8 @@ from onnx import TensorProto, helper
 
 from mtpc.graphs.moe import interleave_gate_up
 from mtpc.ir import MoeDims
-from mtpc.reference import _Weights
-from mtpc.reference_moe import route, sparse_moe
+from mtpc.reference.forward import _Weights
+from mtpc.reference.moe import route, sparse_moe
 from mtpc.weights import ArrayWeightStore
 
 E, H, I, TOKENS = 8, 16, 8, 7

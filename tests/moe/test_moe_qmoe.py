@@ -15,7 +15,7 @@ import pytest
 
 from mtpc.cli.main import main
 from mtpc.ir import WeightRole
-from mtpc.quant import expert_form
+from mtpc.weights.quant import expert_form
 from mtpc.ir import QuantScheme
 from mtpc.weights import TensorInfo
 from tests.fixtures.fitted_head import PROMPTS
@@ -90,7 +90,7 @@ def test_expert_form(scheme, form):
 
 
 def test_experts_of_one_layer_in_two_forms_are_refused_at_the_rules(moe_workdir, moe_release):
-    from mtpc.diagnostics import MtpcError
+    from mtpc.util.diagnostics import MtpcError
 
     extra = INT4 + "  overrides:\n    - {match: layers.0.mlp.experts.up_proj.weight, bits: null}\n"
     with pytest.raises(MtpcError, match="experts are stored in one form"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.driver import build
+from mtpc.pipeline.driver import build
 from mtpc.ir import MoeDims
 from mtpc.spec.rules import synthetic_weight_count
 from tests.fixtures.moe_checkpoints import tiny_moe_arch

@@ -21,15 +21,15 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from mtpc.cli.main import main
-from mtpc.driver import build
+from mtpc.pipeline.driver import build
 from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.graphs import initializers, parameters
 from mtpc.ir import MoeDims, SourceRef
-from mtpc.output import write_package
-from mtpc.sources import gguf
-from mtpc.sources.hf_experts import ExpertTensor
+from mtpc.output.write import write_package
+from mtpc.sources.gguf import reader as gguf
+from mtpc.sources.hf.experts import ExpertTensor
 from mtpc.sources.random_weights import raw_hf_tensors
-from mtpc.sources.safetensors_io import SafetensorsFile
+from mtpc.sources.hf.safetensors import SafetensorsFile
 from tests.clients import llama_cpp
 from tests.fixtures import kquant_encoder
 from tests.fixtures.arch import kquant_arch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mtpc.contracts import main_decoder_config
+from mtpc.ir.contracts import main_decoder_config
 from mtpc.ir import (
     AttentionMode,
     HeadPolicy,

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from mtpc.diagnostics import MtpcError
+from mtpc.util.diagnostics import MtpcError
 from mtpc.ir import HeadPolicy
 from mtpc.passes import default_pipeline
 from mtpc.passes.head_detection import HeadDetection, emits_head

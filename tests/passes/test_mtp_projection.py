@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from mtpc.contracts import onnx_genai_head_contract, ort_head_contract
+from mtpc.ir.contracts import onnx_genai_head_contract, ort_head_contract
 from mtpc.ir import (
     AttentionMode,
     HeadContract,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtpc.diagnostics import Diagnostic, ExitCode, MtpcError, Span
-from mtpc.passes import PassResult, Pipeline
+from mtpc.util.diagnostics import Diagnostic, ExitCode, MtpcError, Span
+from mtpc.passes.pipeline import PassResult, Pipeline
 
 from tests.passes.ir_factory import compiled
 

@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from mtpc.cli.main import main
-from mtpc.driver import build_ir
+from mtpc.pipeline.driver import build_ir
 from mtpc.ir import QuantForm, WeightRole
 from mtpc.passes.quantization import grouped_lines, name_glob
 from tests.fixtures.arch import tiny_arch
@@ -153,7 +153,7 @@ def test_diff_of_two_specs_shows_the_moved_tensor(tmp_path, q8_gguf, capsys):
 def _matmulnbits_levels(tmp_path, quantization: str, targets: str = CPU) -> dict[str, int]:
     import onnx
 
-    from mtpc.driver import build
+    from mtpc.pipeline.driver import build
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"mtpc: 1\nname: q\nsource: {{synthetic: {{seed: 0}}}}\nquantization: {quantization}\n{targets}")
@@ -206,7 +206,7 @@ def test_compile_reports_the_measured_requantization_error(tmp_path, capsys):
     (note,) = [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith("re-quantized source tensors")]
     # Measured independently: gguf-py's dequantization against the package's stored int4 blocks.
     from gguf.quants import dequantize
-    from mtpc.quant import quantize_linear
+    from mtpc.weights.quant import quantize_linear
 
     source = dequantize(blocks, QT.IQ2_XXS)
     expected = np.abs(quantize_linear(source, 4, 32).dequantize() - source).max()

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from mtpc.diagnostics import MtpcError
+from mtpc.util.diagnostics import MtpcError
 from mtpc.ir import AttentionMode, HeadContract, OrtGenaiTarget
 from mtpc.passes.runtime_profile import ApplyRuntimeProfile
 

@@ -18,7 +18,7 @@ import pytest
 from mtpc.ir import AttentionMode
 from mtpc.profiles import ort_genai_profile
 from mtpc.profiles.ort_genai_0_18 import PROFILE
-from mtpc.validation import errors as schema_errors, load_schema
+from mtpc.schema.validation import errors as schema_errors, load_schema
 from tests.fixtures.shared import BUILDER_CONFIG_NAMES, builder_config
 
 

@@ -11,9 +11,9 @@ import onnxruntime_genai as og
 import pytest
 
 from mtpc import sources
-from mtpc.driver import build
-from mtpc.output import write_package
-from mtpc.reference import Qwen35Reference
+from mtpc.pipeline.driver import build
+from mtpc.output.write import write_package
+from mtpc.reference.forward import Qwen35Reference
 from tests.fixtures.package_files import files_of
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"

@@ -2,7 +2,7 @@
 
 The model is the tiny Qwen3.5 with the fitted MTP head (`tests.fixtures.fitted_head`),
 written as a float32 Hugging Face checkpoint and as a float32 GGUF; both go through
-the whole pipeline (spec file -> `mtpc.driver.build` -> `mtpc.output.write_package`)
+the whole pipeline (spec file -> `mtpc.pipeline.driver.build` -> `mtpc.output.write.write_package`)
 for onnxruntime-genai 0.18.0 on CPU with dense attention.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mtpc.driver import build
-from mtpc.output import write_package
-from mtpc.reference import MtpHeadReference, Qwen35Reference
+from mtpc.pipeline.driver import build
+from mtpc.output.write import write_package
+from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.fitted_head import PROMPTS, fitted_store, write_fitted_gguf, write_fitted_hf_checkpoint
 from tests.fixtures.package_files import files_of  # the runtime tests import it from here

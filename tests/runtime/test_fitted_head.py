@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mtpc.reference import MtpHeadReference
+from mtpc.reference.forward import MtpHeadReference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.fitted_head import HORIZON, PROMPTS, simulate_speculative
 

@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.validation import read_yaml
+from mtpc.schema.validation import read_yaml
 from tests.fixtures.shared import shared_file
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"

@@ -28,7 +28,7 @@ from gguf.quants import dequantize
 
 from mtpc import sources
 from mtpc.ir import Architecture, SourceRef
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from tests.fixtures.arch import kquant_arch
 from tests.fixtures.fitted_head import PROMPTS, fitted_fc
 from tests.fixtures.gguf_writer import gguf_name, q4_k_m_types, write_gguf

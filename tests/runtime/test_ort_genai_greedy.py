@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from mtpc.ir import LayerKind
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint

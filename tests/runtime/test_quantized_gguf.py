@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as QT
 
 from mtpc import sources
 from mtpc.ir import SourceRef
-from mtpc.reference import Qwen35Reference
+from mtpc.reference.forward import Qwen35Reference
 from tests.fixtures.fitted_head import PROMPTS, write_fitted_gguf
 from tests.fixtures.gguf_writer import MIXED_TYPES
 

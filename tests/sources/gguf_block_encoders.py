@@ -1,7 +1,7 @@
 """Test-side GGUF block encoders: random codes and parameters -> raw block bytes.
 
 Written from the layouts (llama.cpp `ggml-common.h` / `ggml-quants.c`, as gguf-py 0.19.0
-decodes them), independently of `mtpc.sources.gguf_blocks`. gguf-py's `quantize` has no
+decodes them), independently of `mtpc.sources.gguf.blocks`. gguf-py's `quantize` has no
 K-quants, so fixtures are synthesised; the oracle is always `gguf.quants.dequantize`.
 
 `encode(qtype, rng, n_blocks, moderate)` returns the bytes `[n_blocks, type_size]` and the

@@ -12,13 +12,13 @@ from gguf import GGUFWriter
 
 from mtpc.checks import check_package
 from mtpc.cli.main import main
-from mtpc.diagnostics import ExitCode, SourceError
+from mtpc.util.diagnostics import ExitCode, SourceError
 from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.ir import SourceRef
 from mtpc.sources import describe, open_weights
-from mtpc.sources.gguf_header import GGUFHeader
+from mtpc.sources.gguf.header import GGUFHeader
 from mtpc.sources.random_weights import raw_hf_tensors
-from mtpc.tokenizer_json import tokenizer_json_problem
+from mtpc.sources.tokenizer_json import tokenizer_json_problem
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.fixtures.gguf_writer import write_gguf

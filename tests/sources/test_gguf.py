@@ -9,10 +9,10 @@ import pytest
 from gguf import GGMLQuantizationType as QT, GGUFReader
 from gguf.quants import dequantize, quantize
 
-from mtpc.diagnostics import SourceError
+from mtpc.util.diagnostics import SourceError
 from mtpc.ir import SourceRef
-from mtpc.sources import gguf as gguf_source
-from mtpc.sources import gguf_store
+from mtpc.sources.gguf import reader as gguf_source
+from mtpc.sources.gguf import store as gguf_store
 from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import QuantizedTensor
 from tests.fixtures.arch import tiny_arch
@@ -310,7 +310,7 @@ def test_header_reader_agrees_with_gguf_py(tmp_path):
     """Our header walk must see what gguf-py's own reader sees: every key's value, every tensor."""
     import gguf
 
-    from mtpc.sources.gguf_header import GGUFHeader
+    from mtpc.sources.gguf.header import GGUFHeader
 
     # Quantized tensors and a tokenizer (string and integer arrays) exercise every value kind we read.
     arch = tiny_arch(vocab_size=300)  # room for the fixture vocabulary

@@ -1,6 +1,6 @@
 """The GGUF header is read without numpy or gguf-py (issue 10, instant metadata verbs), and reads the same.
 
-`mtpc.sources.gguf_constants` loads gguf-py's own `constants.py` without importing the gguf
+`mtpc.sources.gguf.constants` loads gguf-py's own `constants.py` without importing the gguf
 package; these tests hold its tables to gguf-py's, check that the enums of a process that had not
 imported gguf yet still work with gguf-py once it is, that the float32 rounding written without
 numpy is numpy's, and that a string array (the vocabulary) is stepped over by the header walk and
@@ -20,9 +20,9 @@ import gguf
 import numpy as np
 import pytest
 
-from mtpc.sources import gguf_constants, gguf_header
-from mtpc.sources.gguf_header import GGUFHeader
-from mtpc.sources.gguf_metadata import shortest_float32
+from mtpc.sources.gguf import constants as gguf_constants, header as gguf_header
+from mtpc.sources.gguf.header import GGUFHeader
+from mtpc.sources.gguf.metadata import shortest_float32
 
 
 def test_the_tables_are_gguf_pys():
@@ -46,8 +46,8 @@ def _keys(group: type) -> dict:
 
 PROBE = r"""
 import json, sys
-from mtpc.sources.gguf_constants import GGMLQuantizationType as QT, GGML_QUANT_SIZES
-from mtpc.sources.gguf_header import GGUFHeader
+from mtpc.sources.gguf.constants import GGMLQuantizationType as QT, GGML_QUANT_SIZES
+from mtpc.sources.gguf.header import GGUFHeader
 header = GGUFHeader(sys.argv[1])
 before = sorted(m for m in ("gguf", "numpy") if m in sys.modules)
 import numpy as np
@@ -153,7 +153,7 @@ def test_string_arrays_are_stepped_over_and_read_as_written(awkward_gguf, monkey
 
 
 def test_a_string_array_cut_short_is_a_truncated_header(awkward_gguf, tmp_path):
-    from mtpc.diagnostics import SourceError
+    from mtpc.util.diagnostics import SourceError
 
     data = awkward_gguf.read_bytes()
     start = data.index(b"x" * 300)

@@ -12,8 +12,8 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 from onnx import TensorProto, helper, numpy_helper
 
-from mtpc.sources.gguf_blocks import FORMATS, decode
-from mtpc.sources.gguf_quant import (
+from mtpc.sources.gguf.blocks import FORMATS, decode
+from mtpc.sources.gguf.quant import (
     ENCODINGS, GATHER, KERNEL_BITS, MATMUL, carry_over, error_bound, fits_float16, to_quantized_tensor,
 )
 from tests.sources.gguf_block_encoders import encode

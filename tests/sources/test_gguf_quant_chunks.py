@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from mtpc import weights
-from mtpc.sources import gguf_quant
-from mtpc.sources.gguf_quant import to_quantized_tensor
+from mtpc.weights import store as weights
+from mtpc.sources.gguf import quant as gguf_quant
+from mtpc.sources.gguf.quant import to_quantized_tensor
 from tests.sources.gguf_block_encoders import encode
 
 N, K = 13, 512

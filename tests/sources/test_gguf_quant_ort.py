@@ -20,8 +20,8 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 from onnx import TensorProto, helper, numpy_helper
 
-from mtpc.sources.gguf_blocks import FORMATS
-from mtpc.sources.gguf_quant import (
+from mtpc.sources.gguf.blocks import FORMATS
+from mtpc.sources.gguf.quant import (
     GATHER, MATMUL, U16, U32, carry_over, error_bound, fits_float16, pack, to_quantized_tensor,
 )
 from tests.sources.gguf_block_encoders import encode

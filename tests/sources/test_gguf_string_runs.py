@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from mtpc.sources import gguf_header
-from mtpc.sources.gguf_header import GGUFHeader, _Truncated, skip_strings
+from mtpc.sources.gguf import header as gguf_header
+from mtpc.sources.gguf.header import GGUFHeader, _Truncated, skip_strings
 
 RUN, FROM = gguf_header._RUN, gguf_header._REGEX_FROM
 

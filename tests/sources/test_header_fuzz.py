@@ -21,12 +21,12 @@ from gguf import GGMLQuantizationType as QT, GGUFWriter
 from hypothesis import given, strategies as st
 
 from mtpc.cli.main import main
-from mtpc.diagnostics import ExitCode, SourceError
+from mtpc.util.diagnostics import ExitCode, SourceError
 from mtpc.ir import SourceRef
 from mtpc.sources import describe, open_weights
-from mtpc.sources.gguf_header import GGUFHeader
-from mtpc.sources.gguf_metadata import Metadata
-from mtpc.sources.safetensors_io import SafetensorsFile
+from mtpc.sources.gguf.header import GGUFHeader
+from mtpc.sources.gguf.metadata import Metadata
+from mtpc.sources.hf.safetensors import SafetensorsFile
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.fixtures.gguf_writer import write_gguf

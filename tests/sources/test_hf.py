@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtpc.diagnostics import ExitCode, SourceError
+from mtpc.util.diagnostics import ExitCode, SourceError
 from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.ir import LayerKind, SourceRef
-from mtpc.sources import describe, hf, open_weights
+from mtpc.sources import describe, open_weights
+from mtpc.sources.hf import reader as hf
 from mtpc.sources.random_weights import raw_hf_tensors, seeded_store
 from tests.fixtures.checkpoints import tiny_arch, write_hf_checkpoint
 from tests.fixtures.safetensors_writer import write_safetensors
@@ -392,7 +393,7 @@ def test_checkpoint_writer_is_deterministic(tmp_path):
 
 
 def test_reference_on_the_hf_store_is_the_seeded_model(checkpoint):
-    from mtpc.reference import Qwen35Reference
+    from mtpc.reference.forward import Qwen35Reference
 
     ids = np.array([[3, 1, 4, 1, 5]])
     got = Qwen35Reference(ARCH, open_store(checkpoint)).forward(ids)[0]
@@ -403,7 +404,7 @@ def test_reference_on_the_hf_store_is_the_seeded_model(checkpoint):
 def test_read_rows_reads_stacked_and_fused_experts_whole(tmp_path):
     """`read_rows` is asked for every linear weight; a MoE layer's experts are stacked from several
     tensors (or half of a fused one), not one (file, name) entry, and come back as `read` gives them."""
-    from mtpc.sources import hf as hf_source
+    from mtpc.sources.hf import reader as hf_source
     from tests.fixtures.moe_checkpoints import tiny_moe_arch, write_moe_release_checkpoint
 
     directory = write_moe_release_checkpoint(tmp_path / "moe", tiny_moe_arch())

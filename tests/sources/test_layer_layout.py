@@ -6,9 +6,10 @@ import json
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.diagnostics import SourceError
+from mtpc.util.diagnostics import SourceError
 from mtpc.ir import SourceRef
-from mtpc.sources import gguf as gguf_source, hf as hf_source
+from mtpc.sources.gguf import reader as gguf_source
+from mtpc.sources.hf import reader as hf_source
 from mtpc.sources.layer_layout import Declared, layer_kinds
 from tests.fixtures.arch import FULL, LINEAR, tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.diagnostics import MtpcError
-from mtpc.driver import build_ir
+from mtpc.util.diagnostics import MtpcError
+from mtpc.pipeline.driver import build_ir
 from mtpc.ir import SourceRef
-from mtpc.sources import gguf as gguf_source, hf as hf_source
+from mtpc.sources.gguf import reader as gguf_source
+from mtpc.sources.hf import reader as hf_source
 from mtpc.sources.random_weights import seeded_store
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
@@ -46,7 +47,7 @@ def _refusal(spec) -> str:
 
 
 def _rewrite_hf(directory, *, drop=(), add=None, **text_fields):
-    from mtpc.sources.safetensors_io import SafetensorsFile
+    from mtpc.sources.hf.safetensors import SafetensorsFile
 
     st = SafetensorsFile(directory / "model.safetensors")
     tensors = {n: np.array(st.read(n)) for n in st.names() if n not in drop}

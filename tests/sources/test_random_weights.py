@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from mtpc.ir import SourceRef
-from mtpc.reference import Qwen35Reference
-from mtpc.sources import describe, hf, open_weights
+from mtpc.reference.forward import Qwen35Reference
+from mtpc.sources import describe, open_weights
+from mtpc.sources.hf import reader as hf
 from mtpc.sources.random_weights import canonical_tensors, raw_hf_tensors, seeded_store
 from tests.fixtures.checkpoints import tiny_arch, write_hf_checkpoint
 

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from mtpc.diagnostics import SourceError
-from mtpc.sources.safetensors_io import SafetensorsFile
+from mtpc.util.diagnostics import SourceError
+from mtpc.sources.hf.safetensors import SafetensorsFile
 from tests.fixtures.safetensors_writer import to_bfloat16_bits, write_safetensors
 
 

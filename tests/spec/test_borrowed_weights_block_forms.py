@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from mtpc.diagnostics import MtpcError
-from mtpc.driver import build_ir
+from mtpc.util.diagnostics import MtpcError
+from mtpc.pipeline.driver import build_ir
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.gguf_writer import write_gguf
 

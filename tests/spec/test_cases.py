@@ -1,5 +1,5 @@
 """Data-driven spec cases: tests/cases/valid/*.yaml and specs/*.yaml must load and lower;
-each tests/cases/invalid/<name>.yaml must fail to compile (through `mtpc.driver.build`, so
+each tests/cases/invalid/<name>.yaml must fail to compile (through `mtpc.pipeline.driver.build`, so
 refusals of the passes count too) with exactly the text in <name>.expected.
 
 An .expected file starts with `exit: N` (the CLI's exit code), then the rendered
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpc.diagnostics import MtpcError
-from mtpc.driver import build
+from mtpc.util.diagnostics import MtpcError
+from mtpc.pipeline.driver import build
 from mtpc.spec.loader import load_spec
 from mtpc.spec.lower import lower
 

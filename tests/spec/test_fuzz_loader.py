@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mtpc.diagnostics import ExitCode, MtpcError
+from mtpc.util.diagnostics import ExitCode, MtpcError
 from mtpc.spec.loader import load_spec
 from mtpc.spec.lower import lower
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mtpc.diagnostics import ExitCode, MtpcError
+from mtpc.util.diagnostics import ExitCode, MtpcError
 from mtpc.spec.loader import load_spec
-from mtpc.validation import load_schema
+from mtpc.schema.validation import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtpc.contracts import main_decoder_config
-from mtpc.diagnostics import ExitCode, MtpcError
+from mtpc.ir.contracts import main_decoder_config
+from mtpc.util.diagnostics import ExitCode, MtpcError
 from mtpc.ir import (
     IO_DTYPES,
     AttentionMode,
@@ -24,7 +24,7 @@ from mtpc.ir import (
 from mtpc.sources import synthetic
 from mtpc.spec.loader import load_spec
 from mtpc.spec.lower import lower
-from mtpc.validation import load_schema
+from mtpc.schema.validation import load_schema
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.checkpoints import write_hf_checkpoint
 from tests.fixtures.gguf_writer import write_gguf

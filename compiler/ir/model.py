@@ -1,0 +1,395 @@
+"""The typed intermediate representation every pass and emitter works on.
+
+Everything here is a frozen dataclass: passes return new values with
+`dataclasses.replace`, so a pipeline can show what each pass changed. Only
+`mtpc.spec.lower` builds these from raw dicts; nothing downstream reads the spec.
+
+Weights never live in the IR: the IR names tensors, a `WeightStore`
+(`mtpc.weights`) reads them lazily.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterator
+
+# How weights are stored lives in its own module; the IR's users import it from here.
+from .weights import (  # noqa: F401
+    QuantForm,
+    QuantizationPlan,
+    QuantOverride,
+    QuantScheme,
+    SourceTensor,
+    WeightDecision,
+    WeightRole,
+)
+from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
+
+
+class LayerKind(str, enum.Enum):
+    FULL_ATTENTION = "full_attention"
+    LINEAR_ATTENTION = "linear_attention"
+    SLIDING_ATTENTION = "sliding_attention"
+
+
+def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
+    """Qwen3.5's layout: layer i is full attention iff (i + 1) % interval == 0, else linear attention."""
+    return tuple(
+        LayerKind.FULL_ATTENTION if (i + 1) % full_attention_interval == 0 else LayerKind.LINEAR_ATTENTION
+        for i in range(num_layers)
+    )
+
+
+class AttentionMode(str, enum.Enum):
+    DENSE = "dense"
+    PAGED = "paged"
+
+
+class HeadPolicy(str, enum.Enum):
+    AUTO = "auto"  # emit the head iff the source ships one
+    ON = "on"  # the source must ship one
+    OFF = "off"  # never emit it
+
+
+class SeedHidden(str, enum.Enum):
+    """Which main-model hidden state seeds the MTP head (an open choice upstream)."""
+
+    POST_NORM = "post_norm"  # the tensor fed to lm_head; what onnxruntime-genai expects
+    PRE_NORM = "pre_norm"  # the last layer's residual output, before the final norm
+
+
+class HeadContract(str, enum.Enum):
+    """The head graph's I/O contract, which differs per consuming runtime."""
+
+    # input_ids + hidden_states -> logits + hidden_states_out; embedding and LM head inside.
+    ORT_GENAI = "onnxruntime_genai"
+    # inputs_embeds + hidden_states -> mtp_hidden; the runtime embeds and applies the LM head.
+    ONNX_GENAI = "onnx_genai"
+
+
+# ----------------------------------------------------------------------------- architecture
+
+
+@dataclass(frozen=True)
+class LinearAttentionDims:
+    """GatedDeltaNet sizes of the linear-attention layers."""
+
+    num_key_heads: int
+    key_head_dim: int
+    num_value_heads: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+
+@dataclass(frozen=True)
+class Rope:
+    theta: float
+    partial_rotary_factor: float
+    head_dim: int
+    # Interleaved MRoPE sections (T, H, W) over rotary_dim / 2 frequency slots.
+    mrope_section: tuple[int, ...] = ()
+    mrope_interleaved: bool = True
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    bos: int
+    eos: tuple[int, ...]
+    pad: int
+
+
+@dataclass(frozen=True)
+class UnusableHead:
+    """An MTP head the source declares but mtpc cannot build, and why (`passes/head_detection.py` decides)."""
+
+    reason: str
+    # True when the weights are simply not there (transformers drops `mtp.*` when it re-saves a
+    # model): `head: auto` builds text only, with a note. False when the head is broken (half
+    # present, more than one block, unknown tensors): refused unless `head: off`.
+    absent: bool
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What the source checkpoint is, independent of how we build it."""
+
+    family: str  # "qwen35" | "qwen35moe"
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    layer_kinds: tuple[LayerKind, ...]
+    rms_norm_eps: float
+    rope: Rope
+    context_length: int
+    tokens: TokenIds
+    linear_attention: LinearAttentionDims | None = None
+    sliding_window: int | None = None
+    tie_word_embeddings: bool = False
+    # The sparse FFN that replaces every layer's MLP (the MTP block's too); None for dense models.
+    moe: MoeDims | None = None
+    # Number of usable MTP blocks the source ships (0 = none).
+    mtp_num_layers: int = 0
+    # Set when the source declares a head that cannot be built (then mtp_num_layers is 0).
+    unusable_head: UnusableHead | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_kinds)
+
+    @property
+    def has_mtp_head(self) -> bool:
+        return self.mtp_num_layers > 0
+
+    def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Layers that keep a KV cache."""
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k is not LayerKind.LINEAR_ATTENTION)
+
+    def layer_kind_summary(self, word_separator: str = " ") -> str:
+        """How many layers of each kind, e.g. "2 full attention, 2 linear attention" (kinds in name order)."""
+        counts: dict[str, int] = {}
+        for kind in self.layer_kinds:
+            counts[kind.value] = counts.get(kind.value, 0) + 1
+        return ", ".join(f"{n} {kind.replace('_', word_separator)}" for kind, n in sorted(counts.items()))
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """What a synthetic source builds: its model and how the random weights are drawn."""
+
+    architecture: Architecture
+    # The setting `architecture.layer_kinds` was made from, kept so a finding can name it.
+    full_attention_interval: int
+    # Spread of the random offset-RMSNorm weights (see sources/random_weights.py).
+    norm_weight_scale: float
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where the weights come from. `path` is absolute (resolved against the spec file)."""
+
+    kind: str  # "synthetic" | "hf" | "gguf"
+    path: str | None = None
+    seed: int | None = None
+    # The model a synthetic source builds (set for kind "synthetic" by lowering).
+    synthetic: SyntheticSpec | None = None
+
+
+# ----------------------------------------------------------------------------- I/O contracts
+
+Dim = int | str  # a static size or a symbolic dimension name
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # "float32" | "float16" | "bfloat16" | "int64" | "int32"
+    shape: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class GraphContract:
+    """The inputs and outputs of one ONNX graph, in graph order."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec:
+        return _find(self.inputs, name, "input")
+
+    def output(self, name: str) -> TensorSpec:
+        return _find(self.outputs, name, "output")
+
+    def has_input(self, name: str) -> bool:
+        return any(t.name == name for t in self.inputs)
+
+    def has_output(self, name: str) -> bool:
+        return any(t.name == name for t in self.outputs)
+
+    def all(self) -> Iterator[TensorSpec]:
+        yield from self.inputs
+        yield from self.outputs
+
+
+def _find(tensors: tuple[TensorSpec, ...], name: str, what: str) -> TensorSpec:
+    for t in tensors:
+        if t.name == name:
+            return t
+    raise KeyError(f"no graph {what} named {name!r}")
+
+
+# ----------------------------------------------------------------------------- runtime view
+
+
+@dataclass(frozen=True)
+class StateGroup:
+    kind: str  # "paged_kv" | "fixed_conv" | "fixed_recurrent"
+    layer_ids: tuple[int, ...]
+    # Compact per-token transitions a fixed group exposes so the paged engine can keep only an
+    # accepted prefix of a verify step (0: none); the recurrent group also says its key-head count.
+    state_update_capacity: int = 0
+    key_head_count: int = 0
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    window_size: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SharedInitializer:
+    name: str
+    data_file: str
+    offset: int
+    length: int
+    data_type: int  # onnx TensorProto enum
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """One decoder as a runtime sees it: the graph file, its names and its dims.
+
+    `inputs` / `outputs` map onnxruntime-genai's role keys (`input_ids`,
+    `past_key_names`, `hidden_states`, ...) to graph names or `%d` templates;
+    `contract` lists the concrete tensors of the graph. The MTP head's decoder
+    config is projected from the main one (`passes/mtp_projection.py`).
+    """
+
+    filename: str
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_size: int
+    layer_kinds: tuple[LayerKind, ...]
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+    contract: GraphContract
+    attention: AttentionMode = AttentionMode.DENSE
+    execution_provider: str = "cpu"
+    session_options: tuple[tuple[str, str], ...] = ()
+    state_groups: tuple[StateGroup, ...] = ()
+    sliding_window: SlidingWindow | None = None
+    # Linear-attention conv/recurrent state metadata; a single full-attention layer has none.
+    conv_kernel: int = 0
+    shared_initializers: tuple[SharedInitializer, ...] = ()
+    # Tokens of a verify step whose conv / recurrent transitions the graph captures (paged hybrids
+    # with a head; decoder.state_update_capacity). 0: none.
+    state_update_capacity: int = 0
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return len(self.layer_kinds)
+
+    def input_name(self, role: str) -> str | None:
+        return dict(self.inputs).get(role)
+
+    def output_name(self, role: str) -> str | None:
+        return dict(self.outputs).get(role)
+
+
+# ----------------------------------------------------------------------------- build choices
+
+
+# The float dtypes mtpc builds graphs in (precision.io_dtype). bfloat16 only for execution
+# providers with bfloat16 kernels (the runtime profile says which; CPU has none).
+IO_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Precision:
+    io_dtype: str = "float32"
+    # None = same as io_dtype. The CPU profile of onnxruntime-genai 0.18.0 forces float16 (see profiles/).
+    logits_dtype: str | None = None
+
+    @property
+    def effective_logits_dtype(self) -> str:
+        return self.logits_dtype or self.io_dtype
+
+
+@dataclass(frozen=True)
+class OrtGenaiTarget:
+    version: str = "0.18.0"
+    execution_provider: str = "cpu"
+    attention: AttentionMode = AttentionMode.DENSE
+    block_size: int = 256
+    max_batch_size: int = 16
+    num_blocks: int | None = None
+    gpu_utilization_factor: float | None = None
+    max_draft_tokens: int = 4
+    # Paged only: the LM head runs on the rows the engine selects through `logits_indices` (each
+    # sequence's last token, and every verified draft), not on every packed token.
+    prune_lm_head: bool = False
+    # "dynamic": past and present are separate tensors, present = past ++ new.
+    # "static": one KV buffer per layer, allocated at max_length by the runtime and
+    # written in place (onnxruntime-genai's search.past_present_share_buffer); dense only.
+    kv_cache: str = "dynamic"
+
+
+@dataclass(frozen=True)
+class OnnxGenaiTarget:
+    layout: str = "workflow"  # "workflow" | "flat"
+
+
+@dataclass(frozen=True)
+class Targets:
+    onnxruntime_genai: OrtGenaiTarget | None = None
+    onnx_genai: OnnxGenaiTarget | None = None
+
+
+@dataclass(frozen=True)
+class MtpSettings:
+    head: HeadPolicy = HeadPolicy.AUTO
+    num_speculative_tokens: int = 1
+    seed_hidden: SeedHidden = SeedHidden.POST_NORM
+    # Decided by passes/head_detection.py; None until it has run.
+    emit_head: bool | None = None
+
+
+@dataclass(frozen=True)
+class ModelIR:
+    name: str
+    spec_path: str | None
+    source: SourceRef
+    architecture: Architecture
+    mtp: MtpSettings
+    precision: Precision
+    quantization: QuantizationPlan
+    targets: Targets
+    # The main decoder as runtimes see it (dense contract after lowering).
+    main: DecoderConfig
+    # Head decoder configs per head contract; filled by passes/mtp_projection.py.
+    heads: tuple[tuple[HeadContract, DecoderConfig], ...] = ()
+    # Informational notes from passes (shown by `compile`, kept out of artifacts).
+    notes: tuple[str, ...] = ()
+    # Every weight the source serves, as stored there (set by lowering).
+    source_tensors: tuple[SourceTensor, ...] = ()
+    # How each weight the package uses is stored; filled by passes/quantization.py.
+    weights: tuple[WeightDecision, ...] = ()
+
+    def head(self, contract: HeadContract) -> DecoderConfig | None:
+        return dict(self.heads).get(contract)

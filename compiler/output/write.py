@@ -1,0 +1,170 @@
+"""Write a package atomically: everything goes into a temporary sibling
+directory, which replaces the destination only once every file is written.
+A failure leaves the destination exactly as it was (or absent).
+
+Only something that is safe to lose is replaced: nothing, an empty folder, or
+an earlier mtpc package (recognised by its model card). Anything else needs
+`force`; a file, and a folder holding the spec or the source checkpoint, are
+never replaced.
+
+An interrupted write loses nothing: a journal beside the output says what a
+dead writer left, and the next write (or `mtpc check`) finishes or undoes it
+(`journal`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from ..util.diagnostics import ExitCode, MtpcError
+from ..emit.artifact import Artifact
+from .journal import (  # noqa: F401  (KILL_POINTS, is_package and recover are this module's API too)
+    KILL_POINTS, _begin, _signals_deferred, _test_point, _Write, is_package, recover,
+)
+
+if TYPE_CHECKING:
+    from ..util.progress import ByteProgress as WriteProgress
+
+
+def _usage_error(message: str) -> MtpcError:
+    return MtpcError.single(message, exit_code=ExitCode.USAGE)
+
+
+def _holds(folder: Path, path: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_destination(
+    out_dir: str | os.PathLike, *, force: bool = False, protected: Iterable[tuple[str, str | os.PathLike]] = ()
+) -> None:
+    """Raise unless `out_dir` may be replaced. `protected` pairs a description with a path that must survive."""
+    shown = os.fspath(out_dir)
+    out = Path(out_dir).resolve()
+    for what, path in protected:
+        if _holds(out, Path(path).resolve()):
+            raise _usage_error(f"{shown} holds the {what} {os.fspath(path)}; refusing to replace it (choose another -o)")
+    recover(out_dir)  # an interrupted earlier write decides what is at `out_dir` now
+    if not os.path.lexists(out):
+        return
+    if not out.is_dir():
+        raise _usage_error(f"{shown} exists and is not a directory; refusing to replace it (choose another -o)")
+    if force or is_package(out) or not any(out.iterdir()):
+        return
+    raise _usage_error(f"{shown} exists and is not an mtpc package; refusing to replace it (choose another -o, or --force)")
+
+
+@contextmanager
+def _writing(shown: str) -> Iterator[None]:
+    """Report a failed write as the user's output folder, never as our temporary sibling of it."""
+    try:
+        yield
+    except OSError as error:
+        raise _usage_error(f"cannot write output directory {shown}: {error.strerror or error}") from error
+
+
+def _write_file(target: Path, art: Artifact, shown: str, progress: "WriteProgress | None" = None) -> None:
+    if progress is not None:
+        progress.file_started(art.relpath)
+    with _writing(shown):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        f = open(target, "wb")
+    try:
+        # The chunks may come straight from the source checkpoint: a failure to read them is not ours to rename.
+        for chunk in art.iter_bytes():
+            with _writing(shown):
+                f.write(chunk)
+            if progress is not None:
+                progress.advance(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk))
+    except BaseException:
+        try:
+            f.close()
+        except OSError:
+            pass  # the error already on its way says more
+        raise
+    with _writing(shown):
+        f.close()
+
+
+def _swap_in(write: _Write, shown: str) -> None:
+    """Put the new package at `write.out`; if that fails, whatever was there is put back."""
+    out, tmp = write.out, write.path("tmp")
+    with _writing(shown):
+        write.set_state("swapping")  # from here on, a dead writer's package is completed, not discarded
+    backup = None
+    if os.path.lexists(out):
+        backup = write.path("old")
+        with _writing(shown):
+            os.rename(out, backup)
+        _test_point("between-renames")
+    try:
+        with _writing(shown):
+            os.rename(tmp, out)
+    except BaseException:
+        if backup is not None:
+            try:
+                os.rename(backup, out)
+            except OSError as error:
+                raise _usage_error(
+                    f"cannot write output directory {shown}, nor put its old content back: it is in {backup}"
+                    f" (the next `mtpc compile` to {shown} or `mtpc check {shown}` puts the new package in place)"
+                ) from error
+        write.set_state("writing")
+        raise
+
+
+def write_package(
+    artifacts: Iterable[Artifact],
+    out_dir: str | os.PathLike,
+    *,
+    force: bool = False,
+    protected: Iterable[tuple[str, str | os.PathLike]] = (),
+    progress: "WriteProgress | None" = None,
+) -> None:
+    """Write `artifacts` as the folder `out_dir`; see `check_destination` for what it may replace.
+
+    `progress` (a `mtpc.util.progress.ByteProgress`) hears of each file and of every chunk written."""
+    shown = os.fspath(out_dir)
+    check_destination(out_dir, force=force, protected=protected)
+    out = Path(out_dir).resolve()
+    with _writing(shown):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    write = None
+    try:
+        with _signals_deferred(), _writing(shown):
+            write = _begin(out)
+        for i, art in enumerate(artifacts):
+            _write_file(write.path("tmp") / art.relpath, art, shown, progress)
+            if i == 0:
+                _test_point("mid-write")
+        _test_point("before-swap")
+    except BaseException:
+        if write is not None:
+            _abandon(write)
+        raise
+    # An interrupt from here on is answered once the swap and its cleanup are done.
+    with _signals_deferred():
+        try:
+            _swap_in(write, shown)
+        except BaseException:
+            if write.state == "writing":  # else the swap failed half-way and said where things are; `recover` finishes it
+                _abandon(write)
+            raise
+        _test_point("after-swap")
+        try:
+            write.discard(write.path("old"))
+            write.close()
+        except OSError:
+            pass  # the package is in place; what is left of the earlier one goes at the next `recover`
+
+
+def _abandon(write: _Write) -> None:
+    with _signals_deferred():
+        shutil.rmtree(write.path("tmp"), ignore_errors=True)
+        try:
+            write.close()
+        except OSError:
+            pass  # the error already on its way says more

@@ -1,0 +1,319 @@
+"""A numpy forward pass of the Qwen3.5 hybrid decoder and its MTP head, for checking graphs.
+
+Written from the architecture notes (`qwen35-mtp-architecture.md`), sharing no code
+with the graph builders, so a graph that agrees with it agrees with the model and
+not with itself. Everything is computed in float64 from the canonical weights
+(`mtpc.weights`: offset norms already hold `1 + w`, `decay_scale = -exp(A_log)`),
+so float32 / float16 graphs are compared against a result whose own rounding
+error is negligible.
+
+Only dense full batches: every row of a batch has the same length, no padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Architecture, LayerKind
+from .moe import sparse_moe
+from ..weights import WeightStore
+
+
+@dataclass(frozen=True)
+class DecoderState:
+    """Caches after some tokens. Keys are absolute layer indices.
+
+    `kv[i]` = (keys, values) `[B, KVH, T, HD]`, keys stored after RoPE (as
+    GroupQueryAttention's `present` holds them); `conv[i]` `[B, conv_dim, K-1]`;
+    `recurrent[i]` `[B, Hv, Dk, Dv]`.
+    """
+
+    length: int
+    kv: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    conv: dict[int, np.ndarray] = field(default_factory=dict)
+    recurrent: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """x / sqrt(sum(x^2) + eps) over the last axis (the HF GatedDeltaNet convention)."""
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float) -> np.ndarray:
+    """NeoX half-split rotary embedding on the first `rotary_dim` channels.
+
+    x `[B, S, N, D]`, positions `[B, S]`. Text-only MRoPE has equal T/H/W
+    positions, so it is this 1-D rotation with the same frequencies.
+    """
+    half = rotary_dim // 2
+    inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / rotary_dim)
+    angles = positions[..., None].astype(np.float64) * inv_freq  # [B, S, half]
+    cos, sin = np.cos(angles)[:, :, None, :], np.sin(angles)[:, :, None, :]
+    x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
+
+
+def causal_conv1d(x: np.ndarray, state: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depthwise causal convolution continuing from `state`, before the activation.
+
+    x `[B, C, S]`, state `[B, C, K-1]` (the previous K-1 inputs), weight `[C, 1, K]`
+    (tap K-1 multiplies the current input, as PyTorch's left-padded conv1d).
+    Returns (output `[B, C, S]`, new state = last K-1 inputs of `[state | x]`).
+    """
+    kernel, s = weight.shape[-1], x.shape[2]
+    padded = np.concatenate([state, x], axis=2)
+    out = np.zeros_like(x)
+    for tap in range(kernel):
+        out += weight[None, :, 0, tap, None] * padded[:, :, tap : tap + s]
+    return out, padded[:, :, padded.shape[2] - (kernel - 1) :]
+
+
+def gated_delta_rule(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, state: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta recurrence, one token at a time.
+
+    q, k `[B, S, Hv, Dk]` (already per value head), v `[B, S, Hv, Dv]`, g / beta
+    `[B, S, Hv]`, state `[B, Hv, Dk, Dv]`. Per token: S <- S*exp(g);
+    delta = (v - S^T k)*beta; S <- S + k (outer) delta; o = scale * S^T q.
+    """
+    b, s, hv, dv = v.shape
+    out = np.empty((b, s, hv, dv))
+    for t in range(s):
+        state = state * np.exp(g[:, t])[:, :, None, None]
+        remembered = np.einsum("bhkv,bhk->bhv", state, k[:, t])
+        delta = (v[:, t] - remembered) * beta[:, t, :, None]
+        state = state + k[:, t, :, :, None] * delta[:, :, None, :]
+        out[:, t] = scale * np.einsum("bhkv,bhk->bhv", state, q[:, t])
+    return out, state
+
+
+class _Weights:
+    """float64 copies of the canonical weights, read once."""
+
+    def __init__(self, store: WeightStore):
+        self._store = store
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._cache:
+            self._cache[name] = np.asarray(self._store.read_float(name), dtype=np.float64)
+        return self._cache[name]
+
+    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        return x @ self[name].T
+
+
+def full_attention(
+    w: _Weights,
+    arch: Architecture,
+    prefix: str,
+    x: np.ndarray,
+    positions: np.ndarray,
+    past: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Gated attention. x `[B, S, H]` (already input-normed); returns (output, new (keys, values))."""
+    b, s, _ = x.shape
+    nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
+    p = prefix + "self_attn."
+    q_gate = w.linear(x, p + "q_proj.weight").reshape(b, s, nh, 2 * hd)
+    q, gate = q_gate[..., :hd], q_gate[..., hd:].reshape(b, s, nh * hd)
+    k = w.linear(x, p + "k_proj.weight").reshape(b, s, kvh, hd)
+    v = w.linear(x, p + "v_proj.weight").reshape(b, s, kvh, hd)
+    q = rms_norm(q, w[p + "q_norm.weight"], arch.rms_norm_eps)
+    k = rms_norm(k, w[p + "k_norm.weight"], arch.rms_norm_eps)
+    rd, theta = arch.rope.rotary_dim, arch.rope.theta
+    q, k = rope(q, positions, rd, theta), rope(k, positions, rd, theta)
+    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # [B, N, S, HD]
+    if past is not None:
+        k = np.concatenate([past[0], k], axis=2)
+        v = np.concatenate([past[1], v], axis=2)
+    total = k.shape[2]
+    past_len = total - s
+    group = nh // kvh
+    k_per_q, v_per_q = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = q @ k_per_q.transpose(0, 1, 3, 2) / np.sqrt(hd)  # [B, NH, S, T]
+    visible = np.arange(total)[None, :] <= (past_len + np.arange(s))[:, None]
+    scores = np.where(visible, scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = scores / scores.sum(axis=-1, keepdims=True)
+    attn = (probs @ v_per_q).transpose(0, 2, 1, 3).reshape(b, s, nh * hd)
+    return w.linear(attn * sigmoid(gate), p + "o_proj.weight"), (k, v)
+
+
+def gated_delta_net(
+    w: _Weights,
+    arch: Architecture,
+    prefix: str,
+    x: np.ndarray,
+    conv_state: np.ndarray,
+    recurrent_state: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Linear attention. x `[B, S, H]` (already input-normed); returns (output, conv state, recurrent state)."""
+    la = arch.linear_attention
+    assert la is not None
+    b, s, _ = x.shape
+    p = prefix + "linear_attn."
+    mixed = w.linear(x, p + "in_proj_qkv.weight").transpose(0, 2, 1)  # [B, conv_dim, S], channels [q | k | v]
+    conv, new_conv_state = causal_conv1d(mixed, conv_state, w[p + "conv1d.weight"])
+    qkv = silu(conv).transpose(0, 2, 1)  # [B, S, conv_dim]
+    q = qkv[..., : la.key_dim].reshape(b, s, la.num_key_heads, la.key_head_dim)
+    k = qkv[..., la.key_dim : 2 * la.key_dim].reshape(b, s, la.num_key_heads, la.key_head_dim)
+    v = qkv[..., 2 * la.key_dim :].reshape(b, s, la.num_value_heads, la.value_head_dim)
+    q, k = l2_normalize(q), l2_normalize(k)
+    ratio = la.num_value_heads // la.num_key_heads
+    q, k = np.repeat(q, ratio, axis=2), np.repeat(k, ratio, axis=2)  # grouped: value head j uses key head j // ratio
+    beta = sigmoid(w.linear(x, p + "in_proj_b.weight"))  # [B, S, Hv]
+    g = w[p + "decay_scale"] * softplus(w.linear(x, p + "in_proj_a.weight") + w[p + "dt_bias"])
+    out, state = gated_delta_rule(q, k, v, g, beta, recurrent_state, 1.0 / np.sqrt(la.key_head_dim))
+    z = w.linear(x, p + "in_proj_z.weight").reshape(b, s, la.num_value_heads, la.value_head_dim)
+    gated = rms_norm(out, w[p + "norm.weight"], arch.rms_norm_eps) * silu(z)
+    return w.linear(gated.reshape(b, s, la.value_dim), p + "out_proj.weight"), new_conv_state, state
+
+
+def mlp(w: _Weights, prefix: str, x: np.ndarray) -> np.ndarray:
+    p = prefix + "mlp."
+    hidden = silu(w.linear(x, p + "gate_proj.weight")) * w.linear(x, p + "up_proj.weight")
+    return w.linear(hidden, p + "down_proj.weight")
+
+
+def feed_forward(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray) -> np.ndarray:
+    """The layer's FFN: the dense MLP, or the sparse MoE block of a MoE family (`reference/moe.py`)."""
+    if arch.moe is not None:
+        return sparse_moe(w, arch.moe, prefix, x)
+    return mlp(w, prefix, x)
+
+
+def _positions(batch: int, start: int, count: int) -> np.ndarray:
+    return np.broadcast_to(start + np.arange(count), (batch, count))
+
+
+# ----------------------------------------------------------------------------- the main decoder
+
+
+class Qwen35Reference:
+    """The trunk: embedding, hybrid layers, final norm, LM head."""
+
+    def __init__(self, arch: Architecture, weights: WeightStore):
+        self.arch = arch
+        self.w = _Weights(weights)
+
+    def initial_state(self, batch: int) -> DecoderState:
+        arch, la = self.arch, self.arch.linear_attention
+        conv, recurrent = {}, {}
+        for i in arch.layers_of(LayerKind.LINEAR_ATTENTION):
+            assert la is not None
+            conv[i] = np.zeros((batch, la.conv_dim, la.conv_kernel - 1))
+            recurrent[i] = np.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim))
+        kv = {
+            i: (np.zeros((batch, arch.num_key_value_heads, 0, arch.head_dim)),) * 2
+            for i in arch.layers_of(LayerKind.FULL_ATTENTION)
+        }
+        return DecoderState(0, kv, conv, recurrent)
+
+    def forward(
+        self, input_ids: np.ndarray, state: DecoderState | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, DecoderState]:
+        """Run `input_ids` `[B, S]` after `state` (positions continue from `state.length`).
+
+        Returns (logits `[B,S,V]`, post-final-norm hidden `[B,S,H]`, pre-norm hidden
+        (last layer's residual output) `[B,S,H]`, new state).
+        """
+        input_ids = np.asarray(input_ids)
+        b, s = input_ids.shape
+        if state is None:
+            state = self.initial_state(b)
+        arch, w = self.arch, self.w
+        positions = _positions(b, state.length, s)
+        x = w["embed_tokens.weight"][input_ids]
+        kv, conv, recurrent = dict(state.kv), dict(state.conv), dict(state.recurrent)
+        for i, kind in enumerate(arch.layer_kinds):
+            prefix = f"layers.{i}."
+            normed = rms_norm(x, w[prefix + "input_layernorm.weight"], arch.rms_norm_eps)
+            if kind is LayerKind.FULL_ATTENTION:
+                mixed, kv[i] = full_attention(w, arch, prefix, normed, positions, kv[i])
+            elif kind is LayerKind.LINEAR_ATTENTION:
+                mixed, conv[i], recurrent[i] = gated_delta_net(w, arch, prefix, normed, conv[i], recurrent[i])
+            else:
+                raise NotImplementedError(f"reference has no {kind.value} layer")
+            x = x + mixed
+            x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps))
+        post = rms_norm(x, w["norm.weight"], arch.rms_norm_eps)
+        logits = post @ w["lm_head.weight"].T
+        return logits, post, x, DecoderState(state.length + s, kv, conv, recurrent)
+
+    def greedy(self, prompt_ids, steps: int) -> list[int]:
+        """`steps` greedy tokens after `prompt_ids` (batch 1), one token per step after the prefill."""
+        logits, _, _, state = self.forward(np.asarray(prompt_ids, dtype=np.int64)[None, :])
+        tokens: list[int] = []
+        for _ in range(steps):
+            tokens.append(int(np.argmax(logits[0, -1])))
+            logits, _, _, state = self.forward(np.array([[tokens[-1]]]), state)
+        return tokens
+
+
+# ----------------------------------------------------------------------------- the MTP head
+
+
+class MtpHeadReference:
+    """One MTP block: fc(concat[enorm(embed(ids)), hnorm(seed)]) -> attention layer + MLP -> mtp.norm -> lm_head."""
+
+    def __init__(self, arch: Architecture, weights: WeightStore):
+        if arch.mtp_num_layers < 1:
+            raise ValueError("architecture has no MTP head")
+        self.arch = arch
+        self.w = _Weights(weights)
+
+    def empty_kv(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        return (np.zeros((batch, self.arch.num_key_value_heads, 0, self.arch.head_dim)),) * 2
+
+    def forward(
+        self,
+        input_ids: np.ndarray,
+        seed_hidden: np.ndarray,
+        positions: np.ndarray,
+        kv_state: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """input_ids `[B,S]`, seed_hidden `[B,S,H]`, positions `[B,S]` (absolute, used for RoPE).
+
+        Returns (logits `[B,S,V]`, hidden after `mtp.norm` `[B,S,H]`, new (keys, values)).
+        The head's own cache is visible in full; new tokens see each other causally.
+        """
+        input_ids = np.asarray(input_ids)
+        b, s = input_ids.shape
+        arch, w, eps = self.arch, self.w, self.arch.rms_norm_eps
+        positions = np.broadcast_to(np.asarray(positions), (b, s))
+        if kv_state is None:
+            kv_state = self.empty_kv(b)
+        embedded = rms_norm(w["embed_tokens.weight"][input_ids], w["mtp.pre_fc_norm_embedding.weight"], eps)
+        hidden = rms_norm(np.asarray(seed_hidden, dtype=np.float64), w["mtp.pre_fc_norm_hidden.weight"], eps)
+        x = w.linear(np.concatenate([embedded, hidden], axis=-1), "mtp.fc.weight")  # embedding first
+        prefix = "mtp.layers.0."
+        mixed, new_kv = full_attention(
+            w, arch, prefix, rms_norm(x, w[prefix + "input_layernorm.weight"], eps), positions, kv_state
+        )
+        x = x + mixed
+        x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps))
+        out = rms_norm(x, w["mtp.norm.weight"], eps)
+        return out @ w["lm_head.weight"].T, out, new_kv

@@ -1,0 +1,350 @@
+"""Hugging Face Qwen3.5 checkpoints: `config.json` + safetensors (single file or sharded).
+
+`describe` reads only JSON and safetensors headers. `open_weights` maps HF names
+to canonical ones (`mtpc.weights`) and converts conventions on read: offset-RMSNorm
+weights get `+1` in float32 (every norm except the GatedDeltaNet gated norm), and
+`A_log` becomes `decay_scale = -exp(A_log)`. Other tensors are handed out as
+memory-mapped views of the files, so opening a large checkpoint costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from ...util.arrays import Bfloat16Rows
+from ...util.diagnostics import SourceError
+from ...ir import Architecture, SourceRef, SourceTensor
+from ...weights import TensorInfo, Weight, canonical_shapes
+from ..info import SourceInfo
+from .config import Config, architecture, read_json
+from .experts import Entry, ExpertTensor, group_experts, parts_of
+from ..mtp_head import head_verdict
+from ..tokenizer_json import TOKENIZER_FILES, tokenizer_json_problem
+from ..card_facts import hf_card_facts
+from .safetensors import SafetensorsFile
+
+TEXT_PREFIXES = ("model.language_model.", "model.")
+_OFFSET_NORM_SUFFIXES = (
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "pre_fc_norm_embedding.weight",
+    "pre_fc_norm_hidden.weight",
+)
+_OFFSET_NORM_NAMES = ("norm.weight", "mtp.norm.weight")
+_A_LOG = "linear_attn.A_log"
+_DECAY_SCALE = "linear_attn.decay_scale"
+
+
+# ----------------------------------------------------------------------------- names and conventions
+
+
+def canonical_name(hf_name: str) -> str | None:
+    """The canonical name of an HF tensor, or None for tensors outside the text model (vision tower)."""
+    if hf_name.startswith("mtp.") or hf_name == "lm_head.weight":
+        name = hf_name
+    else:
+        for prefix in TEXT_PREFIXES:
+            if hf_name.startswith(prefix):
+                name = hf_name[len(prefix) :]
+                break
+        else:
+            return None
+        if name.startswith(("visual.", "vision_tower.")):
+            return None
+    if name.endswith(_A_LOG):
+        return name[: -len(_A_LOG)] + _DECAY_SCALE
+    return name
+
+
+def is_offset_norm(canonical: str) -> bool:
+    return canonical in _OFFSET_NORM_NAMES or canonical.endswith(_OFFSET_NORM_SUFFIXES)
+
+
+def needs_conversion(canonical: str) -> bool:
+    return is_offset_norm(canonical) or canonical.endswith(_DECAY_SCALE)
+
+
+def to_canonical_value(canonical: str, raw: np.ndarray) -> np.ndarray:
+    """Convert an HF value to the canonical convention (float32 where converted)."""
+    if is_offset_norm(canonical):
+        return np.asarray(raw, dtype=np.float32) + np.float32(1.0)
+    if canonical.endswith(_DECAY_SCALE):
+        return -np.exp(np.asarray(raw, dtype=np.float32))
+    return raw
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _directory(ref: SourceRef) -> Path:
+    if not ref.path:
+        raise SourceError("hf source needs a path (a checkpoint directory with config.json)")
+    path = Path(ref.path)
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if not path.is_dir():
+        raise SourceError(f"{path}: not a checkpoint directory")
+    return path
+
+
+def _weight_files(directory: Path) -> dict[str, list[str]]:
+    """file name -> HF tensor names it holds, from the index or the single file's header."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise SourceError(f"{index}: field weight_map is missing or empty")
+        files: dict[str, list[str]] = {}
+        for name, filename in sorted(weight_map.items()):
+            if not isinstance(filename, str) or "/" in filename or "\\" in filename:
+                raise SourceError(f"{index}: weight_map entry {name!r} names no file in this directory")
+            files.setdefault(filename, []).append(name)
+        return files
+    single = directory / "model.safetensors"
+    if single.is_file():
+        return {"model.safetensors": SafetensorsFile(single).names()}
+    raise SourceError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+
+
+def _open_files(directory: Path, files: dict[str, list[str]]) -> dict[str, SafetensorsFile]:
+    opened = {}
+    for filename, names in files.items():
+        if not (directory / filename).is_file():
+            raise SourceError(f"{directory / filename}: missing (listed in model.safetensors.index.json)")
+        st = SafetensorsFile(directory / filename)
+        for name in names:
+            if name not in st:
+                raise SourceError(f"{st.path}: has no tensor {name!r} (listed in model.safetensors.index.json)")
+        opened[filename] = st
+    return opened
+
+
+def _canonical_entries(files: dict[str, list[str]], tied: bool, where: Path) -> dict[str, Entry | ExpertTensor]:
+    """canonical name -> (file name, HF name), or the HF tensors of stacked experts (`experts`);
+    `mtp.*` kept, vision tensors dropped."""
+    entries: dict[str, Entry] = {}
+    for filename in sorted(files):
+        for hf_name in files[filename]:
+            name = canonical_name(hf_name)
+            if name is None or (tied and name == "lm_head.weight"):
+                continue
+            entries[name] = (filename, hf_name)
+    return group_experts(entries, str(where))
+
+
+def describe(ref: SourceRef) -> SourceInfo:
+    directory = _directory(ref)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise SourceError(f"{directory}: no config.json")
+    cfg = Config(config_path, read_json(config_path))
+    arch = architecture(cfg, directory)
+    listed = _weight_files(directory)
+    files = _open_files(directory, listed)
+    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
+    facts: list[tuple[str, object]] = [
+        ("architectures", ", ".join(cfg.doc["architectures"])),
+        ("format", "safetensors"),
+        ("safetensors_files", len(files)),
+        ("text_tensors", sum(1 for n in entries if not n.startswith("mtp."))),
+        ("mtp_tensors", sum(1 for n in entries if n.startswith("mtp."))),
+    ]
+    arch = _with_head_verdict(cfg, arch, entries)
+    if arch.unusable_head is not None:
+        facts.append(("mtp_note", arch.unusable_head.reason))
+    _check_dtypes(files, entries)
+    storage: dict[str, set[str]] = {}
+    for name, value in entries.items():
+        for filename, hf_name in parts_of(value):
+            storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
+    tokenizer = _tokenizer_files(directory)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
+    return SourceInfo(
+        architecture=arch,
+        storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
+        tokenizer=tokenizer,
+        facts=tuple(facts),
+        tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
+        card=hf_card_facts(directory, cfg.doc),
+    )
+
+
+# What a weight may be stored as: floats only (an integer tensor is not a weight mtpc can use as one).
+WEIGHT_DTYPES = ("F32", "F16", "BF16")
+
+
+def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor]) -> None:
+    """Every weight of the text model and head is stored as a float type; the first that is not is named."""
+    for filename, hf_name in sorted(p for value in entries.values() for p in parts_of(value)):
+        code = files[filename].dtype_code(hf_name)
+        if code not in WEIGHT_DTYPES:
+            raise SourceError(
+                f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
+                f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}"
+            )
+
+
+def _tokenizer_files(directory: Path) -> tuple[tuple[str, bytes], ...]:
+    """The tokenizer files, each JSON one parsed (and tokenizer.json loaded) before it may be copied."""
+    found = []
+    for fname in TOKENIZER_FILES:
+        path = directory / fname
+        if not path.is_file():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise SourceError(f"{path}: cannot read: {e.strerror}") from None
+        if fname == "tokenizer.json":
+            problem = tokenizer_json_problem(data)
+            if problem is not None:
+                raise SourceError(f"{path}: {problem}")
+        elif fname.endswith(".json"):
+            read_json(path)  # a SourceError naming the file when it is not a JSON object
+        found.append((fname, data))
+    return tuple(found)
+
+
+def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") -> list[str]:
+    """Where the tensors contradict config.json (missing, or another shape), from the headers alone."""
+    problems = []
+    for name, shape in canonical_shapes(arch).items():
+        if name not in store:
+            where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
+            problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
+        elif store.info(name).shape != shape:
+            found = list(store.info(name).shape)
+            problems.append(f"{directory}: tensor {name} has shape {found}, config.json implies {list(shape)}")
+    return problems
+
+
+def check(ref: SourceRef, info: SourceInfo) -> list[str]:
+    """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`); no data is read."""
+    directory = _directory(ref)
+    listed = _weight_files(directory)
+    files = _open_files(directory, listed)
+    arch = info.architecture
+    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
+    try:
+        return shape_problems(directory, arch, store)
+    finally:
+        store.close()
+
+
+def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
+    """`arch` with the MTP blocks that can be built, judged from the `mtp.*` tensors present (`mtp_head`)."""
+    field, _ = cfg.lookup("mtp_num_hidden_layers")
+    one_block = {n for n in canonical_shapes(replace(arch, mtp_num_layers=1)) if n.startswith("mtp.")}
+    present = {n for n in entries if n.startswith("mtp.")}
+    usable, unusable = head_verdict(
+        declared=arch.mtp_num_layers,
+        declared_key=f"config.json field {field}",
+        expected=one_block,
+        present=present & one_block,
+        unknown=present - one_block,
+    )
+    return replace(arch, mtp_num_layers=usable, unusable_head=unusable)
+
+
+def _group(canonical: str) -> str:
+    parts = canonical.split(".")
+    if parts[0] == "layers":
+        return ".".join(parts[2:])
+    if parts[:2] == ["mtp", "layers"]:
+        return "mtp." + ".".join(parts[3:])
+    return canonical
+
+
+def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
+    directory = _directory(ref)
+    arch = info.architecture
+    listed = _weight_files(directory)
+    files = _open_files(directory, listed)
+    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
+    _check_dtypes(files, entries)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
+    problems = shape_problems(directory, arch, store)
+    if problems:
+        raise SourceError(problems[0])
+    return store
+
+
+class HFWeightStore:
+    """Canonical view of HF safetensors: memory-mapped, converting norms and A_log on read."""
+
+    def __init__(self, files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor], tied: bool):
+        self._files = files
+        self._entries = dict(entries)
+        if tied and "embed_tokens.weight" in self._entries:
+            self._entries["lm_head.weight"] = self._entries["embed_tokens.weight"]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def names(self) -> Iterable[str]:
+        return sorted(self._entries)
+
+    def info(self, name: str) -> TensorInfo:
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            filename, hf_name = value.parts[0]
+            return TensorInfo(name, value.shape(self._files), self._files[filename].value_dtype(hf_name).name)
+        filename, hf_name = value
+        st = self._files[filename]
+        dtype = "float32" if needs_conversion(name) else st.value_dtype(hf_name).name
+        return TensorInfo(name, st.shape(hf_name), dtype)
+
+    def read(self, name: str) -> Weight:
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            return value.read(self._files)
+        filename, hf_name = value
+        return to_canonical_value(name, self._files[filename].read(hf_name))
+
+    def read_rows(self, name: str) -> "Weight | Bfloat16Rows":
+        """`read`, except that a bfloat16 tensor stored as is comes as `Bfloat16Rows`: widened where it
+        is copied (transposed, quantized a few rows at a time), so its float32 copy never exists whole."""
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):  # stacked from several tensors: read whole
+            return self.read(name)
+        filename, hf_name = value
+        bits = None if needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
+        return Bfloat16Rows(bits) if bits is not None else self.read(name)
+
+    def read_float(self, name: str) -> np.ndarray:
+        value = self.read(name)
+        return value if value.dtype == np.float32 else value.astype(np.float32)
+
+    def read_float_rows(self, name: str) -> "np.ndarray | Bfloat16Rows":
+        """`read_float`, or a bfloat16 tensor as `Bfloat16Rows` (its rows widened when sliced)."""
+        rows = self.read_rows(name)
+        return rows if isinstance(rows, Bfloat16Rows) else self.read_float(name)
+
+    def read_experts(self, name: str, start: int, stop: int, *, as_float: bool = True) -> np.ndarray:
+        """Experts `start:stop` of a stacked expert tensor (`[E, ...]`), float32, their bytes alone read."""
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            return value.read_experts(self._files, start, stop)
+        return np.array(self.read(name)[start:stop], dtype=np.float32)
+
+    def release_experts(self, name: str, start: int, stop: int) -> None:
+        """Drop the pages of experts `start:stop` once they are written."""
+        value = self._entries[name]
+        if isinstance(value, ExpertTensor):
+            value.release_experts(self._files, start, stop)
+
+    def release(self, name: str) -> None:
+        """Drop the tensor's pages from this process once it is written (they stay in the page cache)."""
+        for filename, hf_name in parts_of(self._entries[name]):
+            self._files[filename].release(hf_name)
+
+    def close(self) -> None:
+        for st in self._files.values():
+            st.close()

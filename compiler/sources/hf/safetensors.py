@@ -1,0 +1,183 @@
+"""Reading the safetensors format with numpy only: 8-byte little-endian header length, JSON header, raw data.
+
+Reading memory-maps the file once; each tensor is a view into that map, so
+nothing is loaded until used. numpy has no bfloat16: BF16 tensors are widened to
+float32 on read (exact: bf16 is the upper half of a float32).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import struct
+from pathlib import Path
+import numpy as np
+
+from ...util.arrays import widen_bfloat16
+from ...util.diagnostics import SourceError
+from ..pages import release_pages
+
+_NUMPY_DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),  # raw bits; widened on read
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+_MAX_HEADER = 100 * 1024 * 1024
+_MAX_RANK = 8
+
+
+class SafetensorsFile:
+    """One `.safetensors` file: its header, and memory-mapped tensors on demand."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            file_size = self.path.stat().st_size
+            with open(self.path, "rb") as f:
+                raw_len = f.read(8)
+                if len(raw_len) != 8:
+                    raise SourceError(f"{self.path}: not a safetensors file (shorter than 8 bytes)")
+                (header_len,) = struct.unpack("<Q", raw_len)
+                if header_len > _MAX_HEADER:
+                    raise SourceError(f"{self.path}: not a safetensors file (header length {header_len})")
+                if header_len > file_size - 8:
+                    raise SourceError(
+                        f"{self.path}: truncated: the header length is {header_len} bytes, the file has {file_size - 8} after it"
+                    )
+                header = json.loads(f.read(header_len).decode("utf-8"), object_pairs_hook=_no_duplicates)
+        except OSError as e:
+            raise SourceError(f"{self.path}: cannot read: {e.strerror}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
+        except _Duplicate as e:
+            raise SourceError(f"{self.path}: not a safetensors file (header names {e.args[0]!r} twice)") from None
+        if not isinstance(header, dict):
+            raise SourceError(f"{self.path}: not a safetensors file (header is not a JSON object)")
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise SourceError(f"{self.path}: header field __metadata__ must map names to strings")
+        self.metadata: dict[str, str] = metadata
+        self._entries: dict[str, dict] = header
+        self._data_start = 8 + header_len
+        self._map: np.memmap | None = None
+        # Checked from the header alone when the file is opened, so a damaged or truncated
+        # checkpoint fails `describe` (and `mtpc inspect`), not the first read of a weight.
+        for name, entry in header.items():
+            self._check_entry(name, entry)
+        past_the_end = [(e["data_offsets"][1], n) for n, e in header.items() if self._data_start + e["data_offsets"][1] > file_size]
+        if past_the_end:
+            end, name = min(past_the_end)
+            raise SourceError(f"{self.path}: truncated: tensor {name!r} ends at byte {self._data_start + end}, the file has {file_size}")
+        extents = sorted((e["data_offsets"][0], e["data_offsets"][1], n) for n, e in header.items() if e["data_offsets"][0] != e["data_offsets"][1])
+        for (_, end, before), (begin, _, name) in zip(extents, extents[1:]):
+            if begin < end:
+                raise SourceError(f"{self.path}: tensor {name!r} overlaps tensor {before!r} (data_offsets)")
+
+    def _check_entry(self, name: str, entry: object) -> None:
+        """A header entry is usable: a known dtype and a byte range that matches its shape."""
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if not isinstance(dtype, str) or dtype not in _NUMPY_DTYPES:
+            raise SourceError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")  # type: ignore[union-attr]
+        if not isinstance(shape, list) or len(shape) > _MAX_RANK or not all(_is_count(d) for d in shape):
+            raise SourceError(f"{self.path}: tensor {name!r} has a malformed shape {shape!r}")
+        if math.prod(max(d, 1) for d in shape) >= 2**62:  # numpy cannot shape even an empty array past this
+            raise SourceError(f"{self.path}: tensor {name!r} has an impossible shape {shape!r}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets)) and offsets[0] <= offsets[1]):
+            raise SourceError(f"{self.path}: tensor {name!r} has malformed data_offsets {offsets!r}")
+        begin, end = offsets
+        # Python integers: a hostile shape cannot overflow into a matching size.
+        if end - begin != math.prod(shape) * _NUMPY_DTYPES[dtype].itemsize:
+            raise SourceError(f"{self.path}: tensor {name!r} byte range does not match its shape and dtype")
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def dtype_code(self, name: str) -> str:
+        return self._entries[name]["dtype"]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._entries[name]["shape"])
+
+    def value_dtype(self, name: str) -> np.dtype:
+        """The numpy dtype `read` returns (float32 for BF16)."""
+        code = self._entries[name]["dtype"]
+        return np.dtype(np.float32) if code == "BF16" else _NUMPY_DTYPES[code]
+
+    def close(self) -> None:
+        """Drop this file's map; views already handed out keep it alive until they go."""
+        self._map = None
+
+    def release(self, name: str, rows: tuple[int, int] | None = None) -> None:
+        """Drop the tensor's pages from this process (MADV_DONTNEED): a compile that has written a weight
+        no longer counts it in its RSS; the pages stay in the page cache and come back if read again.
+        `rows` `(start, stop)`: only those indices of its first axis (one expert of a fused stack)."""
+        if self._map is None:
+            return
+        begin, end = self._entries[name]["data_offsets"]
+        if rows is not None:
+            per = (end - begin) // max(1, self.shape(name)[0])
+            begin, end = begin + rows[0] * per, begin + rows[1] * per
+        # numpy's mmap.mmap, starting at the allocation boundary at or before the data (a private attribute:
+        # without it, nothing is released)
+        mapped = getattr(self._map, "_mmap", None)
+        if mapped is None:
+            return
+        release_pages(mapped, begin + self._map.offset - self._map_start(), end - begin)
+
+    def _map_start(self) -> int:
+        """Where, in the file, numpy's mapping starts (the allocation boundary at or before the data)."""
+        return self._data_start - self._data_start % mmap.ALLOCATIONGRANULARITY
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor: a read-only memmap view, or a float32 copy for BF16."""
+        stored = self._stored(name)
+        return widen_bfloat16(stored) if self._entries[name]["dtype"] == "BF16" else stored
+
+    def read_bfloat16_bits(self, name: str) -> np.ndarray | None:
+        """A BF16 tensor's raw bits (uint16, a read-only memmap view), for widening where they are
+        written (`mtpc.util.arrays`); None for any other dtype."""
+        return self._stored(name) if self._entries[name]["dtype"] == "BF16" else None
+
+    def _stored(self, name: str) -> np.ndarray:
+        """The tensor as stored (BF16 as its raw uint16 bits): a read-only memmap view, zeros when empty."""
+        entry = self._entries[name]
+        begin, end = entry["data_offsets"]
+        dtype, shape = _NUMPY_DTYPES[entry["dtype"]], tuple(entry["shape"])
+        if end == begin:
+            return np.zeros(shape, dtype)
+        return self._mapped()[begin:end].view(dtype).reshape(shape)
+
+    def _mapped(self) -> np.memmap:
+        if self._map is None:
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start)
+        return self._map
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+

@@ -1,0 +1,9 @@
+"""Weights, which never live in the IR: the weight-store interface every source implements under
+canonical names and conventions (`store`), and quantization for MatMulNBits with the per-weight
+decision of what to store (`quant`).
+
+`from mtpc.weights import WeightStore` names the interface: this package re-exports `store`'s names.
+May import: `util`, `ir`.
+"""
+
+from .store import *  # noqa: F401,F403
