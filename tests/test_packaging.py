@@ -28,3 +28,26 @@ def test_wheel_carries_schemas_and_templates(tmp_path):
         package = init.parent.relative_to(REPO / "compiler").as_posix()
         assert f"mtpc/{package}/__init__.py" in names, package
 
+
+def test_the_wheel_alone_compiles_every_shipped_spec_from_an_empty_folder(tmp_path):
+    """The wheel unpacked on its own (not this checkout), run from a folder with nothing in it."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "wheel"), str(REPO)],
+        check=True,
+    )
+    (wheel,) = (tmp_path / "wheel").glob("mtpc-*.whl")
+    installed = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(installed)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"}
+    where = subprocess.run([sys.executable, "-c", "import mtpc; print(mtpc.__file__)"],
+                           cwd=empty, env=env, capture_output=True, text=True, check=True)
+    assert Path(where.stdout.strip()).is_relative_to(installed)
+    for spec in sorted((REPO / "specs").glob("*.yaml")):
+        out = tmp_path / "out" / spec.stem
+        run = subprocess.run([sys.executable, "-m", "mtpc", "compile", str(spec), "-o", str(out), "-q"],
+                             cwd=empty, env=env, capture_output=True, text=True)
+        assert run.returncode == 0, (spec.name, run.stderr)
+        assert (out / "README.md").is_file() and any(out.glob("*.onnx")), spec.name
+    assert list(empty.iterdir()) == []
