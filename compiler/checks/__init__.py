@@ -34,7 +34,9 @@ from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
 from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
 from ..emit.provenance_record import PROVENANCE_NAME
-from .genai_config import check_genai_config, check_head_folder, check_shared_initializers
+from .genai_config import (
+    check_genai_config, check_head_folder, check_runtime_keys, check_shared_initializers, runtime_profile,
+)
 from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
 from .completeness import check_onnx_genai_files, check_onnxruntime_genai_files
 from .quantization import check_quantization_report
@@ -95,6 +97,11 @@ def check_files(files: Files) -> list[Finding]:
         c.validate(rel, cfg, schema_for(GENAI_CONFIG))
         if isinstance(cfg, dict):
             parsed[rel] = cfg
+    if parsed:
+        profile = runtime_profile(c, c.parse(PROVENANCE_NAME) if PROVENANCE_NAME in files else None)
+        for rel, cfg in parsed.items():
+            if profile is not None:
+                check_runtime_keys(c, rel, cfg, profile)
     root_main = root_head = None
     for rel, cfg in parsed.items():
         main, head = check_genai_config(c, rel, cfg)

@@ -4,13 +4,19 @@ Every tensor name a decoder or `mtp` section mentions exists in its graph (`%d` 
 expanded over the layers that have that state) and every graph input is fed; the head's
 hidden-state input matches the main output it is fed from; a head folder's own config agrees
 with the main one; `shared_initializers` point at bytes inside the package holding a
-main-graph initializer of that dtype and shape.
+main-graph initializer of that dtype and shape; and nothing in them is a key or value the
+release the package was made for (provenance.json) refuses, by that release's runtime profile.
 """
 
 from __future__ import annotations
 
+from ..emit.provenance_record import PROVENANCE_NAME as PROVENANCE
+from ..ir import OrtGenaiTarget
 from ..ir.contracts import PAGED_INPUT_NAMES
+from ..profiles import ort_genai_profile, ort_genai_profiles
+from ..profiles.ort_genai import OrtGenaiProfile
 from ..schema.validation import json_pointer
+from ..util.diagnostics import MtpcError
 from .graphs import Graph, Tensor
 from .package import Checker, byte_count, folder
 
@@ -271,3 +277,32 @@ def _type_name(data_type: int | None) -> str:
     except (ValueError, TypeError):
         return "unknown"
 
+
+
+def runtime_profile(c: Checker, provenance) -> OrtGenaiProfile | None:
+    """The onnxruntime-genai release a package was made for: the one its provenance.json names,
+    else (packages from before mtpc recorded it) the default target's. None, with a finding, for a
+    release mtpc has no profile of."""
+    recorded = None
+    if isinstance(provenance, dict):
+        ort = (provenance.get("runtime_profiles") or {}).get("onnxruntime_genai")
+        recorded = ort.get("version") if isinstance(ort, dict) else None
+    if not isinstance(recorded, str):
+        return ort_genai_profile(OrtGenaiTarget().version)
+    try:
+        return ort_genai_profile(recorded)
+    except MtpcError:
+        known = ", ".join(p.version for p in ort_genai_profiles())
+        c.add(PROVENANCE, json_pointer("runtime_profiles", "onnxruntime_genai", "version"),
+              f"the package is for onnxruntime-genai {recorded}, which mtpc has no profile of (it knows {known}), "
+              "so its genai_config.json cannot be checked against what that release accepts")
+        return None
+
+
+def check_runtime_keys(c: Checker, rel: str, cfg: dict, profile: OrtGenaiProfile) -> None:
+    """Every key or value `profile`'s release would refuse in `cfg`, where the schema has not said so already."""
+    said = {(f.file, f.pointer) for f in c.findings}
+    for at, _, message in profile.refusals(cfg):
+        where = json_pointer(*at)
+        if (rel, where) not in said:
+            c.add(rel, where, message)

@@ -203,14 +203,22 @@ class OrtGenaiProfile:
 
     def unaccepted(self, doc: Mapping) -> list[str]:
         """Paths in a genai_config document that this version's parser would reject."""
-        problems: list[str] = []
-        self._walk(doc, "", problems)
+        return [f"{path}: {message}" for _, path, message in self.refusals(doc)]
+
+    def refusals(self, doc: Mapping) -> list[tuple[tuple[str | int, ...], str, str]]:
+        """What this version's parser would reject in a genai_config document: per problem, where
+        it is (keys and list indices from the root), its section path ("[]" for any item) and why."""
+        problems: list[tuple[tuple[str | int, ...], str, str]] = []
+        self._walk(doc, "", (), problems)
         return problems
 
-    def _walk(self, node: Mapping, section: str, problems: list[str]) -> None:
+    def _walk(self, node, section: str, at: tuple[str | int, ...], problems: list) -> None:
         accepted = self.keys.get(section)
         if accepted is None:
-            problems.append(f"{section or '<root>'}: section unknown to onnxruntime-genai {self.version}")
+            problems.append((at, section or "<root>", f"section unknown to onnxruntime-genai {self.version}"))
+            return
+        if not isinstance(node, Mapping):
+            problems.append((at, section or "<root>", f"expected object, got {type(node).__name__}"))
             return
         for key, value in node.items():
             path = f"{section}.{key}" if section else key
@@ -219,16 +227,16 @@ class OrtGenaiProfile:
                     continue
                 if not section and self.root_scalars_free and isinstance(value, (str, int, float, bool)):
                     continue
-                problems.append(f"{path}: not accepted by onnxruntime-genai {self.version}")
+                problems.append((at + (key,), path, f"not accepted by onnxruntime-genai {self.version}"))
                 continue
             kind = accepted[key]
             if not _has_kind(value, kind):
-                problems.append(f"{path}: expected {kind}, got {type(value).__name__}")
+                problems.append((at + (key,), path, f"expected {kind}, got {type(value).__name__}"))
             elif kind == "object" and path in self.keys:
-                self._walk(value, path, problems)
+                self._walk(value, path, at + (key,), problems)
             elif kind == "array" and f"{path}[]" in self.keys:
-                for item in value:
-                    self._walk(item, f"{path}[]", problems)
+                for i, item in enumerate(value):
+                    self._walk(item, f"{path}[]", at + (key, i), problems)
 
 
 def _has_kind(value, kind: str) -> bool:

@@ -1,10 +1,11 @@
 """onnxruntime-genai 0.18.0: the keys its `genai_config.json` parser accepts, and its quirks.
 
 Facts measured with the 0.18.0 package (`og.Config(dir)` parses a config without
-loading any graph); tests/profiles/test_ort_genai_0_18.py re-checks every key
+loading any graph); tests/profiles/test_ort_genai_parser.py re-checks every key
 listed here against the installed runtime. The table lists what mtpc may emit,
 not every key the runtime knows (multimodal, RNN, pipeline and drafter sections
-are left out on purpose).
+are left out on purpose). 0.17.1 accepts the same table and has the same quirks
+(ort_genai_0_17.py), so its profile shares them.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ _KEYS = {
         "conv_cache_size": "int",
         "layer_types": "array",
         "sliding_window": "object",
-        # New in 0.18.0; older runtimes reject it.
+        # Parsed since 0.16.0 at least (the oldest release probed).
         "state_groups": "array",
         "shared_initializers": "array",
         "inputs": "object",
@@ -145,7 +146,8 @@ _KEYS = {
     "model.decoder.state_groups[].state_update": {"capacity": "int", "key_head_count": "int", "enabled": "bool"},
     "model.decoder.shared_initializers[]": _SHARED_INITIALIZER,
     "model.mtp": {
-        # New in 0.18.0 (PR #2547); older runtimes reject it.
+        # New in 0.17.0: 0.16.0 refuses it ("model:mtp: Unknown value"), so no older release runs a
+        # package with a head.
         "enabled": "bool",
         "filename": "string",
         "session_options": "object",
@@ -203,7 +205,7 @@ _KEYS = {
         "gpu_utilization_factor": "number",
         "max_batch_size": "int",
         "max_scheduled_tokens": "int",
-        # New in 0.18.0; older runtimes reject it.
+        # New in 0.17.0, as decoder.inputs.logits_indices; 0.16.0 refuses both.
         "prefix_caching": "bool",
     },
     "engine.static_batching": {"max_batch_size": "int"},

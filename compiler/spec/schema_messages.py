@@ -114,8 +114,14 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
         return [spec.diagnostic(path, f"{where} must be {names}, not {_shown(value)}", hint=hint)]
     if kind == "enum":
         choices = ", ".join(_literal(c) for c in expected)
-        guess = choice_for(value, [c for c in expected if isinstance(c, str)])
-        hint = f"did you mean '{guess}'?" if guess else None
+        texts = [c for c in expected if isinstance(c, str)]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and texts:
+            # YAML read `version: 0.18` as a number: the text it starts is what was meant.
+            guess = next((c for c in texts if c.startswith(str(value))), None) or choice_for(str(value), texts)
+            hint = f"quote it to make it text: \"{guess or texts[0]}\""
+        else:
+            guess = choice_for(value, texts)
+            hint = f"did you mean '{guess}'?" if guess else None
         return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}", hint=hint)]
     if kind == "const":
         hint = None

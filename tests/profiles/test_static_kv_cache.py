@@ -1,4 +1,4 @@
-"""`kv_cache: static` against the real onnxruntime-genai 0.18.0: the share-buffer config it
+"""`kv_cache: static` against the real onnxruntime-genai (the installed release): the share-buffer config it
 emits parses and decodes like the numpy reference, and a head-bearing source then gives
 exactly the text-only package `mtp.head: off` gives."""
 
@@ -14,6 +14,7 @@ from mtpc import sources
 from mtpc.pipeline.driver import build
 from mtpc.output.write import write_package
 from mtpc.reference.forward import Qwen35Reference
+from tests.fixtures.ort_release import for_installed_release
 from tests.fixtures.package_files import files_of
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
@@ -23,7 +24,7 @@ PROMPTS = ([5, 17, 42], [1, 2, 3, 4, 5, 6, 7, 8, 9], [200])
 
 def tiny_variant(folder: Path, *, head: str, kv_cache: str) -> Path:
     """The shipped tiny spec (its source ships an MTP head) with the head policy and KV cache set."""
-    text = TINY.read_text(encoding="utf-8")
+    text = for_installed_release(TINY.read_text(encoding="utf-8"))
     for old, new in (
         ("  head: auto ", f"  head: {head} "),
         ("    attention: dense\n", f"    attention: dense\n    kv_cache: {kv_cache}\n"),
@@ -74,7 +75,7 @@ def test_the_config_asks_for_a_shared_buffer_and_the_runtime_parses_it(static_au
     doc = json.loads((pkg / "genai_config.json").read_text(encoding="utf-8"))
     assert doc["search"]["past_present_share_buffer"] is True
     assert "mtp" not in doc["model"] and "speculative" not in doc
-    og.Config(str(pkg))  # raises on any key or type 0.18.0 refuses
+    og.Config(str(pkg))  # raises on any key or type the installed release refuses
 
 
 def test_greedy_decoding_with_the_static_cache_equals_the_reference(static_auto):

@@ -3,7 +3,8 @@
 The model is the tiny Qwen3.5 with the fitted MTP head (`tests.fixtures.fitted_head`),
 written as a float32 Hugging Face checkpoint and as a float32 GGUF; both go through
 the whole pipeline (spec file -> `mtpc.pipeline.driver.build` -> `mtpc.output.write.write_package`)
-for onnxruntime-genai 0.18.0 on CPU with dense attention.
+for the installed onnxruntime-genai release (0.18.0, or 0.17.1 when tests/test_runtime_releases.py
+runs these tests against it) on CPU with dense attention.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from mtpc.output.write import write_package
 from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.fitted_head import PROMPTS, fitted_store, write_fitted_gguf, write_fitted_hf_checkpoint
+from tests.fixtures.ort_release import INSTALLED
 from tests.fixtures.package_files import files_of  # the runtime tests import it from here
 
 STEPS = 20
-ORT_GENAI_CPU = 'targets:\n  onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense}\n'
+ORT_GENAI_CPU = f'targets:\n  onnxruntime_genai: {{version: "{INSTALLED}", execution_provider: cpu, attention: dense}}\n'
 
 
 def write_spec(path: Path, name: str, source: str, extra: str = "") -> Path:

@@ -17,6 +17,7 @@ import pytest
 
 from mtpc.cli.main import main
 from mtpc.schema.validation import read_yaml
+from tests.fixtures.ort_release import for_installed_release
 from tests.fixtures.shared import shared_file
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
@@ -25,7 +26,7 @@ TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("int4-onnx-genai")
-    text = TINY.read_text("utf-8")
+    text = for_installed_release(TINY.read_text("utf-8"))
     assert "  default: {bits: null}\n" in text and "  onnx_genai:\n    layout: workflow\n" in text
     # accuracy_level 0: float activations, so verify holds the package to its tight bound.
     spec = folder / "int4.yaml"

@@ -1,4 +1,4 @@
-"""A Q4_K_M GGUF compiled with `keep: source`, run in onnxruntime-genai 0.18.0 (issue 8).
+"""A Q4_K_M GGUF compiled with `keep: source`, run in onnxruntime-genai (issue 8).
 
 The file is llama.cpp's Q4_K_M mix (`q4_k_m_types`: Q4_K by default and for token_embd,
 Q5_K attn_qkv, Q6_K output and the attn_v / ffn_down layers `use_more_bits` picks, F32 norms

@@ -1,4 +1,4 @@
-"""onnxruntime-genai 0.18.0 on CPU loads compiled packages as emitted and decodes like the numpy reference."""
+"""onnxruntime-genai (the installed release) on CPU loads compiled packages as emitted and decodes like the numpy reference."""
 
 from __future__ import annotations
 

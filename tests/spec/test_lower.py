@@ -176,6 +176,21 @@ def test_defaults_when_sections_are_omitted(tmp_path):
     assert ir.main == main_decoder_config(tiny_arch(), Precision(), execution_provider="cpu")
 
 
+@pytest.mark.parametrize("release", ["0.17.1", "0.18.0"])
+def test_each_supported_onnxruntime_genai_release_is_lowered_as_given(tmp_path, release):
+    ir, _ = lowered(tmp_path, f'targets:\n  onnxruntime_genai: {{version: "{release}"}}\n')
+    assert ir.targets.onnxruntime_genai == OrtGenaiTarget(version=release)
+
+
+def test_an_unsupported_release_is_refused_at_the_value_with_the_supported_ones(tmp_path):
+    error = failure(tmp_path, 'targets:\n  onnxruntime_genai: {version: "0.16.0"}\n')
+    (diagnostic,) = error.diagnostics
+    assert diagnostic.message == (
+        "targets.onnxruntime_genai.version must be one of '0.17.1', '0.18.0', not the string '0.16.0'"
+    )
+    assert diagnostic.span is not None and diagnostic.span.line == 6
+
+
 def test_listed_targets_only(tmp_path):
     ir, _ = lowered(tmp_path, "targets:\n  onnx_genai: {layout: flat}\n")
     assert ir.targets.onnxruntime_genai is None

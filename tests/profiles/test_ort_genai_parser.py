@@ -1,15 +1,15 @@
-"""The 0.18.0 profile against the installed onnxruntime-genai 0.18.0 parser.
+"""The installed onnxruntime-genai release's profile against that release's own parser.
 
 `og.Config(dir)` parses genai_config.json without loading any graph, so every key
 the profile lists can be checked for real: listed keys must load, unknown keys in
-strict sections must be refused.
+strict sections must be refused. The test environment installs 0.18.0;
+tests/test_runtime_releases.py runs this file again with 0.17.1 installed.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from importlib.metadata import version
 from pathlib import Path
 
 import onnxruntime_genai as og
@@ -17,9 +17,13 @@ import pytest
 
 from mtpc.ir import AttentionMode
 from mtpc.profiles import ort_genai_profile
-from mtpc.profiles.ort_genai_0_18 import PROFILE
-from mtpc.schema.validation import errors as schema_errors, load_schema
+from mtpc.profiles.ort_genai_0_17 import NEWER_KEYS
+from mtpc.schema.validation import errors as schema_errors
+from tests.fixtures.ort_release import INSTALLED
 from tests.fixtures.shared import BUILDER_CONFIG_NAMES, builder_config
+
+PROFILE = ort_genai_profile(INSTALLED)
+REFUSED = f"not accepted by onnxruntime-genai {INSTALLED}"
 
 
 BASE = {
@@ -88,7 +92,7 @@ KEYS = sorted((section, key) for section, keys in PROFILE.keys.items() for key i
 
 
 def test_the_installed_runtime_is_the_profiled_version():
-    assert version("onnxruntime-genai") == PROFILE.version
+    assert PROFILE.version == INSTALLED == og.__version__
 
 
 @pytest.mark.parametrize("section, key", KEYS, ids=[f"{s}.{k}" if s else k for s, k in KEYS])
@@ -115,7 +119,7 @@ def test_unknown_keys_are_refused_in_strict_sections(tmp_path, section):
     _container(doc, section)["mtpc_unknown_key"] = "x"
     with pytest.raises(Exception, match='Unknown value "mtpc_unknown_key"'):
         _load(tmp_path, doc)
-    assert PROFILE.unaccepted(doc) == [f"{section}.mtpc_unknown_key: not accepted by onnxruntime-genai 0.18.0"]
+    assert PROFILE.unaccepted(doc) == [f"{section}.mtpc_unknown_key: {REFUSED}"]
 
 
 def test_root_scalars_are_free_but_root_objects_are_not(tmp_path):
@@ -126,7 +130,7 @@ def test_root_scalars_are_free_but_root_objects_are_not(tmp_path):
     doc["mtpc_section"] = {}
     with pytest.raises(Exception, match="mtpc_section"):
         _load(tmp_path, doc)
-    assert PROFILE.unaccepted(doc) == ["mtpc_section: not accepted by onnxruntime-genai 0.18.0"]
+    assert PROFILE.unaccepted(doc) == [f"mtpc_section: {REFUSED}"]
 
 
 @pytest.mark.parametrize("section", sorted(PROFILE.open_string_sections))
@@ -138,7 +142,7 @@ def test_open_sections_take_strings_only(tmp_path, section):
     _container(doc, section)["ep.some.entry"] = 1
     with pytest.raises(Exception, match="Expected a string"):
         _load(tmp_path, doc)
-    assert PROFILE.unaccepted(doc) == [f"{section}.ep.some.entry: not accepted by onnxruntime-genai 0.18.0"]
+    assert PROFILE.unaccepted(doc) == [f"{section}.ep.some.entry: {REFUSED}"]
 
 
 def test_offsets_must_be_decimal_strings(tmp_path):
@@ -149,9 +153,20 @@ def test_offsets_must_be_decimal_strings(tmp_path):
     assert PROFILE.unaccepted(doc) == ["model.decoder.shared_initializers[].offset: expected string, got int"]
 
 
-def test_version_lookup():
-    assert ort_genai_profile("0.18") is PROFILE
-    assert ort_genai_profile("0.18.0") is PROFILE
+@pytest.mark.parametrize("section, key", [(s, k) for s, keys in NEWER_KEYS.items() for k in keys])
+def test_keys_newer_than_0_17_1_load_in_0_18_0_only(tmp_path, section, key):
+    # Measured differences between the two releases' parsers; neither profile lists these keys.
+    doc = copy.deepcopy(BASE)
+    node = doc
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[key] = NEWER_KEYS[section][key]
+    assert PROFILE.unaccepted(doc)
+    if INSTALLED == "0.17.1":
+        with pytest.raises(Exception, match=f'Unknown value "{key}"'):
+            _load(tmp_path, doc)
+    else:
+        _load(tmp_path, doc)
 
 
 def test_quirks():
@@ -172,42 +187,8 @@ def test_quirks():
 @pytest.mark.parametrize("name", BUILDER_CONFIG_NAMES)
 def test_builder_configs_are_accepted_by_profile_schema_and_runtime(tmp_path, name):
     # Configs the 0.18.0 builder wrote (shared/reference/builder-configs): the profile, our
-    # schema and the runtime must all accept them.
+    # schema and the installed runtime (0.17.1 too) must all accept them.
     doc = json.loads(builder_config(name).read_text(encoding="utf-8"))
     assert PROFILE.unaccepted(doc) == []
     assert [e.message for e in schema_errors("genai_config", doc)] == []
     _load(tmp_path, doc)
-
-
-def _schema_sections(schema: dict) -> dict[str, set[str]]:
-    """Property names per profile section path, read from our JSON Schema."""
-    defs = schema["$defs"]
-
-    def resolve(node):
-        while "$ref" in node:
-            node = defs[node["$ref"].rsplit("/", 1)[-1]]
-        return node
-
-    sections: dict[str, set[str]] = {}
-
-    def walk(node, path):
-        node = resolve(node)
-        if node.get("type") == "array" and "items" in node:
-            walk(node["items"], f"{path}[]")
-        props = node.get("properties")
-        if props is None:
-            return
-        sections[path] = set(props)
-        for key, sub in props.items():
-            walk(sub, f"{path}.{key}" if path else key)
-
-    walk(schema, "")
-    return sections
-
-
-def test_schema_and_profile_list_the_same_keys():
-    sections = _schema_sections(load_schema("genai_config"))
-    for section, keys in PROFILE.keys.items():
-        if section in PROFILE.open_string_sections and not keys:
-            continue
-        assert sections.get(section) == set(keys), section

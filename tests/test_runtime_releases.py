@@ -1,0 +1,54 @@
+"""The runtime tests against every supported onnxruntime-genai release, not only the installed one.
+
+tests/runtime and tests/profiles compile their packages for the installed release and hold it to
+its profile (tests/fixtures/ort_release.py). Here they run again, in a subprocess, for each other
+release mtpc has a profile of, with that release's wheel first on PYTHONPATH (installed once into
+the test cache, on this environment's onnxruntime). Outside CI a release pip cannot fetch is a
+skip that says so; in CI it fails, so CI never passes with one release untested.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtpc.profiles import ort_genai_profiles
+from tests.fixtures.ort_release import INSTALLED, ReleaseUnavailable, overlay
+from tests.fixtures.shared import in_ci
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIME_TESTS = ("tests/runtime", "tests/profiles")
+# Files there that never load onnxruntime-genai (CLI errors on broken GGUFs, profile tables side by side).
+RELEASE_NEUTRAL = ("tests/runtime/test_cli_errors.py", "tests/profiles/test_profiles.py")
+OTHER_RELEASES = [p.version for p in ort_genai_profiles() if p.version != INSTALLED]
+
+
+def test_the_installed_release_is_one_mtpc_supports():
+    assert INSTALLED in {p.version for p in ort_genai_profiles()}
+    assert OTHER_RELEASES, "a second supported release to run the runtime tests against"
+    assert all((REPO / path).is_file() for path in RELEASE_NEUTRAL)  # --ignore passes over a missing path silently
+
+
+@pytest.mark.parametrize("release", OTHER_RELEASES)
+def test_the_runtime_tests_pass_against(release, tmp_path):
+    try:
+        folder = overlay(release)
+    except ReleaseUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"{exc}\n(CI is set, so this fails instead of skipping)", pytrace=False)
+        pytest.skip(f"onnxruntime-genai {release} is not installable here, so the runtime tests ran against "
+                    f"{INSTALLED} only: {exc}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    probe = subprocess.run([sys.executable, "-c", "import onnxruntime_genai as og; print(og.__version__)"],
+                           env=env, capture_output=True, text=True, cwd=REPO)
+    assert probe.stdout.strip() == release, probe.stderr[-2000:]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
+               *RUNTIME_TESTS, *(f"--ignore={path}" for path in RELEASE_NEUTRAL)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+    summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    assert run.returncode == 0, f"onnxruntime-genai {release}: {summary}\n{run.stdout[-6000:]}{run.stderr[-2000:]}"
+    assert " passed" in summary and " skipped" not in summary, summary
