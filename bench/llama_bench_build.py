@@ -9,6 +9,11 @@ instructions, no curl, no tests or server) and build just `llama-bench` and `lla
 so the result is cached outside the repository:
 
     ${MTPC_BENCH_CACHE:-~/.cache/mtpc-bench}/llama.cpp-<version>/bin/{llama-bench,llama-quantize}
+
+`llama_cpp_python()` gives llama-cpp-python itself (the Python bindings over the same llama.cpp,
+for logits at every position: bench/kquant_numerics.py), built by pip from the same sdist (its
+sha256 checked) into `${MTPC_BENCH_CACHE:-~/.cache/mtpc-bench}/llama-cpp-python-<version>/`
+with its one missing dependency, diskcache; tens of minutes on two cores, once.
 """
 
 from __future__ import annotations
@@ -62,11 +67,11 @@ def llama_tools(log=sys.stderr) -> dict[str, Path]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second caller waits, then finds the binaries
         if all(path.is_file() for path in tools.values()):
             return tools
-        _build(work, tools)
+        _build(work, tools, log)
     return tools
 
 
-def _build(work: Path, tools: dict[str, Path]) -> None:
+def _build(work: Path, tools: dict[str, Path], log=sys.stderr) -> None:
     cache = cache_dir()
     src = work / "src"
     if not (src / "CMakeLists.txt").is_file():
@@ -101,6 +106,43 @@ def _build(work: Path, tools: dict[str, Path]) -> None:
 
 def llama_bench(log=sys.stderr) -> Path:
     return llama_tools(log)["llama-bench"]
+
+
+# The bindings' library alone: CPU, native instructions, no multimodal (llava / mtmd) library, no tools.
+PYTHON_CMAKE_ARGS = (
+    "-DGGML_NATIVE=ON -DGGML_OPENMP=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF "
+    "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF"
+)
+
+
+def llama_cpp_python(log=sys.stderr):
+    """The `llama_cpp` module of llama-cpp-python, built first if absent (see the module's docstring)."""
+    target = cache_dir().parent / f"llama-cpp-python-{llama_cpp.VERSION}"
+    if not (target / "llama_cpp").is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / "llama_cpp").is_dir():
+                _pip_build(target, log)
+    if str(target) not in sys.path:
+        sys.path.insert(0, str(target))
+    import llama_cpp as bindings
+
+    return bindings
+
+
+def _pip_build(target: Path, log) -> None:
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as work:
+        staging = Path(work) / "tree"
+        pinned = Path(work) / "requirements.txt"
+        pinned.write_text(f"llama-cpp-python=={llama_cpp.VERSION} --hash=sha256:{llama_cpp.SDIST_SHA256}\n")
+        pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--target", str(staging)]
+        env = dict(os.environ, CMAKE_ARGS=PYTHON_CMAKE_ARGS, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 1))
+        for command in (pip + ["--no-binary", "llama-cpp-python", "--require-hashes", "-r", str(pinned)],
+                        pip + ["diskcache==5.6.3"]):
+            print("$ " + " ".join(command), file=log, flush=True)
+            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
+        staging.rename(target)
 
 
 if __name__ == "__main__":
