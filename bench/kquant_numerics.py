@@ -3,7 +3,8 @@
     .venv/bin/python bench/kquant_numerics.py [--no-llama] [--json FILE]
 
 1. The model (tests/fixtures/kquant_numerics.py): the k-quant test model (`kquant_arch`, seeded
-   weights, every row a multiple of 256) as llama.cpp's Q4_K_M and Q5_K_M mixes, and each file's
+   weights, every row a multiple of 256; its linear-attention key heads as wide as its value heads,
+   which llama.cpp's qwen35 needs) as llama.cpp's Q4_K_M and Q5_K_M mixes, and each file's
    float reference (every tensor replaced by gguf-py's dequantization of it, F32), so the weights
    are equal and only the arithmetic differs. Tokens: the fitted-head prompt (6 tokens), then the
    float model's greedy continuation, forced: 32 positions. Error at a position:
@@ -41,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from mtpc.reference.forward import Qwen35Reference  # noqa: E402
 from tests.fixtures import kquant_numerics as kn  # noqa: E402
-from tests.fixtures.arch import kquant_arch  # noqa: E402
+from tests.fixtures.kquant_numerics import numerics_arch  # noqa: E402
 
 LEVEL_4 = "mtpc, accuracy_level 4 (the CPU default)"
 LEVEL_0 = "mtpc, accuracy_level 0"
@@ -61,7 +62,7 @@ def llama_logits(gguf: Path, tokens: list[int]) -> np.ndarray:
 
 
 def model_rows(folder: Path, mix: str, with_llama: bool) -> dict:
-    arch = kquant_arch()
+    arch = numerics_arch()
     quantized, dequantized = kn.write_files(folder, arch, mix)
     tokens = kn.forced_tokens(dequantized, arch)
     _, float_package = kn.compiled(folder, dequantized, "float")

@@ -27,11 +27,13 @@ def _weights(seed: int) -> np.ndarray:
     return w
 
 
-def _matmulnbits(x: np.ndarray, qt) -> np.ndarray:
+def _matmulnbits(x: np.ndarray, qt, *, zero_points: bool = False, level: int = 0) -> np.ndarray:
     inits = [numpy_helper.from_array(qt.data, "B"), numpy_helper.from_array(qt.scales.astype(np.float32), "scales")]
+    if zero_points:
+        inits.append(numpy_helper.from_array(qt.zero_points, "zp"))
     node = helper.make_node(
-        "MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
-        K=K, N=N, bits=qt.bits, block_size=qt.block_size, accuracy_level=0,
+        "MatMulNBits", ["A", "B", "scales"] + ["zp"] * zero_points, ["Y"], domain="com.microsoft",
+        K=K, N=N, bits=qt.bits, block_size=qt.block_size, accuracy_level=level,
     )
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [None, K])],
@@ -100,10 +102,12 @@ def test_the_table_of_forms():
     for qtype in TYPES:
         mm, ga = carry_over(qtype, MATMUL), carry_over(qtype, GATHER)
         assert (mm.bits, mm.block_size, mm.zero_points, mm.block_offsets) == EXPECTED[qtype.name], qtype.name
+        # MatMulNBits codes re-centred on each sub-block's offset: the 8-bit forms with an offset term.
+        assert mm.centred == (qtype.name in ("Q5_1", "Q5_K")) and not ga.centred, qtype.name
         if mm.zero_points == "float":
             assert (ga.bits, ga.block_size, ga.zero_points, ga.block_offsets) == (mm.bits, mm.block_size, "uint8", True)
         else:
-            assert ga == replace(mm, op=GATHER)
+            assert ga == replace(mm, op=GATHER, centred=False)
 
 
 def test_forms_stay_inside_what_the_cpu_kernels_take():
@@ -181,3 +185,64 @@ def test_fits_float16_flags_scales_float16_cannot_hold():
     assert not fits_float16(to_quantized_tensor(raw.reshape(n, -1), QT.Q6_K, n, k))
     raw, _ = encode(QT.Q6_K, np.random.default_rng(0), n * k // 256, moderate=True)
     assert fits_float16(to_quantized_tensor(raw.reshape(n, -1), QT.Q6_K, n, k))
+
+
+# ---------------------------------------------------------------- what the CPU default's int8 path multiplies
+
+def _int8_path_weight(qt) -> np.ndarray:
+    """`(q - zp) * scale`, what MatMulNBits at accuracy_level 4 multiplies its int8 activations by (the
+    offset term is added in float, from the activations' exact block sums)."""
+    from mtpc.weights.store import unpack_codes
+
+    n, k = qt.shape
+    q = unpack_codes(qt.data, qt.bits).reshape(n, -1, qt.block_size).astype(np.float64)
+    if qt.zero_points is None:
+        zp = np.full(qt.scales.shape, 2.0 ** (qt.bits - 1))
+    else:
+        zp = unpack_codes(qt.zero_points, qt.bits)[:, : qt.scales.shape[1]].astype(np.float64)
+    return ((q - zp[..., None]) * qt.scales.astype(np.float64)[..., None]).reshape(n, k)
+
+
+@pytest.mark.parametrize("qtype", [t for t in TYPES if carry_over(t, MATMUL).zero_points != "float"], ids=lambda t: t.name)
+def test_the_int8_path_multiplies_by_the_weight_itself_within_half_a_step(qtype):
+    """Activations rounded to int8 err by up to half their step, and that error is multiplied by what the int8
+    path multiplies: llama.cpp multiplies by the weight itself, and so must the stored form, up to half of
+    its own step (the offset term takes the rest). Stored as plain codes 0..31 plus the offset, Q5_K / Q5_1
+    multiplied up to 31 steps where the weight was near 0, and doubled their error at the CPU default."""
+    n, k = 16, 512
+    block = GGML_QUANT_SIZES[qtype][0]
+    raw, _ = encode(qtype, np.random.default_rng(8), n * k // block)
+    raw = raw.reshape(n, -1)
+    qt = to_quantized_tensor(raw, qtype, n, k)
+    weight = dequantize(raw, qtype).astype(np.float64)
+    half_step = np.repeat(np.abs(qt.scales.astype(np.float64)), qt.block_size, axis=-1) / 2
+    assert np.all(np.abs(_int8_path_weight(qt)) <= np.abs(weight) + half_step)
+
+
+@pytest.mark.parametrize("qtype", [t for t in TYPES if carry_over(t, MATMUL).zero_points == "float"], ids=lambda t: t.name)
+def test_float_zero_points_compute_in_float_at_the_cpu_default(qtype):
+    """Measured (onnxruntime 1.32): MatMulNBits with float zero points takes no int8 path at accuracy_level 4,
+    so Q4_K, Q4_1 and Q2_K lose nothing to it (the output is level 0's, bit for bit)."""
+    block = GGML_QUANT_SIZES[qtype][0]
+    raw, _ = encode(qtype, np.random.default_rng(9), N * K // block, moderate=True)
+    qt = to_quantized_tensor(raw.reshape(N, -1), qtype, N, K)
+    x = np.random.default_rng(10).standard_normal((5, K)).astype(np.float32)
+    np.testing.assert_array_equal(_matmulnbits(x, qt, zero_points=True, level=4), _matmulnbits(x, qt, zero_points=True))
+
+
+@pytest.mark.parametrize("qtype", [t for t in TYPES if carry_over(t, MATMUL).zero_points != "float"
+                                   and carry_over(t, MATMUL).bits in (4, 8)], ids=lambda t: t.name)
+def test_the_cpu_defaults_int8_path_is_the_one_modelled_above(qtype):
+    """What makes `(q - zp) * scale` the quantity to keep small, measured: MatMulNBits at level 4 rounds each
+    block of the activations (the weight's block size) to int8 with step `amax / 127`, then multiplies by it."""
+    block = GGML_QUANT_SIZES[qtype][0]
+    raw, _ = encode(qtype, np.random.default_rng(11), N * K // block, moderate=True)
+    qt = to_quantized_tensor(raw.reshape(N, -1), qtype, N, K)
+    x = np.random.default_rng(12).standard_normal((5, K)).astype(np.float32)
+    blocks = x.reshape(5, -1, qt.block_size)
+    step = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    rounded = (np.rint(blocks / step) * step).reshape(5, K).astype(np.float64)
+    int8_path = _int8_path_weight(qt)
+    expected = rounded @ int8_path.T  # the op alone: an offset term is the graph's, added in float
+    accumulation = K * 2.0**-24 * (np.abs(rounded) @ np.abs(int8_path).T)
+    assert np.all(np.abs(_matmulnbits(x, qt, level=4) - expected) <= accumulation)

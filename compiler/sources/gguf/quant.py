@@ -16,7 +16,7 @@ and `q` the code shifted into the narrowest width the CPU kernels take:
 | TQ2_0 | 2 / 256 | code + 1 | uint8 1 (the field can hold 2) | - |
 | Q4_1, Q4_K | 4 / 32 | code | float z, fl(z*scale) == -offset | - |
 | Q2_K | 2 / 16 | code | float z, as above | - |
-| Q5_1, Q5_K | 8 / 32 | code + 128 | op default | + offset per block |
+| Q5_1, Q5_K | 8 / 32 | code - c + 128 | op default | + offset + c*scale per block |
 
 (K-quant scale = d*sc_j, offset = -dmin*m_j; Q4_1 / Q5_1 scale d, offset m; IQ4 / FP4
 codes are the codebook values, 2*e2m1 for MXFP4 / NVFP4 with the scale halved.) A zero
@@ -35,6 +35,19 @@ Its weight is `fl((q - zp) * scale)` for integer zero points and
 the output. GatherBlockQuantized runs uint8 data at bits 2, 4, 8 and int4/uint4 data,
 `block_size` 16..256, zero points of the data type only (a float one is a type error);
 its output is `fl((q - zp) * scale)` in the scale dtype.
+
+Re-centred codes (Q5_1, Q5_K for MatMulNBits): a sub-block's codes 0..31 are all of one sign,
+while the weights they make (`scale*code + offset`) sit around zero. MatMulNBits' fast CPU path
+(accuracy_level 4, the CPU default) rounds the activations to int8 and multiplies them by
+`q - zp`, so its rounding error grows with `|q - zp|`: stored as `code + 128` it is the
+uncentred `scale*code`, up to 31 steps, where llama.cpp's own dot product (activations in
+Q8_K) weighs it by the weight itself. So each sub-block stores `code - c + 128` with `c`, its
+natural zero point, the integer nearest `-offset / scale` (clipped so the code fits a byte),
+and the offset term carries `offset + c*scale` instead. The weights are the same numbers:
+`(code - c)*scale` is exact in float32 (at most 8 + 17 bits), and `c` is kept only where
+`offset + c*scale` is too (else 0, the plain form), so `(code - c)*scale + (offset + c*scale)`
+rounds as gguf-py's `scale*code + offset` does (bench/kquant_numerics.py measures the effect:
+the level-4 error of a Q5_K_M model against its float run halves).
 
 Offset term (Q5_1, Q5_K; embeddings of Q4_1 / Q4_K / Q2_K): with `O = block_offsets`
 `[N, k_blocks]`, MatMulNBits: `Y = MatMulNBits(A) + MatMul(ReduceSum(Reshape(A, [..,
@@ -79,8 +92,11 @@ class CarryOver:
     block_size: int
     zero_points: str  # "default" (none stored), "uint8" (packed), "float" ([N, k_blocks], scale dtype)
     block_offsets: bool  # the graph adds a per-block offset term
-    code_shift: int  # stored code = GGUF code + code_shift
+    code_shift: int  # stored code = GGUF code + code_shift (- the sub-block's zero point when `centred`)
     source_bits_per_weight: float
+    # Each sub-block's codes shifted by its natural zero point, the offset term taking up the rest
+    # (MatMulNBits forms with an offset term: see "Re-centred codes" above).
+    centred: bool = False
 
     @property
     def has_zero_points(self) -> bool:
@@ -103,7 +119,9 @@ def _plan(fmt: BlockFormat, op: str) -> CarryOver:
     else:
         zero_points, shift = "uint8", -fmt.code_min
     offsets = fmt.has_offset and zero_points != "float"
-    return CarryOver(fmt.qtype, op, bits, fmt.sub_block, zero_points, offsets, shift, fmt.source_bits_per_weight)
+    centred = offsets and op == MATMUL and zero_points == "default"
+    return CarryOver(fmt.qtype, op, bits, fmt.sub_block, zero_points, offsets, shift, fmt.source_bits_per_weight,
+                     centred)
 
 
 ENCODINGS: dict[tuple[QT, str], CarryOver] = {
@@ -152,9 +170,36 @@ def _convert(raw: np.ndarray, qtype: QT, n: int, k: int, form: CarryOver) -> Qua
         zero_points = _float_zero_points(codes, scales, -dec.offsets)
     elif form.zero_points == "uint8":
         zero_points = pack(np.full(scales.shape, form.code_shift, np.uint8), form.bits)
-    data = pack(codes.astype(np.uint8), form.bits)
     offsets = dec.offsets if form.block_offsets else None
+    if form.centred:
+        shift, offsets = _natural_zero_points(scales, offsets, form)
+        codes -= shift[..., None]
+    data = pack(codes.astype(np.uint8), form.bits)
     return QuantizedTensor(form.bits, form.block_size, (n, k), data, scales, zero_points, qtype.name, offsets)
+
+
+def _natural_zero_points(scales: np.ndarray, offsets: np.ndarray, form: CarryOver) -> tuple[np.ndarray, np.ndarray]:
+    """Per sub-block `c`, the integer nearest `-offset / scale` (so `(code - c)*scale` is about the
+    weight itself), and the offsets `offset + c*scale` that keep every weight the same number.
+
+    `c` is clipped so every stored code `code - c + code_shift` fits the form's bits, and is 0 where
+    the scale is 0 or not finite, or where `offset + c*scale` is not exactly a float32 (its two
+    terms far apart in magnitude): then the sub-block keeps the plain form, exactly as before.
+    """
+    fmt = block_format(form.qtype)
+    half = 2 ** (form.bits - 1)
+    s, o = scales.astype(np.float64), offsets.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = np.where((s != 0) & np.isfinite(s) & np.isfinite(o), np.rint(-o / np.where(s != 0, s, 1)), 0)
+        c = np.clip(np.nan_to_num(c), fmt.code_max - (half - 1), fmt.code_min + half)
+        product = c * s  # exact: c has at most 8 bits, s 24
+        total = o + product
+        # TwoSum: the float64 sum's rounding error, 0 exactly when the sum is exact.
+        back = total - o
+        error = (o - (total - back)) + (product - back)
+        exact = (error == 0) & np.isfinite(total) & (total.astype(np.float32).astype(np.float64) == total)
+    c = np.where(exact, c, 0)
+    return c.astype(np.int16), (o + c * s).astype(np.float32)
 
 
 def _block_scales(blocks: np.ndarray, zero: np.ndarray) -> np.ndarray:
@@ -244,15 +289,19 @@ def error_bound(form: CarryOver, scale_dtype) -> tuple[float, float]:
     `+ offset` the same single rounding as gguf-py's). Float zero points: `fl(z*scale)` is
     within 2u|offset| of `-offset` (z is chosen so it is usually exact), then at most two
     kernel roundings and gguf-py's own: gamma_5(u32).
-    float16 scales (valid when `fits_float16` holds: parameters zero or normal): one
-    rounding each for the output, a scale that is not the fp16 `d` itself, a float zero
-    point, and with an offset term the offset (unless it is the fp16 `m`) and the Add;
-    float32 terms as above; abs covers outputs that land in float16's subnormal range.
+    float16 scales (valid when `fits_float16` holds: scales and float zero points zero or
+    normal): one rounding each for the output, a scale that is not the fp16 `d` itself, a
+    float zero point, and with an offset term the offset (unless it is the fp16 `m`) and the
+    Add; float32 terms as above; abs covers outputs that land in float16's subnormal range,
+    and an offset rounded there. Re-centred codes (`centred`): `|(code - c)*scale| <= 2T` and
+    `|offset + c*scale| <= |offset|` (c is 0, or the nearest integer to -offset/scale, so then
+    `|scale|/2 <= |offset|`; clipping only shrinks both), so the MatMulNBits output and the
+    scale's rounding count twice, the offset (never the fp16 `m` now) once.
 
     Measured (tests/sources/test_gguf_quant_ort.py fixtures, onnxruntime 1.32 x86-64):
     float32: 0 for every integer-zero-point and offset form; float zero points (Q4_1, Q4_K,
-    Q2_K) at most 3.1 u32 * T, 97-99 % of weights bit-exact. float16: at most 1.0 / 1.8 /
-    2.6 u16 * T for bounds of 1 / 2 / 4 u16 (Q4_0 / Q6_K / Q5_K).
+    Q2_K) at most 3.1 u32 * T, 97-99 % of weights bit-exact. float16: at most 1.0 / 1.8 u16 * T
+    for bounds of 1 / 2 u16 (Q4_0 / Q6_K); re-centred Q5_K / Q5_1 at most 2.6 / 2.0 u16 * T for 6 / 4.
     """
     fmt = block_format(form.qtype)
     floatzp = form.zero_points == "float"
@@ -260,25 +309,29 @@ def error_bound(form: CarryOver, scale_dtype) -> tuple[float, float]:
         return (_gamma(5, U32) if floatzp else 0.0), 0.0
     if np.dtype(scale_dtype) != np.float16:
         raise ValueError(f"no bound for scale dtype {scale_dtype}")
-    n16 = 1 + (not fmt.scale_is_fp16) + floatzp
+    weight = 2 if form.centred else 1  # the MatMulNBits product's magnitude, in T
+    n16 = weight * (1 + (not fmt.scale_is_fp16)) + floatzp
+    rounded_offsets = form.block_offsets and (form.centred or not fmt.offset_is_fp16)
     if form.block_offsets:
-        n16 += 1 + (not fmt.offset_is_fp16)
+        n16 += 1 + rounded_offsets
     n32 = 5 if floatzp else (1 if fmt.has_offset else 0)
     outputs = 2 if form.block_offsets else 1
-    return _gamma(n16, U16) + _gamma(n32, U32), outputs * 2.0**-25
+    return _gamma(n16, U16) + _gamma(n32, U32), (outputs + rounded_offsets) * 2.0**-25
 
 
 def fits_float16(qt: QuantizedTensor) -> bool:
-    """Whether a float16 graph can hold `qt` within `error_bound`: every scale, float zero point
-    and offset is zero or a normal float16, and no dequantized weight overflows float16."""
+    """Whether a float16 graph can hold `qt` within `error_bound`: every scale and float zero
+    point is zero or a normal float16, every offset at most float16's largest (one in the
+    subnormal range rounds within 2**-25, which the bound's abs counts), and no dequantized
+    weight overflows float16."""
     params = [qt.scales]
     if qt.zero_points is not None and qt.zero_points.dtype.kind == "f":
         params.append(qt.zero_points)
-    if qt.block_offsets is not None:
-        params.append(qt.block_offsets)
     fp16 = np.finfo(np.float16)
     for p in params:
         a = np.abs(p.astype(np.float64))
         if not np.all((a == 0) | ((a >= fp16.tiny) & (a <= fp16.max))):
             return False
+    if qt.block_offsets is not None and not np.all(np.abs(qt.block_offsets.astype(np.float64)) <= fp16.max):
+        return False
     return bool(np.abs(qt.dequantize()).max(initial=0) <= fp16.max)
