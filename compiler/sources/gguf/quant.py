@@ -44,10 +44,11 @@ uncentred `scale*code`, up to 31 steps, where llama.cpp's own dot product (activ
 Q8_K) weighs it by the weight itself. So each sub-block stores `code - c + 128` with `c`, its
 natural zero point, the integer nearest `-offset / scale` (clipped so the code fits a byte),
 and the offset term carries `offset + c*scale` instead. The weights are the same numbers:
-`(code - c)*scale` is exact in float32 (at most 8 + 17 bits), and `c` is kept only where
-`offset + c*scale` is too (else 0, the plain form), so `(code - c)*scale + (offset + c*scale)`
-rounds as gguf-py's `scale*code + offset` does (bench/kquant_numerics.py measures the effect:
-the level-4 error of a Q5_K_M model against its float run halves).
+`(code - c)*scale` is exact in float32 (`|code - c| <= 128`: at most 7 significant bits beside
+the scale's 17), and `c` is kept only where `offset + c*scale` is too (else 0, the plain form),
+so `(code - c)*scale + (offset + c*scale)` rounds as gguf-py's `scale*code + offset` does
+(bench/kquant_numerics.py measures the effect: the level-4 error of a Q5_K_M model against its
+float run halves).
 
 Offset term (Q5_1, Q5_K; embeddings of Q4_1 / Q4_K / Q2_K): with `O = block_offsets`
 `[N, k_blocks]`, MatMulNBits: `Y = MatMulNBits(A) + MatMul(ReduceSum(Reshape(A, [..,
