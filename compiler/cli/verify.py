@@ -8,7 +8,7 @@ that fails:
 1. the static checks of `mtpc check DIR`;
 2. onnxruntime: `model.onnx` on a prompt (prefill) and one more token (a step
    with the caches it returned), logits and the hidden state the head is
-   seeded from, against `mtpc.reference.forward.Qwen35Reference`;
+   seeded from, against `mtpc.reference.forward.DecoderReference`;
 3. the MTP head graph named by `model.mtp.filename` on the same tokens, seeded
    with the reference's hidden state, against `MtpHeadReference`; likewise the
    onnx-genai head the speculator config names, fed the embedded tokens;

@@ -72,14 +72,14 @@ def _head_folder(root: Path, cfg: dict) -> Path | None:
 
 def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
     from ..ir import SeedHidden
-    from ..reference.forward import MtpHeadReference, Qwen35Reference
+    from ..reference.forward import DecoderReference, MtpHeadReference
 
     arch = ir.architecture
     tolerance = tolerance_for(ir, weights, args.atol)
     strict = strict_greedy(ir, weights)
     if stores_quantized(ir, weights):
         weights = AsBuiltWeights(weights, ir.quantization, ir.weights)
-    reference = Qwen35Reference(arch, weights)
+    reference = DecoderReference(arch, weights)
     decoder = cfg["model"]["decoder"]
 
     progress("running model.onnx on onnxruntime")

@@ -23,7 +23,7 @@ from ..graphs.builder import BuiltGraph, GraphData
 from ..graphs.initializers import DataFile
 from ..graphs.mtp_head import build_head
 from ..graphs.parameters import ParameterSource
-from ..graphs.qwen35 import build_main
+from ..graphs.families import main_builder
 from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR
 from ..profiles.kernels import fused_kernels
 from .artifact import Artifact, EmitContext
@@ -49,6 +49,7 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
 
     built: list[tuple[str, BuiltGraph]] = []
     main_data = GraphData(ir.main.filename, DataFile(ir.main.filename + ".data"), head_file, is_shareable)
+    build_main = main_builder(ir.architecture)
     built.append((ir.main.filename, build_main(ir, params, main_data, ctx.progress, kernels(ir.main))))
     if head_file is not None:
         ctx.shared_data_files[ir.main.filename] = head_file.relpath

@@ -21,12 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..util.version import __version__
 from ..ir import ModelIR, SourceRef
+from ..ir.fields import OMITTED_AT_DEFAULT
 
 PROVENANCE_NAME = "provenance.json"
 SCHEMA = "provenance"
@@ -105,7 +106,7 @@ def file_fingerprint(path: Path, name: str) -> dict:
 def source_fingerprint(ref: SourceRef) -> dict:
     """What identifies the source: its files for a checkpoint, its parameters for a synthetic one."""
     if ref.kind == "synthetic":
-        params = json.dumps(asdict(ref.synthetic) if ref.synthetic else None, sort_keys=True, default=str)
+        params = json.dumps(_fields(ref.synthetic), sort_keys=True, default=str)
         return {"kind": "synthetic", "seed": ref.seed, "model_sha256": hashlib.sha256(params.encode()).hexdigest()}
     path = Path(ref.path)
     if path.is_file():  # a GGUF file, or an HF config.json named directly
@@ -115,6 +116,22 @@ def source_fingerprint(ref: SourceRef) -> dict:
             return {"kind": ref.kind, "files": [file_fingerprint(path, path.name)]}
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     return {"kind": ref.kind, "files": [file_fingerprint(p, p.name) for p in files]}
+
+
+def _fields(value):
+    """`asdict`, leaving out fields `ir.fields.added` marks while they hold their default: a model that
+    does not use a field added later keeps the fingerprint it had before that field existed."""
+    if is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in fields(value):
+            item = getattr(value, f.name)
+            if f.metadata.get(OMITTED_AT_DEFAULT) and item == f.default:
+                continue
+            out[f.name] = _fields(item)
+        return out
+    if isinstance(value, (tuple, list)):
+        return [_fields(v) for v in value]
+    return value
 
 
 def spec_record(spec_path: str | Path) -> dict:

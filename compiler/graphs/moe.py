@@ -1,4 +1,4 @@
-"""Qwen3.5-MoE's sparse FFN as a graph: onnxruntime's fused `MoE` op plus the gated shared expert.
+"""The sparse FFN as a graph: onnxruntime's fused `MoE` op plus the shared expert (Qwen3.5-MoE's gated).
 
 The `MoE` contrib op (com.microsoft, CPU kernel in onnxruntime 1.32) takes the router *logits*
 and does Qwen3.5's routing itself: softmax over all experts, top-k, and with
@@ -10,6 +10,9 @@ sigmoid gate are explicit ops: the op has no shared expert, and `GatedAdd` appli
 on CPU.
 
     y = MoE(x, x @ router^T) + sigmoid(x @ shared_gate^T) * shared_mlp(x)
+
+GLM-4.5's sigmoid routing is chosen in plain ops before the op (`moe_routing.py`), and its shared
+expert has no gate.
 
 Experts the weight table quantizes go to `QMoE` instead: symmetric 4- / 8-bit blocks along K in
 MatMulNBits' packing (`quant.quantize_experts`), `[E, N, K * bits / 8]` weights and
@@ -29,20 +32,22 @@ import onnx_ir as oir
 
 from ..util.diagnostics import MtpcError
 from ..ir import Architecture, MoeDims, QuantForm, WeightDecision
+from ..ir.moe import SIGMOID
 from ..weights.quant import quantize_experts
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
 from .blocks import initializer_name, mlp, project, silu
 from .builder import MS, GraphBuilder
 from .initializers import InitializerGroup, PlannedTensor
+from .moe_routing import scaled, sigmoid_routing
 
 FeedForward = Callable[[GraphBuilder, oir.Value, str], oir.Value]
 
 
-def feed_forward(arch: Architecture) -> FeedForward:
-    """The FFN every layer of `arch` uses: the dense MLP, or the sparse MoE block."""
+def feed_forward(arch: Architecture, layer: int | None) -> FeedForward:
+    """The FFN of trunk layer `layer` (None: the MTP block): the dense MLP, or the sparse MoE block."""
     moe = arch.moe
-    if moe is None:
+    if moe is None or not arch.is_sparse(layer):
         return mlp
     return lambda b, x, prefix: sparse_moe(b, x, prefix, moe)
 
@@ -194,17 +199,24 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.
         logits = project(b, x, p + "gate.weight", "router/MatMul")
         logits = b.op("Reshape", [logits, b.i64(f"router_shape_{moe.num_experts}", [-1, moe.num_experts])],
                       name="router/Reshape")
+        factor = None
+        if moe.scoring == SIGMOID:
+            logits, factor = sigmoid_routing(b, logits, moe, p)
         decision = _expert_decision(b, p)
         form = decision.form
         fc1, scales1, fc2, scales2 = _expert_weights(b, p, form)
+        # Sigmoid routing hands the op -inf off the chosen experts, so its renormalization gives GLM's weights.
+        normalize = moe.normalize_top_k or moe.scoring == SIGMOID
         attrs = {"k": moe.top_k, "activation_type": "swiglu", "swiglu_fusion": 1, "activation_alpha": 1.0,
-                 "activation_beta": 0.0, "normalize_routing_weights": int(moe.normalize_top_k)}
+                 "activation_beta": 0.0, "normalize_routing_weights": int(normalize)}
         if form is None:
             routed = b.op("MoE", [x, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
         else:
             attrs.update(expert_weight_bits=form.bits, block_size=form.block_size,
                          accuracy_level=decision.accuracy_level)
             routed = b.op("QMoE", [x, logits, fc1, scales1, None, fc2, scales2], attrs, name="QMoE", domain=MS)
+        if moe.scoring == SIGMOID:
+            routed = scaled(b, routed, x, factor, moe)
     with b.scope("shared_expert"):
         s = p + "shared_expert."
         gate = silu(b, project(b, x, s + "gate_proj.weight", "gate_proj/MatMul"), "act")

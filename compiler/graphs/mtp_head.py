@@ -8,7 +8,7 @@ One builder for both contracts; what differs is read from the roles the head's d
   applies the target's LM head; no embedding or LM head inside.
 
     x = fc(concat[norm_e(embed(token)), norm_h(seed_hidden)])   # embedding first
-    x = one full-attention decoder layer (its own KV, layer 0)
+    x = one full-attention decoder layer (its own KV, layer 0; the family's attention, a sparse FFN in MoE families)
     n = mtp.norm(x)  ->  hidden output (fed back for chained drafts), logits = lm_head(n)
 
 Positions are whatever the runtime feeds; no offset is baked in.
@@ -20,9 +20,10 @@ import onnx_ir as oir
 
 from ..ir.contracts import EMBEDDING_INITIALIZER
 from ..ir import DecoderConfig, HeadContract, ModelIR
-from .blocks import Residual, add_norm, cast, embed, gated_attention, lm_head, project, residual_block, rms_norm, rotary
+from .blocks import Residual, add_norm, cast, embed, lm_head, project, residual_block, rms_norm, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
+from .families import attention_block
 from .moe import feed_forward
 from .parameters import ParameterSource
 from .qwen35 import Progress, has_position_rows
@@ -58,8 +59,10 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
 
     outputs: dict[str, oir.Value] = {}
 
+    attention = attention_block(arch)
+
     def mixer(hidden: oir.Value) -> oir.Value:
-        out, key, value = gated_attention(b, ops, hidden, HEAD_LAYER, arch, rot,
+        out, key, value = attention(b, ops, hidden, HEAD_LAYER, arch, rot,
                                           b.inputs[input_name(cfg, "past_key_names", 0)],
                                           b.inputs[input_name(cfg, "past_value_names", 0)])
         outputs[output_name(cfg, "present_key_names", 0)] = key
@@ -67,7 +70,7 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
         return out
 
     with b.scope("mtp/layers.0"):
-        stream = residual_block(b, Residual(x), HEAD_LAYER, eps, mixer, feed_forward(arch))
+        stream = residual_block(b, Residual(x), HEAD_LAYER, eps, mixer, feed_forward(arch, None))
     with b.scope("mtp"):
         normed, _ = add_norm(b, stream, "mtp.norm.weight", eps, "norm")
     outputs[output_name(cfg, "hidden_states")] = normed

@@ -36,7 +36,6 @@ def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: 
     positions = contract.input(input_name(cfg, "position_ids"))
     rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
     outputs: dict[str, oir.Value] = {}
-    ffn = feed_forward(arch)
 
     for i, kind in enumerate(arch.layer_kinds):
         progress(f"{cfg.filename}: layer {i} ({kind.value})")
@@ -68,7 +67,7 @@ def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: 
             # Lowering accepts only the layer kinds above for this family.
             raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the Qwen3.5 graph builder")
         with b.scope(f"layers.{i}"):
-            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer, ffn)
+            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer, feed_forward(arch, i))
 
     normed, stream = add_norm(b, stream, "norm.weight", arch.rms_norm_eps, "norm")
     logits_name = output_name(cfg, "logits")

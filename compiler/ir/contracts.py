@@ -8,7 +8,7 @@ variants are produced from these by `passes/paged_io.py`.
 
 from __future__ import annotations
 
-from .model import Architecture, DecoderConfig, GraphContract, LayerKind, Precision, TensorSpec
+from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerKind, Precision, TensorSpec
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -92,14 +92,18 @@ def _kv_specs(arch: Architecture, layer: int, dtype: str, input_names: dict[str,
     return ins, outs
 
 
+def _positions(arch: Architecture) -> tuple[Dim, ...]:
+    """Interleaved MRoPE takes three position rows (T, H, W), equal for text; plain RoPE one row."""
+    return (3, BATCH, SEQUENCE) if arch.rope.position_rows else (BATCH, SEQUENCE)
+
+
 def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
     io = precision.io_dtype
     names_in, names_out = MAIN_INPUT_NAMES, MAIN_OUTPUT_NAMES
     inputs = [
         TensorSpec(names_in["input_ids"], "int64", (BATCH, SEQUENCE)),
         TensorSpec(names_in["attention_mask"], "int64", (BATCH, TOTAL_SEQUENCE)),
-        # Interleaved MRoPE takes three position rows (T, H, W); equal for text.
-        TensorSpec(names_in["position_ids"], "int64", (3, BATCH, SEQUENCE)),
+        TensorSpec(names_in["position_ids"], "int64", _positions(arch)),
     ]
     outputs = [
         TensorSpec(names_out["logits"], precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
@@ -129,7 +133,7 @@ def ort_head_contract(arch: Architecture, precision: Precision) -> GraphContract
         TensorSpec(names_in["input_ids"], "int64", (BATCH, SEQUENCE)),
         TensorSpec(names_in["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
         TensorSpec(names_in["attention_mask"], "int64", (BATCH, TOTAL_SEQUENCE)),
-        TensorSpec(names_in["position_ids"], "int64", (3, BATCH, SEQUENCE)),
+        TensorSpec(names_in["position_ids"], "int64", _positions(arch)),
     ]
     outputs = [
         TensorSpec(names_out["logits"], precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),

@@ -25,12 +25,18 @@ from .weights import (  # noqa: F401
     WeightRole,
 )
 from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
-
-
-class LayerKind(str, enum.Enum):
-    FULL_ATTENTION = "full_attention"
-    LINEAR_ATTENTION = "linear_attention"
-    SLIDING_ATTENTION = "sliding_attention"
+from .enums import AttentionMode, LayerKind  # noqa: F401
+from .fields import added
+# The graphs' I/O and the decoders as runtimes see them live in their own module; re-exported here.
+from .runtime import (  # noqa: F401
+    DecoderConfig,
+    Dim,
+    GraphContract,
+    SharedInitializer,
+    SlidingWindow,
+    StateGroup,
+    TensorSpec,
+)
 
 
 def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
@@ -39,11 +45,6 @@ def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[L
         LayerKind.FULL_ATTENTION if (i + 1) % full_attention_interval == 0 else LayerKind.LINEAR_ATTENTION
         for i in range(num_layers)
     )
-
-
-class AttentionMode(str, enum.Enum):
-    DENSE = "dense"
-    PAGED = "paged"
 
 
 class HeadPolicy(str, enum.Enum):
@@ -102,6 +103,9 @@ class Rope:
     # Interleaved MRoPE sections (T, H, W) over rotary_dim / 2 frequency slots.
     mrope_section: tuple[int, ...] = ()
     mrope_interleaved: bool = True
+    # Positions come as three rows (T, H, W), Qwen3.5's MRoPE input (equal rows for text); False: one row
+    # per token (GLM-4.5's plain NeoX RoPE), the `[batch, sequence]` position_ids most runtimes feed.
+    position_rows: bool = added(True)
 
     @property
     def rotary_dim(self) -> int:
@@ -113,6 +117,16 @@ class TokenIds:
     bos: int
     eos: tuple[int, ...]
     pad: int
+
+
+class HeadLayout(str, enum.Enum):
+    """Where a checkpoint keeps its MTP head (the graphs are the same either way; sources and reports differ)."""
+
+    # Qwen3.5: `mtp.*` tensors beside the trunk (`mtp.fc`, `mtp.pre_fc_norm_*`, `mtp.layers.0.*`, `mtp.norm`).
+    MTP_MODULE = "mtp_module"
+    # DeepSeek-V3 / GLM-4.5: one more decoder layer after the trunk, `model.layers.{num_hidden_layers}.*`,
+    # holding `eh_proj`, `enorm`, `hnorm`, `shared_head.norm` beside an ordinary decoder layer.
+    TRAILING_LAYER = "trailing_layer"
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,7 @@ class UnusableHead:
 class Architecture:
     """What the source checkpoint is, independent of how we build it."""
 
-    family: str  # "qwen35" | "qwen35moe"
+    family: str  # "qwen35" | "qwen35moe" | "glm4moe"
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int
@@ -151,6 +165,13 @@ class Architecture:
     mtp_num_layers: int = 0
     # Set when the source declares a head that cannot be built (then mtp_num_layers is 0).
     unusable_head: UnusableHead | None = None
+    head_layout: HeadLayout = added(HeadLayout.MTP_MODULE)
+    # Qwen3.5's gated attention: q_proj's rows are per head [query | output gate].
+    attention_output_gate: bool = added(True)
+    # q/k/v projections with a bias (GLM's `attention_bias`).
+    attention_bias: bool = added(False)
+    # A per-head RMSNorm of q and k before the rotation (Qwen3.5 always; GLM's `use_qk_norm`).
+    qk_norm: bool = added(True)
 
     @property
     def num_layers(self) -> int:
@@ -159,6 +180,12 @@ class Architecture:
     @property
     def has_mtp_head(self) -> bool:
         return self.mtp_num_layers > 0
+
+    def is_sparse(self, layer: int | None) -> bool:
+        """Whether trunk layer `layer` (None: the MTP block, always sparse in a MoE family) has the sparse FFN."""
+        if self.moe is None:
+            return False
+        return layer is None or layer >= self.moe.dense_layers
 
     def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
@@ -196,120 +223,6 @@ class SourceRef:
     seed: int | None = None
     # The model a synthetic source builds (set for kind "synthetic" by lowering).
     synthetic: SyntheticSpec | None = None
-
-
-# ----------------------------------------------------------------------------- I/O contracts
-
-Dim = int | str  # a static size or a symbolic dimension name
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    dtype: str  # "float32" | "float16" | "bfloat16" | "int64" | "int32"
-    shape: tuple[Dim, ...]
-
-
-@dataclass(frozen=True)
-class GraphContract:
-    """The inputs and outputs of one ONNX graph, in graph order."""
-
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    def input(self, name: str) -> TensorSpec:
-        return _find(self.inputs, name, "input")
-
-    def output(self, name: str) -> TensorSpec:
-        return _find(self.outputs, name, "output")
-
-    def has_input(self, name: str) -> bool:
-        return any(t.name == name for t in self.inputs)
-
-    def has_output(self, name: str) -> bool:
-        return any(t.name == name for t in self.outputs)
-
-    def all(self) -> Iterator[TensorSpec]:
-        yield from self.inputs
-        yield from self.outputs
-
-
-def _find(tensors: tuple[TensorSpec, ...], name: str, what: str) -> TensorSpec:
-    for t in tensors:
-        if t.name == name:
-            return t
-    raise KeyError(f"no graph {what} named {name!r}")
-
-
-# ----------------------------------------------------------------------------- runtime view
-
-
-@dataclass(frozen=True)
-class StateGroup:
-    kind: str  # "paged_kv" | "fixed_conv" | "fixed_recurrent"
-    layer_ids: tuple[int, ...]
-    # Compact per-token transitions a fixed group exposes so the paged engine can keep only an
-    # accepted prefix of a verify step (0: none); the recurrent group also says its key-head count.
-    state_update_capacity: int = 0
-    key_head_count: int = 0
-
-
-@dataclass(frozen=True)
-class SlidingWindow:
-    window_size: int
-    layers: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class SharedInitializer:
-    name: str
-    data_file: str
-    offset: int
-    length: int
-    data_type: int  # onnx TensorProto enum
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """One decoder as a runtime sees it: the graph file, its names and its dims.
-
-    `inputs` / `outputs` map onnxruntime-genai's role keys (`input_ids`,
-    `past_key_names`, `hidden_states`, ...) to graph names or `%d` templates;
-    `contract` lists the concrete tensors of the graph. The MTP head's decoder
-    config is projected from the main one (`passes/mtp_projection.py`).
-    """
-
-    filename: str
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_size: int
-    layer_kinds: tuple[LayerKind, ...]
-    inputs: tuple[tuple[str, str], ...]
-    outputs: tuple[tuple[str, str], ...]
-    contract: GraphContract
-    attention: AttentionMode = AttentionMode.DENSE
-    execution_provider: str = "cpu"
-    session_options: tuple[tuple[str, str], ...] = ()
-    state_groups: tuple[StateGroup, ...] = ()
-    sliding_window: SlidingWindow | None = None
-    # Linear-attention conv/recurrent state metadata; a single full-attention layer has none.
-    conv_kernel: int = 0
-    shared_initializers: tuple[SharedInitializer, ...] = ()
-    # Tokens of a verify step whose conv / recurrent transitions the graph captures (paged hybrids
-    # with a head; decoder.state_update_capacity). 0: none.
-    state_update_capacity: int = 0
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return len(self.layer_kinds)
-
-    def input_name(self, role: str) -> str | None:
-        return dict(self.inputs).get(role)
-
-    def output_name(self, role: str) -> str | None:
-        return dict(self.outputs).get(role)
 
 
 # ----------------------------------------------------------------------------- build choices

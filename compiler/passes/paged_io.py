@@ -157,8 +157,8 @@ def _packed(tensor: TensorSpec, role: str) -> TensorSpec:
     shape = tensor.shape
     if role == "input_ids":
         return replace(tensor, shape=(NUM_TOKENS,))
-    if role == "position_ids":
-        return replace(tensor, shape=(shape[0], NUM_TOKENS))
+    if role == "position_ids":  # three MRoPE rows of packed tokens, or one
+        return replace(tensor, shape=(shape[0], NUM_TOKENS) if len(shape) == 3 else (NUM_TOKENS,))
     if role in ("hidden_states", "logits"):
         return replace(tensor, shape=(NUM_TOKENS, shape[-1]))
     if role in ("past_key_names", "past_value_names", "present_key_names", "present_value_names"):

@@ -271,5 +271,11 @@ PROFILE = OrtGenaiProfile(
     # `model.type` is not checked at parse; a wrong one fails late with a poor error.
     # Embeddings in the graph (input_ids in): `qwen3_5_text`, and `qwen3_5_moe_text` for the MoE family,
     # as the 0.18.0 builder writes them (`qwen3_5` / `qwen3_5_moe` take inputs_embeds).
-    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text"}),
+    # GLM-4.5: 0.18.0 knows no `glm4_moe` (nor `deepseek_v3`): "Unsupported model_type in config.json".
+    # Its decoder-only types differ only in type-specific behaviour around a plain decoder with a KV
+    # cache; `llama` has none (qwen2 / qwen3 / phi3 would inject their own tool and think token ids,
+    # out of GLM's vocabulary; the Qwen-VL types feed 3-D positions). og.Generator and og.MtpGenerator
+    # run a GQA decoder and head under `llama` as under every other type (measured: same tokens and
+    # draft counters), and tests/glm4moe/ decode mtpc's GLM packages under it as transformers does.
+    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama"}),
 )

@@ -1,4 +1,6 @@
-"""A numpy forward pass of the Qwen3.5 hybrid decoder and its MTP head, for checking graphs.
+"""A numpy forward pass of the main decoder and its MTP head, for checking graphs.
+
+Qwen3.5's hybrid decoder is written here; GLM-4.5's attention in `glm4moe.py`, the sparse FFNs in `moe.py`.
 
 Written from the architecture notes (`qwen35-mtp-architecture.md`), sharing no code
 with the graph builders, so a graph that agrees with it agrees with the model and
@@ -17,7 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Architecture, LayerKind
+from . import glm4moe
 from .moe import sparse_moe
+from .primitives import causal_attention, rms_norm, rope  # noqa: F401  (callers import them from here too)
 from ..weights import WeightStore
 
 
@@ -39,10 +43,6 @@ class DecoderState:
 # ----------------------------------------------------------------------------- building blocks
 
 
-def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
-
-
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
@@ -58,20 +58,6 @@ def softplus(x: np.ndarray) -> np.ndarray:
 def l2_normalize(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """x / sqrt(sum(x^2) + eps) over the last axis (the HF GatedDeltaNet convention)."""
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
-
-
-def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float) -> np.ndarray:
-    """NeoX half-split rotary embedding on the first `rotary_dim` channels.
-
-    x `[B, S, N, D]`, positions `[B, S]`. Text-only MRoPE has equal T/H/W
-    positions, so it is this 1-D rotation with the same frequencies.
-    """
-    half = rotary_dim // 2
-    inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / rotary_dim)
-    angles = positions[..., None].astype(np.float64) * inv_freq  # [B, S, half]
-    cos, sin = np.cos(angles)[:, :, None, :], np.sin(angles)[:, :, None, :]
-    x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
 
 
 def causal_conv1d(x: np.ndarray, state: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,21 +131,8 @@ def full_attention(
     k = rms_norm(k, w[p + "k_norm.weight"], arch.rms_norm_eps)
     rd, theta = arch.rope.rotary_dim, arch.rope.theta
     q, k = rope(q, positions, rd, theta), rope(k, positions, rd, theta)
-    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # [B, N, S, HD]
-    if past is not None:
-        k = np.concatenate([past[0], k], axis=2)
-        v = np.concatenate([past[1], v], axis=2)
-    total = k.shape[2]
-    past_len = total - s
-    group = nh // kvh
-    k_per_q, v_per_q = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    scores = q @ k_per_q.transpose(0, 1, 3, 2) / np.sqrt(hd)  # [B, NH, S, T]
-    visible = np.arange(total)[None, :] <= (past_len + np.arange(s))[:, None]
-    scores = np.where(visible, scores, -np.inf)
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    probs = scores / scores.sum(axis=-1, keepdims=True)
-    attn = (probs @ v_per_q).transpose(0, 2, 1, 3).reshape(b, s, nh * hd)
-    return w.linear(attn * sigmoid(gate), p + "o_proj.weight"), (k, v)
+    attn, kv = causal_attention(q, k, v, past, nh // kvh)
+    return w.linear(attn * sigmoid(gate), p + "o_proj.weight"), kv
 
 
 def gated_delta_net(
@@ -198,11 +171,17 @@ def mlp(w: _Weights, prefix: str, x: np.ndarray) -> np.ndarray:
     return w.linear(hidden, p + "down_proj.weight")
 
 
-def feed_forward(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray) -> np.ndarray:
-    """The layer's FFN: the dense MLP, or the sparse MoE block of a MoE family (`reference/moe.py`)."""
-    if arch.moe is not None:
+def feed_forward(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray, layer: int | None) -> np.ndarray:
+    """Trunk layer `layer`'s FFN (None: the MTP block's): the dense MLP, or the sparse MoE block of a MoE
+    family (`reference/moe.py`)."""
+    if arch.moe is not None and arch.is_sparse(layer):
         return sparse_moe(w, arch.moe, prefix, x)
     return mlp(w, prefix, x)
+
+
+def attention_of(arch: Architecture):
+    """The family's full-attention layer: Qwen3.5's gated attention, or GLM-4.5's (`reference/glm4moe.py`)."""
+    return glm4moe.attention if arch.family == "glm4moe" else full_attention
 
 
 def _positions(batch: int, start: int, count: int) -> np.ndarray:
@@ -212,8 +191,8 @@ def _positions(batch: int, start: int, count: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- the main decoder
 
 
-class Qwen35Reference:
-    """The trunk: embedding, hybrid layers, final norm, LM head."""
+class DecoderReference:
+    """The trunk: embedding, the family's layers (Qwen3.5's hybrid ones, GLM-4.5's), final norm, LM head."""
 
     def __init__(self, arch: Architecture, weights: WeightStore):
         self.arch = arch
@@ -252,13 +231,13 @@ class Qwen35Reference:
             prefix = f"layers.{i}."
             normed = rms_norm(x, w[prefix + "input_layernorm.weight"], arch.rms_norm_eps)
             if kind is LayerKind.FULL_ATTENTION:
-                mixed, kv[i] = full_attention(w, arch, prefix, normed, positions, kv[i])
+                mixed, kv[i] = attention_of(arch)(w, arch, prefix, normed, positions, kv[i])
             elif kind is LayerKind.LINEAR_ATTENTION:
                 mixed, conv[i], recurrent[i] = gated_delta_net(w, arch, prefix, normed, conv[i], recurrent[i])
             else:
                 raise NotImplementedError(f"reference has no {kind.value} layer")
             x = x + mixed
-            x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps))
+            x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps), i)
         post = rms_norm(x, w["norm.weight"], arch.rms_norm_eps)
         logits = post @ w["lm_head.weight"].T
         return logits, post, x, DecoderState(state.length + s, kv, conv, recurrent)
@@ -271,6 +250,9 @@ class Qwen35Reference:
             tokens.append(int(np.argmax(logits[0, -1])))
             logits, _, _, state = self.forward(np.array([[tokens[-1]]]), state)
         return tokens
+
+
+Qwen35Reference = DecoderReference  # the name the Qwen3.5 callers know
 
 
 # ----------------------------------------------------------------------------- the MTP head
@@ -310,10 +292,10 @@ class MtpHeadReference:
         hidden = rms_norm(np.asarray(seed_hidden, dtype=np.float64), w["mtp.pre_fc_norm_hidden.weight"], eps)
         x = w.linear(np.concatenate([embedded, hidden], axis=-1), "mtp.fc.weight")  # embedding first
         prefix = "mtp.layers.0."
-        mixed, new_kv = full_attention(
+        mixed, new_kv = attention_of(arch)(
             w, arch, prefix, rms_norm(x, w[prefix + "input_layernorm.weight"], eps), positions, kv_state
         )
         x = x + mixed
-        x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps))
+        x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps), None)
         out = rms_norm(x, w["mtp.norm.weight"], eps)
         return out @ w["lm_head.weight"].T, out, new_kv

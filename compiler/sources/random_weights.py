@@ -39,27 +39,27 @@ _OFFSET_NORM_MODULES = frozenset(
 )
 
 
-def _rng(seed: int, name: str) -> np.random.Generator:
+def rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
 
 
-def _linear(name: str, seed: int, out_features: int, in_features: int) -> np.ndarray:
-    w = _rng(seed, name).standard_normal((out_features, in_features)) / np.sqrt(in_features)
+def linear_weight(name: str, seed: int, out_features: int, in_features: int) -> np.ndarray:
+    w = rng(seed, name).standard_normal((out_features, in_features)) / np.sqrt(in_features)
     return w.astype(np.float32)
 
 
 def _offset_norm(name: str, seed: int, size: int, scale: float) -> np.ndarray:
-    return (scale * _rng(seed, name).standard_normal(size)).astype(np.float32)
+    return (scale * rng(seed, name).standard_normal(size)).astype(np.float32)
 
 
 def _attention_layer(prefix: str, arch: Architecture, seed: int, nscale: float) -> dict[str, np.ndarray]:
     h, nh, kvh, hd = arch.hidden_size, arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
     p = prefix + "self_attn."
     return {
-        p + "q_proj.weight": _linear(p + "q_proj.weight", seed, 2 * nh * hd, h),  # per head [query | gate]
-        p + "k_proj.weight": _linear(p + "k_proj.weight", seed, kvh * hd, h),
-        p + "v_proj.weight": _linear(p + "v_proj.weight", seed, kvh * hd, h),
-        p + "o_proj.weight": _linear(p + "o_proj.weight", seed, h, nh * hd),
+        p + "q_proj.weight": linear_weight(p + "q_proj.weight", seed, 2 * nh * hd, h),  # per head [query | gate]
+        p + "k_proj.weight": linear_weight(p + "k_proj.weight", seed, kvh * hd, h),
+        p + "v_proj.weight": linear_weight(p + "v_proj.weight", seed, kvh * hd, h),
+        p + "o_proj.weight": linear_weight(p + "o_proj.weight", seed, h, nh * hd),
         p + "q_norm.weight": _offset_norm(p + "q_norm.weight", seed, hd, nscale),
         p + "k_norm.weight": _offset_norm(p + "k_norm.weight", seed, hd, nscale),
     }
@@ -71,20 +71,20 @@ def _linear_attention_layer(prefix: str, arch: Architecture, seed: int, nscale: 
         raise ValueError("architecture has linear-attention layers but no linear_attention dims")
     h = arch.hidden_size
     p = prefix + "linear_attn."
-    conv = _rng(seed, p + "conv1d.weight").standard_normal((la.conv_dim, 1, la.conv_kernel)) / np.sqrt(la.conv_kernel)
+    conv = rng(seed, p + "conv1d.weight").standard_normal((la.conv_dim, 1, la.conv_kernel)) / np.sqrt(la.conv_kernel)
     # A_log spread so decays span short and long memories: -exp(A_log) in [-1, -0.05].
-    a_log = np.log(_rng(seed, p + "A_log").uniform(0.05, 1.0, la.num_value_heads))
-    gated_norm = 1.0 + nscale * _rng(seed, p + "norm.weight").standard_normal(la.value_head_dim)
+    a_log = np.log(rng(seed, p + "A_log").uniform(0.05, 1.0, la.num_value_heads))
+    gated_norm = 1.0 + nscale * rng(seed, p + "norm.weight").standard_normal(la.value_head_dim)
     return {
-        p + "in_proj_qkv.weight": _linear(p + "in_proj_qkv.weight", seed, la.conv_dim, h),
-        p + "in_proj_z.weight": _linear(p + "in_proj_z.weight", seed, la.value_dim, h),
-        p + "in_proj_b.weight": _linear(p + "in_proj_b.weight", seed, la.num_value_heads, h),
-        p + "in_proj_a.weight": _linear(p + "in_proj_a.weight", seed, la.num_value_heads, h),
+        p + "in_proj_qkv.weight": linear_weight(p + "in_proj_qkv.weight", seed, la.conv_dim, h),
+        p + "in_proj_z.weight": linear_weight(p + "in_proj_z.weight", seed, la.value_dim, h),
+        p + "in_proj_b.weight": linear_weight(p + "in_proj_b.weight", seed, la.num_value_heads, h),
+        p + "in_proj_a.weight": linear_weight(p + "in_proj_a.weight", seed, la.num_value_heads, h),
         p + "conv1d.weight": conv.astype(np.float32),
-        p + "dt_bias": (0.5 * _rng(seed, p + "dt_bias").standard_normal(la.num_value_heads)).astype(np.float32),
+        p + "dt_bias": (0.5 * rng(seed, p + "dt_bias").standard_normal(la.num_value_heads)).astype(np.float32),
         p + "A_log": a_log.astype(np.float32),
         p + "norm.weight": gated_norm.astype(np.float32),  # not offset form: weights near 1
-        p + "out_proj.weight": _linear(p + "out_proj.weight", seed, h, la.value_dim),
+        p + "out_proj.weight": linear_weight(p + "out_proj.weight", seed, h, la.value_dim),
     }
 
 
@@ -101,9 +101,9 @@ def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float) ->
         return out
     out.update(
         {
-            prefix + "mlp.gate_proj.weight": _linear(prefix + "mlp.gate_proj.weight", seed, inter, h),
-            prefix + "mlp.up_proj.weight": _linear(prefix + "mlp.up_proj.weight", seed, inter, h),
-            prefix + "mlp.down_proj.weight": _linear(prefix + "mlp.down_proj.weight", seed, h, inter),
+            prefix + "mlp.gate_proj.weight": linear_weight(prefix + "mlp.gate_proj.weight", seed, inter, h),
+            prefix + "mlp.up_proj.weight": linear_weight(prefix + "mlp.up_proj.weight", seed, inter, h),
+            prefix + "mlp.down_proj.weight": linear_weight(prefix + "mlp.down_proj.weight", seed, h, inter),
         }
     )
     return out
@@ -115,17 +115,17 @@ def _sparse_moe(p: str, arch: Architecture, seed: int) -> dict[str, np.ndarray]:
     moe = arch.moe
     assert moe is not None
     h, i, s = arch.hidden_size, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
-    out = {p + "gate.weight": 2.0 * _linear(p + "gate.weight", seed, moe.num_experts, h)}
+    out = {p + "gate.weight": 2.0 * linear_weight(p + "gate.weight", seed, moe.num_experts, h)}
     for e in range(moe.num_experts):
         q = f"{p}experts.{e}."
-        out[q + "gate_proj.weight"] = _linear(q + "gate_proj.weight", seed, i, h)
-        out[q + "up_proj.weight"] = _linear(q + "up_proj.weight", seed, i, h)
-        out[q + "down_proj.weight"] = _linear(q + "down_proj.weight", seed, h, i)
+        out[q + "gate_proj.weight"] = linear_weight(q + "gate_proj.weight", seed, i, h)
+        out[q + "up_proj.weight"] = linear_weight(q + "up_proj.weight", seed, i, h)
+        out[q + "down_proj.weight"] = linear_weight(q + "down_proj.weight", seed, h, i)
     q = p + "shared_expert."
-    out[q + "gate_proj.weight"] = _linear(q + "gate_proj.weight", seed, s, h)
-    out[q + "up_proj.weight"] = _linear(q + "up_proj.weight", seed, s, h)
-    out[q + "down_proj.weight"] = _linear(q + "down_proj.weight", seed, h, s)
-    out[p + "shared_expert_gate.weight"] = _linear(p + "shared_expert_gate.weight", seed, 1, h)
+    out[q + "gate_proj.weight"] = linear_weight(q + "gate_proj.weight", seed, s, h)
+    out[q + "up_proj.weight"] = linear_weight(q + "up_proj.weight", seed, s, h)
+    out[q + "down_proj.weight"] = linear_weight(q + "down_proj.weight", seed, h, s)
+    out[p + "shared_expert_gate.weight"] = linear_weight(p + "shared_expert_gate.weight", seed, 1, h)
     return out
 
 
@@ -143,10 +143,10 @@ def raw_hf_tensors(
     s = norm_weight_scale
     out: dict[str, np.ndarray] = {}
     embed = TEXT_PREFIX + "embed_tokens.weight"
-    out[embed] = _rng(seed, embed).standard_normal((v, h)).astype(np.float32)
+    out[embed] = rng(seed, embed).standard_normal((v, h)).astype(np.float32)
     out[TEXT_PREFIX + "norm.weight"] = _offset_norm(TEXT_PREFIX + "norm.weight", seed, h, s)
     if not arch.tie_word_embeddings:
-        out["lm_head.weight"] = _linear("lm_head.weight", seed, v, h)
+        out["lm_head.weight"] = linear_weight("lm_head.weight", seed, v, h)
     for i, kind in enumerate(arch.layer_kinds):
         prefix = f"{TEXT_PREFIX}layers.{i}."
         if kind is LayerKind.LINEAR_ATTENTION:
@@ -161,7 +161,7 @@ def raw_hf_tensors(
             prefix = f"mtp.layers.{j}."
             out.update(_attention_layer(prefix, arch, seed, s))
             out.update(_mlp_and_norms(prefix, arch, seed, s))
-        out["mtp.fc.weight"] = _linear("mtp.fc.weight", seed, h, 2 * h)  # input [embedding | hidden]
+        out["mtp.fc.weight"] = linear_weight("mtp.fc.weight", seed, h, 2 * h)  # input [embedding | hidden]
         for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
             out[norm] = _offset_norm(norm, seed, h, s)
     return out
@@ -181,10 +181,10 @@ def canonical_tensors(arch: Architecture, raw: dict[str, np.ndarray]) -> dict[st
             out[name] = value
     if arch.tie_word_embeddings:
         out["lm_head.weight"] = out["embed_tokens.weight"]
-    return _stack_experts(out)
+    return stack_experts(out)
 
 
-def _stack_experts(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def stack_experts(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`mlp.experts.<e>.<proj>.weight` tensors stacked into canonical `mlp.experts.<proj>.weight` `[E, ...]`."""
     out: dict[str, np.ndarray] = {}
     stacks: dict[str, dict[int, np.ndarray]] = {}
@@ -202,6 +202,6 @@ def _stack_experts(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def seeded_store(
     arch: Architecture, seed: int, norm_weight_scale: float = 0.1, *, with_mtp: bool | None = None
 ) -> ArrayWeightStore:
-    """Every canonical tensor of `arch`, deterministic in `seed`."""
+    """Every canonical tensor of a Qwen3.5 `arch`, deterministic in `seed`."""
     raw = raw_hf_tensors(arch, seed, norm_weight_scale=norm_weight_scale, with_mtp=with_mtp)
     return ArrayWeightStore(canonical_tensors(arch, raw))

@@ -140,8 +140,7 @@ def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     at = ("source", "synthetic")
     built = synthetic_spec(settings)
     found = synthetic.problems(built)
-    if settings["architecture"] != "qwen35moe" and spec.get(at + ("moe",)) is not None:
-        found.append((("moe",), "moe sizes a sparse FFN, which only architecture: qwen35moe has"))
+    found += _family_keys(spec, at, settings["architecture"])
     out = [spec.diagnostic(at + where, f"{dotted(at)}: {message}") for where, message in found]
     weights = synthetic_weight_count(built.architecture)
     if weights > MAX_SYNTHETIC_WEIGHTS:
@@ -158,6 +157,30 @@ def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     return out
 
 
+# Settings that only some synthetic families have: (path under source.synthetic, the families, what it is).
+_FAMILY_KEYS = (
+    (("moe",), ("qwen35moe", "glm4moe"), "moe sizes a sparse FFN, which only architecture: qwen35moe and glm4moe have"),
+    *((("moe", key), ("glm4moe",), f"moe.{key} is a GLM-4.5 routing setting (architecture: glm4moe)")
+      for key in ("num_groups", "top_k_groups", "routed_scaling_factor", "normalize_top_k", "dense_layers")),
+    (("attention_bias",), ("glm4moe",), "attention_bias is a GLM-4.5 setting (architecture: glm4moe)"),
+    (("qk_norm",), ("glm4moe",), "qk_norm is a GLM-4.5 setting (architecture: glm4moe; Qwen3.5 always normalizes q and k)"),
+    *(((key,), ("qwen35", "qwen35moe"), f"{key} sizes Qwen3.5's linear-attention layers; architecture: glm4moe has none")
+      for key in ("linear_attention", "full_attention_interval")),
+    (("rope", "mrope_section"), ("qwen35", "qwen35moe"), "mrope_section is Qwen3.5's MRoPE; GLM-4.5 rotates one position per token"),
+)
+
+
+def _family_keys(spec: LoadedSpec, at: tuple[str, ...], family: str) -> list[tuple[tuple[str, ...], str]]:
+    """Settings given for a family that has no such thing, each reported at its key."""
+    out = []
+    for where, families, message in _FAMILY_KEYS:
+        if family not in families and spec.get(at + where) is not None:
+            if where[0] == "moe" and len(where) > 1 and family == "qwen35":
+                continue  # the whole moe block is reported
+            out.append((where, message))
+    return out
+
+
 # Synthetic weights are all made in memory at once (float32): 2^28 of them is 1 GiB.
 MAX_SYNTHETIC_WEIGHTS = 1 << 28
 
@@ -169,13 +192,14 @@ def synthetic_weight_count(arch) -> int:
     )
     la = arch.linear_attention
     attention = h * 2 * heads * hd + 2 * h * kv * hd + heads * hd * h
-    linear = h * (la.conv_dim + la.value_dim + 2 * la.num_value_heads) + la.conv_dim * la.conv_kernel + h * la.value_dim
-    mlp = 3 * h * inter
+    linear = 0 if la is None else (h * (la.conv_dim + la.value_dim + 2 * la.num_value_heads)
+                                   + la.conv_dim * la.conv_kernel + h * la.value_dim)
+    mlp = sparse = 3 * h * inter
     if arch.moe is not None:
         moe = arch.moe
-        mlp = h * moe.num_experts + 3 * h * (moe.num_experts * moe.expert_intermediate_size
-                                             + moe.shared_expert_intermediate_size) + h
+        sparse = h * moe.num_experts + 3 * h * (moe.num_experts * moe.expert_intermediate_size
+                                                + moe.shared_expert_intermediate_size) + h
     total = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
-    for kind in arch.layer_kinds:
-        total += (attention if kind.value == "full_attention" else linear) + mlp
-    return total + arch.mtp_num_layers * (attention + mlp + 2 * h * h)
+    for i, kind in enumerate(arch.layer_kinds):
+        total += (attention if kind.value == "full_attention" else linear) + (sparse if arch.is_sparse(i) else mlp)
+    return total + arch.mtp_num_layers * (attention + (sparse if arch.moe is not None else mlp) + 2 * h * h)

@@ -21,7 +21,14 @@ A MoE layer (`Architecture.moe`) has, in place of `mlp.{gate,up,down}_proj.weigh
 `mlp.gate.weight` `[E, H]` (the router), the routed experts stacked per projection
 `mlp.experts.{gate,up}_proj.weight` `[E, I, H]` and `mlp.experts.down_proj.weight` `[E, H, I]`
 (each expert's slice in nn.Linear layout), the shared expert
-`mlp.shared_expert.{gate,up,down}_proj.weight` and its gate `mlp.shared_expert_gate.weight` `[1, H]`.
+`mlp.shared_expert.{gate,up,down}_proj.weight` and its gate `mlp.shared_expert_gate.weight` `[1, H]`
+(Qwen3.5-MoE; GLM's shared expert has no gate, GLM's `shared_experts` are named `shared_expert` here).
+GLM-4.5 adds `mlp.gate.e_score_correction_bias` `[E]` (the selection bias), q/k/v biases
+`self_attn.{q,k,v}_proj.bias`, and has plain q_proj rows (no output gate); its RMSNorm weights are
+plain scales, so its sources pass them through. Its MTP head (a trailing decoder layer in the
+checkpoint) has the same canonical names as Qwen3.5's: `eh_proj` is `mtp.fc`, `enorm` / `hnorm`
+are `mtp.pre_fc_norm_embedding` / `mtp.pre_fc_norm_hidden`, `shared_head.norm` is `mtp.norm` and
+the decoder layer is `mtp.layers.0.*`.
 """
 
 from __future__ import annotations
@@ -252,20 +259,24 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "norm.weight": (h,)}
 
     def attention(p: str) -> None:
+        q_rows = (2 if arch.attention_output_gate else 1) * nh * hd  # gated: per head [query | gate]
         shapes.update(
             {
-                p + "self_attn.q_proj.weight": (2 * nh * hd, h),
+                p + "self_attn.q_proj.weight": (q_rows, h),
                 p + "self_attn.k_proj.weight": (kvh * hd, h),
                 p + "self_attn.v_proj.weight": (kvh * hd, h),
                 p + "self_attn.o_proj.weight": (h, nh * hd),
-                p + "self_attn.q_norm.weight": (hd,),
-                p + "self_attn.k_norm.weight": (hd,),
             }
         )
+        if arch.attention_bias:
+            shapes.update({p + "self_attn.q_proj.bias": (nh * hd,), p + "self_attn.k_proj.bias": (kvh * hd,),
+                           p + "self_attn.v_proj.bias": (kvh * hd,)})
+        if arch.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
 
-    def mlp_and_norms(p: str) -> None:
+    def mlp_and_norms(p: str, layer: int | None) -> None:
         shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)})
-        if arch.moe is not None:
+        if arch.moe is not None and arch.is_sparse(layer):
             shapes.update(moe_shapes(p, h, arch.moe))
             return
         shapes.update(
@@ -296,10 +307,10 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
                     q + "out_proj.weight": (h, la.value_dim),
                 }
             )
-        mlp_and_norms(p)
+        mlp_and_norms(p, i)
     for j in range(arch.mtp_num_layers):
         attention(f"mtp.layers.{j}.")
-        mlp_and_norms(f"mtp.layers.{j}.")
+        mlp_and_norms(f"mtp.layers.{j}.", None)
     if arch.mtp_num_layers:
         shapes["mtp.fc.weight"] = (h, 2 * h)
         for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
@@ -311,7 +322,7 @@ def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, .
     """The canonical tensors of one sparse MoE FFN under `prefix` (a layer's, ending in ".")."""
     e, i, s = moe.num_experts, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
     p = prefix + "mlp."
-    return {
+    shapes = {
         p + "gate.weight": (e, hidden),
         p + "experts.gate_proj.weight": (e, i, hidden),
         p + "experts.up_proj.weight": (e, i, hidden),
@@ -319,5 +330,9 @@ def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, .
         p + "shared_expert.gate_proj.weight": (s, hidden),
         p + "shared_expert.up_proj.weight": (s, hidden),
         p + "shared_expert.down_proj.weight": (hidden, s),
-        p + "shared_expert_gate.weight": (1, hidden),
     }
+    if moe.selection_bias:
+        shapes[p + "gate.e_score_correction_bias"] = (e,)
+    if moe.shared_expert_sigmoid_gate:
+        shapes[p + "shared_expert_gate.weight"] = (1, hidden)
+    return shapes

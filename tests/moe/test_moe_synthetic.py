@@ -39,7 +39,7 @@ def test_synthetic_moe_compiles_and_verifies(tmp_path, capsys, io_dtype):
     "synthetic, message",
     [
         ("{moe: {num_experts: 4}}", "moe.yaml:4:20: error: source.synthetic: moe sizes a sparse FFN, which only "
-                                    "architecture: qwen35moe has"),
+                                    "architecture: qwen35moe and glm4moe have"),
         ("{architecture: qwen35moe, moe: {num_experts: 2, top_k: 3}}",
          "moe.yaml:4:69: error: source.synthetic: top_k (3) must be at most num_experts (2)"),
     ],

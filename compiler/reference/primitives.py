@@ -1,0 +1,43 @@
+"""Numpy building blocks every family's reference forward uses: RMSNorm, NeoX RoPE, causal softmax attention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float) -> np.ndarray:
+    """NeoX half-split rotary embedding on the first `rotary_dim` channels.
+
+    x `[B, S, N, D]`, positions `[B, S]`. Text-only MRoPE has equal T/H/W
+    positions, so it is this 1-D rotation with the same frequencies.
+    """
+    half = rotary_dim // 2
+    inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / rotary_dim)
+    angles = positions[..., None].astype(np.float64) * inv_freq  # [B, S, half]
+    cos, sin = np.cos(angles)[:, :, None, :], np.sin(angles)[:, :, None, :]
+    x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, past: tuple[np.ndarray, np.ndarray] | None,
+                     group: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Softmax attention of q `[B, S, NH, HD]` over past + new k/v `[B, S, KVH, HD]` (rotated), causal among
+    the new tokens, each KV head serving `group` query heads; (output `[B, S, NH*HD]`, new (keys, values))."""
+    b, s, nh, hd = q.shape
+    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # [B, N, S, HD]
+    if past is not None:
+        k = np.concatenate([past[0], k], axis=2)
+        v = np.concatenate([past[1], v], axis=2)
+    total = k.shape[2]
+    past_len = total - s
+    k_per_q, v_per_q = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = q @ k_per_q.transpose(0, 1, 3, 2) / np.sqrt(hd)  # [B, NH, S, T]
+    visible = np.arange(total)[None, :] <= (past_len + np.arange(s))[:, None]
+    scores = np.where(visible, scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = scores / scores.sum(axis=-1, keepdims=True)
+    return (probs @ v_per_q).transpose(0, 2, 1, 3).reshape(b, s, nh * hd), (k, v)

@@ -1,0 +1,128 @@
+"""llama.cpp's own runtime (`llama-speculative-simple`), built once per machine from the llama-cpp-python sdist.
+
+    python -m tests.clients.llama_cpp_runtime        # builds it (minutes on two cores), prints its path
+
+The sdist is the one tests/clients/llama_cpp.py fetches for the converter (same version, same sha256),
+which vendors llama.cpp's C++ sources under `vendor/llama.cpp/`. We configure them with cmake (CPU
+only, no curl, no server or tests) and build one example, `llama-speculative-simple`: greedy
+decoding with a draft, here llama.cpp's own MTP drafter (`--spec-type draft-mtp`), so one run
+gives llama.cpp's greedy tokens and how many of its MTP head's drafts it accepted. The binary is
+cached outside the repository:
+
+    ${MTPC_TEST_CACHE:-~/.cache/mtpc-tests}/llama.cpp-<version>-runtime/bin/llama-speculative-simple
+
+Building it is too slow for a test run, so the tests that use it skip with this command as the
+reason when it is absent, and fail instead when `CI` is set (CI builds it first).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.clients import llama_cpp
+
+TARGET = "llama-speculative-simple"
+CMAKE_OPTIONS = [
+    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF", "-DGGML_OPENMP=OFF",
+]
+BUILD_COMMAND = "python -m tests.clients.llama_cpp_runtime"
+
+
+def cache_dir() -> Path:
+    return llama_cpp.cache_root() / f"llama.cpp-{llama_cpp.VERSION}-runtime"
+
+
+def binary() -> Path:
+    return cache_dir() / "bin" / TARGET
+
+
+def build(log=sys.stderr) -> Path:
+    """The cached binary, built first if absent; one build at a time (a second caller waits for the first)."""
+    if binary().is_file():
+        return binary()
+    work = cache_dir().parent / f".{cache_dir().name}-build"
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary().is_file():
+            _build(work, log)
+    return binary()
+
+
+def _build(work: Path, log) -> None:
+    src = work / "src"
+    if not (src / "CMakeLists.txt").is_file():
+        with tempfile.TemporaryDirectory(dir=work) as download:
+            sdist = llama_cpp._download(Path(download))
+            prefix = f"llama_cpp_python-{llama_cpp.VERSION}/vendor/llama.cpp/"
+            staging = Path(download) / "src"
+            with tarfile.open(sdist, "r:gz") as archive:
+                for member in archive.getmembers():
+                    if member.isfile() and member.name.startswith(prefix):
+                        destination = staging / member.name[len(prefix):]
+                        destination.parent.mkdir(parents=True, exist_ok=True)
+                        with archive.extractfile(member) as source, open(destination, "wb") as out:
+                            shutil.copyfileobj(source, out)
+            shutil.rmtree(src, ignore_errors=True)
+            staging.rename(src)
+    out = work / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    for command in (
+        ["cmake", "-S", str(src), "-B", str(out), *generator, *CMAKE_OPTIONS],
+        ["cmake", "--build", str(out), "--target", TARGET, "-j", str(os.cpu_count() or 1)],
+    ):
+        print("$ " + " ".join(command), file=log, flush=True)
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+    built = next(p for p in out.rglob(TARGET) if p.is_file() and os.access(p, os.X_OK))
+    binary().parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(built, binary().with_suffix(".partial"))
+    os.replace(binary().with_suffix(".partial"), binary())
+
+
+@dataclass(frozen=True)
+class SpeculativeRun:
+    text: bytes  # what llama.cpp generated, as the bytes of its tokens' pieces
+    drafted: int
+    accepted: int
+    log: str
+
+
+def speculative(model: Path, prompt: bytes, steps: int, max_draft: int, workdir: Path) -> SpeculativeRun:
+    """Greedy decoding of `steps` tokens after `prompt` by llama.cpp with its MTP drafter.
+
+    The prompt goes in as a file (its bytes tokenized by the GGUF's own tokenizer), with no BOS; the
+    generated pieces come back on stdout, the draft counters on stderr."""
+    prompt_file = workdir / "prompt.bin"
+    prompt_file.write_bytes(prompt)
+    command = [
+        str(binary()), "-m", str(model), "-f", str(prompt_file), "-n", str(steps), "--temp", "0", "--top-k", "1",
+        "--spec-type", "draft-mtp", "--draft-max", str(max_draft), "--draft-min", "0", "--draft-p-min", "0",
+        "-c", "256", "-t", "1", "--no-warmup", "--seed", "0",
+    ]
+    result = subprocess.run(command, capture_output=True)
+    log = result.stderr.decode("utf-8", "replace")
+    if result.returncode != 0:
+        raise AssertionError(f"$ {' '.join(command)}\nexit {result.returncode}\n{log[-6000:]}")
+    return SpeculativeRun(result.stdout, _counter(log, "n_drafted"), _counter(log, "n_accept"), log)
+
+
+def _counter(log: str, name: str) -> int:
+    for line in log.splitlines():
+        words = line.replace("=", " ").split()
+        if name in words:
+            return int(words[words.index(name) + 1])
+    raise AssertionError(f"llama.cpp printed no {name}:\n{log[-4000:]}")
+
+
+if __name__ == "__main__":
+    print(build())
