@@ -57,6 +57,7 @@ def source_ref(path: Path) -> "SourceRef":
 def run(args) -> int:
     from .. import sources
     from ..diffing.changes import to_plain
+    from ..ir import HeadLayout
 
     ref = source_ref(Path(args.source))
     info = sources.describe(ref)
@@ -92,7 +93,8 @@ def run(args) -> int:
     else:
         line("hidden size", f"{arch.hidden_size}")
         line("experts", arch.moe.summary())
-    line("attention", f"{arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}")
+    line("attention", f"{arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}"
+         + ("" if arch.attention_output_gate else f" ({arch.attention_summary()})"))
     if arch.linear_attention is not None:
         la = arch.linear_attention
         line(
@@ -102,7 +104,9 @@ def run(args) -> int:
         )
     line("vocab", f"{arch.vocab_size}   context: {arch.context_length}")
     line("rope", f"theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}")
-    line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}")
+    trailing = arch.head_layout is HeadLayout.TRAILING_LAYER
+    line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}"
+         + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else ""))
     if info.storage:
         out("storage:")
         for group, kind in info.storage:

@@ -112,8 +112,10 @@ def run(args) -> int:
     verdicts = {v.file: v for v in report.verdicts}
     refusal = destination_refusal(against)
     passes = [{"pass": name, "modified": r.modified, "changes": list(r.changes)} for name, r in result.pass_results]
+    model = _model(result.ir)
     if args.format == "json":
         payload = {
+            "model": model,
             "against": str(against),
             "severity": report.severity,
             "files": [_file_json(rel, action, verdicts, report) for rel, action in files],
@@ -128,6 +130,11 @@ def run(args) -> int:
     if args.format == "markdown":
         out(markdown(report, title="mtpc plan"))
         return 0
+    out(f"model: {model['family']} ({model['source']} source), {model['layers']}")
+    if "experts" in model:
+        out(f"  experts: {model['experts']}")
+    out(f"  attention: {model['attention']}")
+    out(f"  mtp head: {model['mtp_head']}")
     out("passes:")
     for entry in passes:
         out(f"  {entry['pass']}: {'modified' if entry['modified'] else 'no change'}")
@@ -157,6 +164,17 @@ def run(args) -> int:
     counts = {a: sum(1 for _, x in files if x == a) for a in (CREATE, CHANGE, REMOVE, UNCHANGED)}
     out("plan: " + ", ".join(f"{n} to {a}" if a != UNCHANGED else f"{n} unchanged" for a, n in counts.items()))
     return 0
+
+
+def _model(ir) -> dict:
+    """What the spec's source is: its family, layers, routing and experts, and where its MTP head sits."""
+    arch = ir.architecture
+    model = {"family": arch.family, "source": ir.source.kind,
+             "layers": f"{arch.num_layers} layers ({arch.layer_kind_summary()})",
+             "attention": arch.attention_summary(), "mtp_head": arch.head_summary()}
+    if arch.moe is not None:
+        model["experts"] = arch.moe.summary()
+    return model
 
 
 def _file_json(rel: str, action: str, verdicts, report: DiffReport) -> dict:

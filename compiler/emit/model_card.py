@@ -13,7 +13,7 @@ import json
 import re
 from collections import Counter
 
-from ..ir import AttentionMode, HeadContract, ModelIR
+from ..ir import AttentionMode, HeadContract, HeadLayout, ModelIR
 from ..weights.quant import requantization_notes
 from .artifact import Artifact, EmitContext
 
@@ -87,7 +87,11 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> str:
         f"- {arch.num_layers} layers: {arch.layer_kind_summary()}",
         f"- hidden size {arch.hidden_size}, {arch.num_attention_heads} attention heads, "
         f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}",
-        *([f"- mixture of experts in every layer: {arch.moe.summary()}"] if arch.moe is not None else []),
+        *([f"- {arch.attention_summary()}"] if not arch.attention_output_gate else []),
+        *([f"- mixture of experts{' in every layer' if not arch.moe.dense_layers else ''}: {arch.moe.summary()}"]
+          if arch.moe is not None else []),
+        *([f"- MTP head in the source: {arch.head_summary()}"]
+          if has_head and arch.head_layout is not HeadLayout.MTP_MODULE else []),
         f"- vocabulary {arch.vocab_size}, context length {arch.context_length}",
         f"- I/O dtype {ir.precision.io_dtype}, logits {ir.precision.effective_logits_dtype}; weights {_weights(ir)}",
         "",

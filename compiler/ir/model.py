@@ -195,6 +195,22 @@ class Architecture:
         """Layers that keep a KV cache."""
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is not LayerKind.LINEAR_ATTENTION)
 
+    def attention_summary(self) -> str:
+        """e.g. "gated attention, qk-norm" (Qwen3.5) or "grouped-query attention, q/k/v bias, qk-norm" (GLM-4.5)."""
+        parts = ["gated attention" if self.attention_output_gate else "grouped-query attention"]
+        if self.attention_bias:
+            parts.append("q/k/v bias")
+        parts.append("qk-norm" if self.qk_norm else "no qk-norm")
+        return ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+
+    def head_summary(self) -> str:
+        """Where the source keeps its MTP head, e.g. "1 block, a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"."""
+        if not self.has_mtp_head:
+            return "none"
+        where = {HeadLayout.MTP_MODULE: "`mtp.*` tensors (Qwen3.5 layout)",
+                 HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"}[self.head_layout]
+        return f"{self.mtp_num_layers} block, {where}"
+
     def layer_kind_summary(self, word_separator: str = " ") -> str:
         """How many layers of each kind, e.g. "2 full attention, 2 linear attention" (kinds in name order)."""
         counts: dict[str, int] = {}

@@ -16,8 +16,9 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
+from . import glm4moe
 from .metadata import Metadata, architecture, tensor_shapes
-from .names import ARCHITECTURES, GGUFNames, Rule, Transform, moe_dims
+from .names import ARCHITECTURES, GGUFNames, Rule, Transform, attention_rules, ffn_rules, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
@@ -73,7 +74,13 @@ class Layout:
 
 def _dims(arch: Architecture) -> dict[str, int]:
     lin = arch.linear_attention
-    assert lin is not None
+    linear = {} if lin is None else {
+        "QKV": lin.conv_dim,
+        "VD": lin.value_dim,
+        "HV": lin.num_value_heads,
+        "DV": lin.value_head_dim,
+        "CK": lin.conv_kernel,
+    }
     return {
         "H": arch.hidden_size,
         "H2": 2 * arch.hidden_size,
@@ -83,11 +90,7 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "O": arch.num_attention_heads * arch.head_dim,
         "KV": arch.num_key_value_heads * arch.head_dim,
         "HD": arch.head_dim,
-        "QKV": lin.conv_dim,
-        "VD": lin.value_dim,
-        "HV": lin.num_value_heads,
-        "DV": lin.value_head_dim,
-        "CK": lin.conv_kernel,
+        **linear,
         **moe_dims(arch.moe),
     }
 
@@ -98,7 +101,7 @@ def layout_of(meta: Metadata) -> Layout:
         raise SourceError(
             f"{meta.path}: GGUF architecture {meta.arch!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})"
         )
-    arch, n_main = architecture(meta, names)
+    arch, n_main = (glm4moe.architecture if names.family == "glm4moe" else architecture)(meta, names)
     dims = _dims(arch)
     present = tensor_shapes(meta.header)
     entries: dict[str, Entry] = {}
@@ -125,23 +128,28 @@ def layout_of(meta: Metadata) -> Layout:
 
     def block(index: int, kind: LayerKind, canonical_prefix: str) -> None:
         prefix = f"blk.{index}."
-        rules = names.every_block + names.ffn
-        rules += names.full_attention if kind is LayerKind.FULL_ATTENTION else names.linear_attention
-        for rule in rules:
+        for rule in block_rules(names, arch, kind, index if index < n_main else None):
             add(rule, prefix, canonical_prefix)
 
     for i, kind in enumerate(arch.layer_kinds):
         block(i, kind, f"layers.{i}.")
     arch, notes = _head(meta, names, arch, n_main, present, add, block)
     lin = arch.linear_attention
-    assert lin is not None
-    return Layout(arch, names, n_main, entries, (lin.num_key_heads, lin.num_value_heads, lin.key_dim), tuple(notes))
+    # Value-head regrouping is Qwen3.5's linear attention only; a model without it regroups nothing.
+    heads = (1, 1, 0) if lin is None else (lin.num_key_heads, lin.num_value_heads, lin.key_dim)
+    return Layout(arch, names, n_main, entries, heads, tuple(notes))
+
+
+def block_rules(names: GGUFNames, arch: Architecture, kind: LayerKind, block: int | None) -> tuple[Rule, ...]:
+    """The tensors of one block (`block` None: the MTP block): norms, FFN and mixer."""
+    mixer = attention_rules(names, arch) if kind is LayerKind.FULL_ATTENTION else names.linear_attention
+    return names.every_block + ffn_rules(names, arch, block) + mixer
 
 
 def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, present, add, block):
     """Judge the head block (`mtp_head`), add its entries if it can be built; (arch, notes)."""
     prefix = f"blk.{n_main}."
-    kinds = names.every_block + names.ffn + names.full_attention
+    kinds = block_rules(names, arch, LayerKind.FULL_ATTENTION, None)
     expected = {prefix + r.gguf for r in kinds + names.nextn_required}
     known = expected | {prefix + r.gguf for r in names.nextn_optional + tuple(r for r, _ in names.nextn_fallback)}
     head_like = {n for n in present if _is_head_tensor(n, n_main)}

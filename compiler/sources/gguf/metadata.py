@@ -39,6 +39,13 @@ _EXPECTED = {
     Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: "count",
     Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: "count",
     Keys.LLM.EXPERT_WEIGHTS_NORM: "boolean",
+    Keys.LLM.EXPERT_WEIGHTS_SCALE: "number",
+    Keys.LLM.EXPERT_GROUP_COUNT: "count",
+    Keys.LLM.EXPERT_GROUP_USED_COUNT: "count",
+    Keys.LLM.EXPERT_SHARED_COUNT: "count",
+    Keys.LLM.EXPERT_GATING_FUNC: "count",
+    Keys.LLM.LEADING_DENSE_BLOCK_COUNT: "count",
+    Keys.Tokenizer.EOM_ID: "count",
     Keys.Attention.HEAD_COUNT: "count or array of counts",
     Keys.Attention.HEAD_COUNT_KV: "count or array of counts",
     Keys.Attention.KEY_LENGTH: "count",
@@ -145,20 +152,41 @@ class Metadata:
         return int(value)
 
 
-def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
-    """The architecture with `mtp_num_layers` as declared (`gguf._layout` judges the head) and the trunk size."""
+def trunk_blocks(meta: Metadata) -> tuple[int, int, int]:
+    """(block_count, nextn_predict_layers, trunk blocks), checked against each other and the file."""
     header = meta.header
     block_count = int(meta.get(Keys.LLM.BLOCK_COUNT))
     nextn = int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, required=False))
     if not 0 <= nextn < block_count:
         raise SourceError(f"{meta.path}: nextn_predict_layers {nextn} does not fit block_count {block_count}")
-    n_main = block_count - nextn
     if block_count > len(header.tensors):
         raise SourceError(
             f"{meta.path}: {Keys.LLM.BLOCK_COUNT.format(arch=meta.arch)} is {block_count}, more blocks than the file "
             f"has tensors ({len(header.tensors)})"
         )
     check_weight_types(header, meta.path)
+    return block_count, nextn, block_count - nextn
+
+
+def token_ids(meta: Metadata, *end_keys: str):
+    """bos / eos / pad from the tokenizer keys; eos with the other end-of-generation tokens in `end_keys`."""
+    eos = int(meta.get(Keys.Tokenizer.EOS_ID, 0, required=False))
+    eos_ids = [eos]
+    for key in (Keys.Tokenizer.EOT_ID, *end_keys):
+        other = meta.get(key, None, required=False)
+        if other is not None and int(other) not in eos_ids:
+            eos_ids.append(int(other))
+    return TokenIds(
+        bos=int(meta.get(Keys.Tokenizer.BOS_ID, eos, required=False)),
+        eos=tuple(eos_ids),
+        pad=int(meta.get(Keys.Tokenizer.PAD_ID, eos, required=False)),
+    )
+
+
+def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
+    """The architecture with `mtp_num_layers` as declared (`gguf._layout` judges the head) and the trunk size."""
+    header = meta.header
+    block_count, nextn, n_main = trunk_blocks(meta)
     kinds = _layer_kinds(meta, block_count, n_main)
     head_dim = meta.positive(Keys.Attention.KEY_LENGTH)
     rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim, required=False))
@@ -176,9 +204,6 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
     embd = tensor_shapes(header).get("token_embd.weight")
     if embd is None:
         raise SourceError(f"{meta.path}: GGUF tensor token_embd.weight is missing")
-    eos = int(meta.get(Keys.Tokenizer.EOS_ID, 0, required=False))
-    eot = meta.get(Keys.Tokenizer.EOT_ID, None, required=False)
-    eos_ids = (eos,) if eot is None or int(eot) == eos else (eos, int(eot))
     moe = _moe(meta) if names.family == "qwen35moe" else None
     arch = Architecture(
         family=names.family,
@@ -197,11 +222,7 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
             mrope_section=tuple(sections),
         ),
         context_length=int(meta.get(Keys.LLM.CONTEXT_LENGTH)),
-        tokens=TokenIds(
-            bos=int(meta.get(Keys.Tokenizer.BOS_ID, eos, required=False)),
-            eos=eos_ids,
-            pad=int(meta.get(Keys.Tokenizer.PAD_ID, eos, required=False)),
-        ),
+        tokens=token_ids(meta),
         linear_attention=LinearAttentionDims(
             num_key_heads=group_count,
             key_head_dim=int(meta.get(Keys.SSM.STATE_SIZE)),

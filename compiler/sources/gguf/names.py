@@ -14,7 +14,7 @@ Symbolic dimensions (resolved by `mtpc.sources.gguf.reader` from the metadata):
 
 MoE blocks (qwen35moe) add E experts, EI expert FFN width, SI shared-expert width and ONE (1).
 
-A new architecture (qwen3next, ...) adds its own `GGUFNames` entry.
+A new architecture (qwen3next, ...) adds its own `GGUFNames` entry (glm4moe's is below Qwen3.5's).
 """
 
 from __future__ import annotations
@@ -68,6 +68,12 @@ class GGUFNames:
     nextn_optional: tuple[Rule, ...]
     # Head tensors some converters leave out, each with the trunk tensor (GGUF name) that stands in.
     nextn_fallback: tuple[tuple[Rule, str], ...] = ()
+    # Attention tensors a model has or not, by the `Architecture` flag that says so (GLM's biases, qk-norm).
+    optional_attention: tuple[tuple[str, tuple[Rule, ...]], ...] = ()
+    # The FFN of the first `moe.dense_layers` blocks of a model whose other blocks are sparse (GLM-4.5).
+    dense_ffn: tuple[Rule, ...] = ()
+    # Attention tensors whose presence in block 0 sets an `Architecture` flag (GGUF has no key for them).
+    flag_tensors: tuple[tuple[str, str], ...] = ()
 
 
 _N = Transform
@@ -141,7 +147,64 @@ QWEN35MOE = replace(
     ),
 )
 
-ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE}
+# GLM-4.5 (llama.cpp's `glm4moe`, conversion/glm.py `Glm4MoeModel`): grouped-query attention with optional
+# q/k/v biases and q/k norms, no Q/K permutation (NeoX order already), plain RMSNorm scales (nothing baked
+# in); the first `leading_dense_block_count` blocks dense, the others sparse with the selection bias
+# `exp_probs_b.bias` and an ungated shared expert; the MTP layer is the trailing block `blk.{n}` with
+# `nextn.*` beside its ordinary block tensors (its `nextn.embed_tokens` / `nextn.shared_head_head` only when
+# the checkpoint stores them: GLM-4.5 does, GLM-4.6 not).
+GLM4MOE = GGUFNames(
+    family="glm4moe",
+    global_required=QWEN35.global_required,
+    output=QWEN35.output,
+    every_block=QWEN35.every_block,
+    full_attention=(
+        Rule("attn_q.weight", "self_attn.q_proj.weight", ("O", "H")),
+        Rule("attn_k.weight", "self_attn.k_proj.weight", ("KV", "H")),
+        Rule("attn_v.weight", "self_attn.v_proj.weight", ("KV", "H")),
+        Rule("attn_output.weight", "self_attn.o_proj.weight", ("H", "O")),
+    ),
+    linear_attention=(),
+    ffn=(
+        Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
+        Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
+        Rule("ffn_gate_exps.weight", "mlp.experts.gate_proj.weight", ("E", "EI", "H")),
+        Rule("ffn_up_exps.weight", "mlp.experts.up_proj.weight", ("E", "EI", "H")),
+        Rule("ffn_down_exps.weight", "mlp.experts.down_proj.weight", ("E", "H", "EI")),
+        Rule("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ("SI", "H")),
+        Rule("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ("SI", "H")),
+        Rule("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", ("H", "SI")),
+    ),
+    dense_ffn=QWEN35.ffn,
+    nextn_required=QWEN35.nextn_required,
+    nextn_optional=QWEN35.nextn_optional,
+    nextn_fallback=QWEN35.nextn_fallback,
+    optional_attention=(
+        ("attention_bias", (
+            Rule("attn_q.bias", "self_attn.q_proj.bias", ("O",)),
+            Rule("attn_k.bias", "self_attn.k_proj.bias", ("KV",)),
+            Rule("attn_v.bias", "self_attn.v_proj.bias", ("KV",)),
+        )),
+        ("qk_norm", (
+            Rule("attn_q_norm.weight", "self_attn.q_norm.weight", ("HD",)),
+            Rule("attn_k_norm.weight", "self_attn.k_norm.weight", ("HD",)),
+        )),
+    ),
+    flag_tensors=(("attention_bias", "blk.0.attn_q.bias"), ("qk_norm", "blk.0.attn_q_norm.weight")),
+)
+
+ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE, "glm4moe": GLM4MOE}
+
+
+def attention_rules(names: GGUFNames, arch) -> tuple[Rule, ...]:
+    """A full-attention block's tensors: the family's, and those of the optional parts `arch` has."""
+    return names.full_attention + tuple(r for flag, rules in names.optional_attention if getattr(arch, flag)
+                                        for r in rules)
+
+
+def ffn_rules(names: GGUFNames, arch, block: int | None) -> tuple[Rule, ...]:
+    """Block `block`'s FFN tensors (None: the MTP block, sparse in a MoE family)."""
+    return names.dense_ffn if names.dense_ffn and not arch.is_sparse(block) else names.ffn
 
 
 def moe_dims(moe: MoeDims | None) -> dict[str, int]:

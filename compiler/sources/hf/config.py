@@ -1,4 +1,4 @@
-"""Hugging Face Qwen3.5 `config.json` -> Architecture, with errors naming the file and field.
+"""Hugging Face Qwen3.5 `config.json` -> Architecture, with errors naming the file and field (GLM-4.5's in `glm4moe.py`).
 
 Reads the text model's fields (nested under `text_config` in the multimodal export,
 or at the top level), `generation_config.json` for token ids, and nothing else.
@@ -17,7 +17,9 @@ from ..layer_layout import Declared, layer_kinds
 MAX_LAYERS = 10_000
 DENSE_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 MOE_ARCHITECTURES = ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
-SUPPORTED_ARCHITECTURES = DENSE_ARCHITECTURES + MOE_ARCHITECTURES
+# GLM-4.5 / 4.6 / 4.7, read by `glm4moe.py`.
+GLM4MOE_ARCHITECTURES = ("Glm4MoeForCausalLM",)
+SUPPORTED_ARCHITECTURES = DENSE_ARCHITECTURES + MOE_ARCHITECTURES + GLM4MOE_ARCHITECTURES
 
 
 class Config:
@@ -49,6 +51,14 @@ class Config:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(field, f"must be a non-negative integer, not {value!r}")
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        field, value = self.lookup(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(field, f"must be true or false, not {value!r}")
         return value
 
     def float(self, field: str, value: object) -> float:
@@ -87,7 +97,7 @@ def _layer_kinds(cfg: Config, num_layers: int) -> tuple[LayerKind, ...]:
     return layer_kinds(str(cfg.path), num_layers, per_layer=per_layer, interval=interval)
 
 
-def _rope(cfg: Config, head_dim: int) -> Rope:
+def _rope(cfg: Config, head_dim: int, default_factor: float = 0.25, *, position_rows: bool = True) -> Rope:
     _, params = cfg.lookup("rope_parameters")
     if params is None:
         _, params = cfg.lookup("rope_scaling")
@@ -110,11 +120,13 @@ def _rope(cfg: Config, head_dim: int) -> Rope:
         factor = cfg.float(cfg.text_prefix + "rope_parameters.partial_rotary_factor", params["partial_rotary_factor"])
     else:
         field, value = cfg.lookup("partial_rotary_factor")
-        factor = 0.25 if value is None else cfg.float(field, value)
+        factor = default_factor if value is None else cfg.float(field, value)
     section = params.get("mrope_section") or ()
     if not isinstance(section, (list, tuple)) or not all(isinstance(x, int) for x in section):
         raise cfg.fail(cfg.text_prefix + "rope_parameters.mrope_section", "must be a list of integers")
-    rope = Rope(theta, factor, head_dim, tuple(section), bool(params.get("mrope_interleaved", True)))
+    if section and not position_rows:
+        raise cfg.fail(cfg.text_prefix + "rope_parameters.mrope_section", "is given, but this model rotates one position per token")
+    rope = Rope(theta, factor, head_dim, tuple(section), bool(params.get("mrope_interleaved", True)), position_rows)
     if not 0 < rope.rotary_dim <= head_dim or rope.rotary_dim % 2:
         raise cfg.fail(
             cfg.text_prefix + "partial_rotary_factor", f"gives rotary dim {rope.rotary_dim} for head_dim {head_dim}"

@@ -1,4 +1,5 @@
-"""Hugging Face Qwen3.5 checkpoints: `config.json` + safetensors (single file or sharded).
+"""Hugging Face checkpoints: `config.json` + safetensors (single file or sharded), Qwen3.5 and GLM-4.5
+(`glm4moe.py` holds GLM's config keys and tensor names).
 
 `describe` reads only JSON and safetensors headers. `open_weights` maps HF names
 to canonical ones (`mtpc.weights`) and converts conventions on read: offset-RMSNorm
@@ -20,7 +21,8 @@ from ...util.diagnostics import SourceError
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import TensorInfo, Weight, canonical_shapes
 from ..info import SourceInfo
-from .config import Config, architecture, read_json
+from . import glm4moe
+from .config import GLM4MOE_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
 from ..mtp_head import head_verdict
 from ..tokenizer_json import TOKENIZER_FILES, tokenizer_json_problem
@@ -125,13 +127,33 @@ def _open_files(directory: Path, files: dict[str, list[str]]) -> dict[str, Safet
     return opened
 
 
-def _canonical_entries(files: dict[str, list[str]], tied: bool, where: Path) -> dict[str, Entry | ExpertTensor]:
+class _QwenNames:
+    """Qwen3.5's names and conventions (this module's functions), as `glm4moe.GlmNames` gives GLM-4.5's."""
+
+    canonical_name = staticmethod(lambda hf_name: canonical_name(hf_name))
+    to_canonical_value = staticmethod(lambda canonical, raw: to_canonical_value(canonical, raw))
+    needs_conversion = staticmethod(lambda canonical: needs_conversion(canonical))
+    optional_head: tuple[str, ...] = ()
+
+
+def is_glm4moe(cfg: Config) -> bool:
+    archs = cfg.doc.get("architectures")
+    return isinstance(archs, list) and any(a in GLM4MOE_ARCHITECTURES for a in archs)
+
+
+def _names(arch: Architecture):
+    """How the family's HF tensors map to canonical ones (names, value conventions, optional head tensors)."""
+    return glm4moe.GlmNames(arch.num_layers) if arch.family == "glm4moe" else _QwenNames()
+
+
+def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
     """canonical name -> (file name, HF name), or the HF tensors of stacked experts (`experts`);
-    `mtp.*` kept, vision tensors dropped."""
+    head tensors kept (as `mtp.*`), vision tensors dropped."""
+    tied, names = arch.tie_word_embeddings, _names(arch)
     entries: dict[str, Entry] = {}
     for filename in sorted(files):
         for hf_name in files[filename]:
-            name = canonical_name(hf_name)
+            name = names.canonical_name(hf_name)
             if name is None or (tied and name == "lm_head.weight"):
                 continue
             entries[name] = (filename, hf_name)
@@ -144,10 +166,10 @@ def describe(ref: SourceRef) -> SourceInfo:
     if not config_path.is_file():
         raise SourceError(f"{directory}: no config.json")
     cfg = Config(config_path, read_json(config_path))
-    arch = architecture(cfg, directory)
+    arch = glm4moe.architecture(cfg, directory) if is_glm4moe(cfg) else architecture(cfg, directory)
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
-    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
+    entries = _canonical_entries(listed, arch, directory)
     facts: list[tuple[str, object]] = [
         ("architectures", ", ".join(cfg.doc["architectures"])),
         ("format", "safetensors"),
@@ -164,7 +186,7 @@ def describe(ref: SourceRef) -> SourceInfo:
         for filename, hf_name in parts_of(value):
             storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
     tokenizer = _tokenizer_files(directory)
-    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
     return SourceInfo(
         architecture=arch,
         storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
@@ -230,8 +252,8 @@ def check(ref: SourceRef, info: SourceInfo) -> list[str]:
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
     arch = info.architecture
-    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
-    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
+    entries = _canonical_entries(listed, arch, directory)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
     try:
         return shape_problems(directory, arch, store)
     finally:
@@ -239,16 +261,17 @@ def check(ref: SourceRef, info: SourceInfo) -> list[str]:
 
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
-    """`arch` with the MTP blocks that can be built, judged from the `mtp.*` tensors present (`mtp_head`)."""
-    field, _ = cfg.lookup("mtp_num_hidden_layers")
+    """`arch` with the MTP blocks that can be built, judged from the head's tensors present (`mtp_head`)."""
+    field, _ = glm4moe.declared_heads(cfg) if arch.family == "glm4moe" else cfg.lookup("mtp_num_hidden_layers")
     one_block = {n for n in canonical_shapes(replace(arch, mtp_num_layers=1)) if n.startswith("mtp.")}
+    known = one_block | set(_names(arch).optional_head)
     present = {n for n in entries if n.startswith("mtp.")}
     usable, unusable = head_verdict(
         declared=arch.mtp_num_layers,
         declared_key=f"config.json field {field}",
         expected=one_block,
-        present=present & one_block,
-        unknown=present - one_block,
+        present=present & known,
+        unknown=present - known,
     )
     return replace(arch, mtp_num_layers=usable, unusable_head=unusable)
 
@@ -267,9 +290,9 @@ def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
     arch = info.architecture
     listed = _weight_files(directory)
     files = _open_files(directory, listed)
-    entries = _canonical_entries(listed, arch.tie_word_embeddings, directory)
+    entries = _canonical_entries(listed, arch, directory)
     _check_dtypes(files, entries)
-    store = HFWeightStore(files, entries, arch.tie_word_embeddings)
+    store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
     problems = shape_problems(directory, arch, store)
     if problems:
         raise SourceError(problems[0])
@@ -279,9 +302,11 @@ def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
 class HFWeightStore:
     """Canonical view of HF safetensors: memory-mapped, converting norms and A_log on read."""
 
-    def __init__(self, files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor], tied: bool):
+    def __init__(self, files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor], tied: bool,
+                 names=None):
         self._files = files
         self._entries = dict(entries)
+        self._names = names or _QwenNames()
         if tied and "embed_tokens.weight" in self._entries:
             self._entries["lm_head.weight"] = self._entries["embed_tokens.weight"]
 
@@ -298,7 +323,7 @@ class HFWeightStore:
             return TensorInfo(name, value.shape(self._files), self._files[filename].value_dtype(hf_name).name)
         filename, hf_name = value
         st = self._files[filename]
-        dtype = "float32" if needs_conversion(name) else st.value_dtype(hf_name).name
+        dtype = "float32" if self._names.needs_conversion(name) else st.value_dtype(hf_name).name
         return TensorInfo(name, st.shape(hf_name), dtype)
 
     def read(self, name: str) -> Weight:
@@ -306,7 +331,7 @@ class HFWeightStore:
         if isinstance(value, ExpertTensor):
             return value.read(self._files)
         filename, hf_name = value
-        return to_canonical_value(name, self._files[filename].read(hf_name))
+        return self._names.to_canonical_value(name, self._files[filename].read(hf_name))
 
     def read_rows(self, name: str) -> "Weight | Bfloat16Rows":
         """`read`, except that a bfloat16 tensor stored as is comes as `Bfloat16Rows`: widened where it
@@ -315,7 +340,7 @@ class HFWeightStore:
         if isinstance(value, ExpertTensor):  # stacked from several tensors: read whole
             return self.read(name)
         filename, hf_name = value
-        bits = None if needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
+        bits = None if self._names.needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
         return Bfloat16Rows(bits) if bits is not None else self.read(name)
 
     def read_float(self, name: str) -> np.ndarray:

@@ -1,0 +1,100 @@
+"""GLM-4.5 GGUF metadata (`glm4moe`, as llama.cpp's converter writes it) -> Architecture.
+
+Keys (conversion/glm.py `Glm4MoeModel.set_gguf_parameters` and the generic ones it inherits):
+`block_count` counts the MTP layer (`nextn_predict_layers` of them), `attention.key_length` is
+`head_dim` (stated, not hidden / heads), `rope.dimension_count` the rotary width (head_dim x
+partial_rotary_factor; NeoX order, no Q/K permutation), `leading_dense_block_count` the dense
+blocks, `expert_group_count` / `expert_group_used_count` the group-limited routing,
+`expert_shared_count` shared experts of `expert_feed_forward_length` each, `expert_gating_func` 2
+(sigmoid), `expert_weights_scale` / `expert_weights_norm` the scaling and renormalization. Whether
+attention has q/k/v biases and q/k norms is told by the tensors (no key says it). The end of
+generation is eos, eot and eom (`<|endoftext|>`, `<|user|>`, `<|observation|>` in GLM's vocabulary).
+"""
+
+from __future__ import annotations
+
+from ...util.diagnostics import SourceError
+from ...ir import Architecture, HeadLayout, LayerKind, MoeDims, Rope
+from ...ir.moe import SIGMOID
+from .constants import Keys
+from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
+from .names import GGUFNames
+
+# llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID, what its glm4moe graph defaults to.
+SIGMOID_GATING = 2
+
+
+def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
+    """The architecture with `mtp_num_layers` as declared (`layout` judges the head) and the trunk size."""
+    _, nextn, n_main = trunk_blocks(meta)
+    head_dim = meta.positive(Keys.Attention.KEY_LENGTH)
+    rotary = int(meta.get(Keys.Rope.DIMENSION_COUNT, head_dim // 2, required=False))
+    shapes = tensor_shapes(meta.header)
+    embd = shapes.get("token_embd.weight")
+    if embd is None:
+        raise SourceError(f"{meta.path}: GGUF tensor token_embd.weight is missing")
+    flags = {flag: name in shapes for flag, name in names.flag_tensors}
+    moe = _moe(meta, n_main)
+    arch = Architecture(
+        family=names.family,
+        hidden_size=int(meta.get(Keys.LLM.EMBEDDING_LENGTH)),
+        intermediate_size=meta.uniform(Keys.LLM.FEED_FORWARD_LENGTH) if moe.dense_layers else
+        int(meta.get(Keys.LLM.FEED_FORWARD_LENGTH, 0, required=False) or 0),
+        num_attention_heads=meta.uniform(Keys.Attention.HEAD_COUNT),
+        num_key_value_heads=meta.uniform(Keys.Attention.HEAD_COUNT_KV),
+        head_dim=head_dim,
+        vocab_size=int(embd[0]),
+        layer_kinds=(LayerKind.FULL_ATTENTION,) * n_main,
+        rms_norm_eps=_float32(meta.get(Keys.Attention.LAYERNORM_RMS_EPS)),
+        rope=Rope(theta=_float32(meta.get(Keys.Rope.FREQ_BASE)), partial_rotary_factor=rotary / head_dim,
+                  head_dim=head_dim, position_rows=False),
+        context_length=int(meta.get(Keys.LLM.CONTEXT_LENGTH)),
+        tokens=token_ids(meta, Keys.Tokenizer.EOM_ID),
+        tie_word_embeddings="output.weight" not in shapes,
+        mtp_num_layers=nextn,
+        moe=moe,
+        head_layout=HeadLayout.TRAILING_LAYER,
+        attention_output_gate=False,
+        **flags,
+    )
+    if not 0 < arch.rope.rotary_dim <= head_dim or arch.rope.rotary_dim % 2:
+        raise SourceError(f"{meta.path}: {Keys.Rope.DIMENSION_COUNT.format(arch=meta.arch)} ({rotary}) must be an even "
+                          f"rotary width of at most key_length ({head_dim})")
+    return arch, n_main
+
+
+def _moe(meta: Metadata, n_main: int) -> MoeDims:
+    def key(k: str) -> str:
+        return k.format(arch=meta.arch)
+
+    experts = meta.positive(Keys.LLM.EXPERT_COUNT)
+    top_k = meta.positive(Keys.LLM.EXPERT_USED_COUNT)
+    groups = int(meta.get(Keys.LLM.EXPERT_GROUP_COUNT, 1, required=False)) or 1
+    kept = int(meta.get(Keys.LLM.EXPERT_GROUP_USED_COUNT, 1, required=False)) or 1
+    if experts % groups or kept > groups or (groups > 1 and experts // groups < 2):
+        raise SourceError(f"{meta.path}: GGUF metadata keys {key(Keys.LLM.EXPERT_GROUP_COUNT)!r} ({groups}) and "
+                          f"{key(Keys.LLM.EXPERT_GROUP_USED_COUNT)!r} ({kept}) do not group {experts} experts")
+    if top_k > kept * (experts // groups):
+        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_USED_COUNT)!r} ({top_k}) is more than "
+                          f"the experts of {kept} group(s)")
+    gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC, SIGMOID_GATING, required=False))
+    if gating != SIGMOID_GATING:
+        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_GATING_FUNC)!r} is {gating}; "
+                          f"GLM-4.5 routes by sigmoid scores ({SIGMOID_GATING})")
+    dense = int(meta.get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0, required=False))
+    if dense > n_main:
+        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.LEADING_DENSE_BLOCK_COUNT)!r} ({dense}) is "
+                          f"more than the {n_main} trunk blocks")
+    expert_size = meta.positive(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH)
+    shared = int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 1, required=False))
+    if shared == 0:
+        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_SHARED_COUNT)!r} is 0; mtpc builds "
+                          f"GLM's sparse block with its shared expert")
+    return MoeDims(
+        num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
+        shared_expert_intermediate_size=expert_size * shared,
+        normalize_top_k=meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM, False, required=False) not in (False, 0),
+        shared_expert_sigmoid_gate=False, scoring=SIGMOID, selection_bias=True, num_groups=groups, top_k_groups=kept,
+        routed_scaling_factor=_float32(meta.get(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0, required=False)),
+        dense_layers=dense,
+    )
