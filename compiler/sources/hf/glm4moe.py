@@ -63,6 +63,17 @@ class GlmNames:
             return HEAD_TENSORS[local]
         return f"mtp.layers.{block}.{local}"
 
+    def source_name(self, canonical: str) -> str:
+        """The HF name of a head tensor, for messages (stacked experts as `experts.*.<proj>`)."""
+        for local, name in HEAD_TENSORS.items():
+            if canonical == name:
+                return f"model.layers.{self.num_layers}.{local}"
+        m = re.match(r"^mtp\.layers\.(\d+)\.(.+)$", canonical)
+        if m is None:
+            return canonical
+        local = m[2].replace("mlp.shared_expert.", "mlp.shared_experts.").replace("mlp.experts.", "mlp.experts.*.")
+        return f"model.layers.{self.num_layers + int(m[1])}.{local}"
+
     @staticmethod
     def to_canonical_value(canonical: str, raw):
         return raw

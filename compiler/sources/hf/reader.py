@@ -133,6 +133,7 @@ class _QwenNames:
     canonical_name = staticmethod(lambda hf_name: canonical_name(hf_name))
     to_canonical_value = staticmethod(lambda canonical, raw: to_canonical_value(canonical, raw))
     needs_conversion = staticmethod(lambda canonical: needs_conversion(canonical))
+    source_name = staticmethod(lambda canonical: canonical)  # a head tensor's canonical name is its HF name
     optional_head: tuple[str, ...] = ()
 
 
@@ -263,15 +264,16 @@ def check(ref: SourceRef, info: SourceInfo) -> list[str]:
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
     """`arch` with the MTP blocks that can be built, judged from the head's tensors present (`mtp_head`)."""
     field, _ = glm4moe.declared_heads(cfg) if arch.family == "glm4moe" else cfg.lookup("mtp_num_hidden_layers")
+    names = _names(arch)
     one_block = {n for n in canonical_shapes(replace(arch, mtp_num_layers=1)) if n.startswith("mtp.")}
-    known = one_block | set(_names(arch).optional_head)
+    known = one_block | set(names.optional_head)
     present = {n for n in entries if n.startswith("mtp.")}
     usable, unusable = head_verdict(
         declared=arch.mtp_num_layers,
         declared_key=f"config.json field {field}",
-        expected=one_block,
-        present=present & known,
-        unknown=present - known,
+        expected=map(names.source_name, one_block),
+        present=map(names.source_name, present & known),
+        unknown=map(names.source_name, present - known),
     )
     return replace(arch, mtp_num_layers=usable, unusable_head=unusable)
 
