@@ -106,7 +106,8 @@ def speculative(model: Path, prompt: bytes, steps: int, max_draft: int, workdir:
     prompt_file.write_bytes(prompt)
     command = [
         str(binary()), "-m", str(model), "-f", str(prompt_file), "-n", str(steps), "--temp", "0", "--top-k", "1",
-        "--spec-type", "draft-mtp", "--draft-max", str(max_draft), "--draft-min", "0", "--draft-p-min", "0",
+        "--spec-type", "draft-mtp", "--spec-draft-n-max", str(max_draft), "--spec-draft-n-min", "0",
+        "--spec-draft-p-min", "0",
         "-c", "256", "-t", "1", "--no-warmup", "--seed", "0",
     ]
     result = subprocess.run(command, capture_output=True)
