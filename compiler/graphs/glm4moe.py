@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx_ir as oir
 
 from ..ir.contracts import EMBEDDING_INITIALIZER
-from ..ir import ModelIR, SeedHidden
+from ..ir import Architecture, ModelIR, SeedHidden
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .blocks import (
     Residual, Rotary, SequenceOps, add_norm, cast, embed, initializer_name, lm_head, project, project_all,
@@ -27,7 +27,7 @@ from .roles import input_name, output_name
 from .sequence import sequence_ops
 
 
-def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch, rot: Rotary,
+def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch: Architecture, rot: Rotary,
               past_key: oir.Value, past_value: oir.Value) -> tuple[oir.Value, oir.Value, oir.Value]:
     nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
     p = prefix + "self_attn."

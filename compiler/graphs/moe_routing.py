@@ -8,8 +8,9 @@ the choice is made here in plain ONNX ops, in float32 as transformers does it, a
     router_probs[e] = log(sigmoid(logit_e))  for the chosen experts,  -inf for the others
 
 with `k = top_k`: its softmax is zero off the chosen experts and `sigmoid_e / sum(sigmoid)` on them,
-which is GLM's renormalized weight, so its top-k picks exactly our experts (measured against
-transformers' `Glm4MoeMoE` to 2.4e-7: /tmp research, tests/glm4moe/test_routing.py). What the op
+which is GLM's renormalized weight, so its top-k picks exactly our experts (the weights measured
+against transformers' `Glm4MoeMoE` within 2.4e-7; tests/glm4moe/ hold the graphs to the numpy reference
+and to transformers' tokens). What the op
 cannot do is applied to its output: the routed scaling factor, and without `norm_topk_prob` the
 sum of the chosen scores (the op's weights are always normalized on this path).
 `log(sigmoid(x))` is `-softplus(-x)`, finite for every finite logit.

@@ -212,3 +212,60 @@ def test_llama_cpp_decodes_the_gguf_as_transformers_and_accepts_its_mtp_drafts(
     generated = run.text.split(prompt_bytes(prompt), 1)[-1]
     assert generated[: len(want)] == want, (generated, want, run.log[-3000:])
     assert run.drafted > 0 and 0 < run.accepted < run.drafted, run.log[-3000:]
+
+
+# Block types whose blocks tile the tiny model's 64-wide rows (k-quants need 256; their carrying is
+# the same code for every family, tested on Qwen3.5's 256-wide model), and what a `keep: source`
+# expert stack becomes: carried into QMoE as stored (codes about the default zero point) or, with
+# per-block minimums or offsets QMoE has no input for, dequantized for the float MoE op.
+BLOCK_TYPES = {"Q4_0": ("QMoE", 4), "Q5_0": ("QMoE", 8), "IQ4_NL": ("QMoE", 8), "Q4_1": ("float", None),
+               "Q5_1": ("float", None)}
+
+
+def _encode(values: np.ndarray, qtype) -> np.ndarray:
+    """gguf-py's quantizer, and for IQ4_NL (which it cannot encode) the nearest of the 16 levels to each
+    value over the block's largest magnitude, in the layout gguf-py decodes."""
+    from gguf import GGMLQuantizationType as QT
+    from gguf.quants import quantize
+
+    from tests.sources.gguf_block_encoders import IQ4_NL_VALUES, _fp16, _nib32
+
+    if qtype != QT.IQ4_NL:
+        return quantize(values, qtype)
+    blocks = values.reshape(-1, 32).astype(np.float32)
+    d = (np.abs(blocks).max(axis=1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
+    idx = np.abs(blocks[..., None] / np.where(d == 0, 1, d)[..., None] - IQ4_NL_VALUES).argmin(axis=-1)
+    raw = np.stack([np.concatenate([_fp16(s), _nib32(q)]) for s, q in zip(d[:, 0], idx)])
+    return raw.reshape(*values.shape[:-1], -1)
+
+
+@pytest.mark.parametrize("qtype", sorted(BLOCK_TYPES))
+def test_block_types_compile_exactly_and_decode(glm_workdir, glm_ggufs, glm_arch, capsys, qtype):
+    """Every matmul and expert stack re-encoded `qtype`, compiled with `keep: source` and float activations:
+    every weight stored losslessly, `mtpc verify` holds the graphs to the numpy reference on the file's own
+    values, og greedy equals that reference where no int8 activations intervene (QMoE's 8-bit kernel
+    quantizes them at every accuracy level), and MTP equals greedy."""
+    from gguf import GGMLQuantizationType as QT
+
+    from mtpc.cli.main import main
+    from mtpc.reference.forward import DecoderReference
+    from tests.fixtures.gguf_requantize import requantize
+
+    path = requantize(glm_ggufs["f32"], glm_workdir / f"glm-{qtype}.gguf",
+                      ("blk.*.attn_[qkvo]*.weight", "blk.*.ffn_*.weight", "blk.*.nextn.eh_proj.weight", "output.weight"),
+                      QT[qtype], encode=_encode)
+    package = compile_glm(glm_workdir, f"glm-{qtype}", f"{{gguf: {path.name}}}",
+                          "quantization:\n  default: {keep: source, accuracy_level: 0}\n")
+    report = json.loads((package / "quantization.json").read_text())
+    experts = {(w["source"], w["stored"]["kind"], w["stored"].get("bits")) for w in report["weights"] if w["role"] == "experts"}
+    kind, bits = BLOCK_TYPES[qtype]
+    assert experts == {(qtype, kind, bits)}, experts
+    assert all(w["lossless"] for w in report["weights"]), [w["name"] for w in report["weights"] if not w["lossless"]]
+    assert main(["verify", str(package), "--spec", str(glm_workdir / f"glm-{qtype}.yaml")]) == 0, capsys.readouterr()
+    main_model, head = decoding.load(package), decoding.load(package / "mtp")
+    prompt = list(PROMPTS[1])
+    greedy = decoding.greedy(main_model, prompt, STEPS)
+    if bits != 8:
+        ref = SourceRef("gguf", str(path))
+        assert greedy == DecoderReference(glm_arch, gguf.open_weights(ref, gguf.describe(ref))).greedy(prompt, STEPS)
+    assert decoding.speculative(main_model, head, prompt, STEPS, 2).tokens == greedy
