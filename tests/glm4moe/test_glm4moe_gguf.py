@@ -146,6 +146,18 @@ def test_the_f32_gguf_reads_as_the_checkpoint(glm_ggufs, glm_arch):
         np.testing.assert_array_equal(store.read_float(name), expected.read_float(name), err_msg=name)
 
 
+def test_a_half_present_nextn_block_is_refused_naming_what_is_missing(glm_workdir, glm_ggufs):
+    from gguf import GGMLQuantizationType as QT
+
+    from tests.fixtures.gguf_requantize import requantize
+
+    missing = ("blk.3.nextn.hnorm.weight", "blk.3.exp_probs_b.bias")
+    path = requantize(glm_ggufs["f32"], glm_workdir / "glm-half.gguf", (), QT.F32, omit=missing)
+    unusable = gguf.describe(SourceRef("gguf", str(path))).architecture.unusable_head
+    assert unusable is not None and not unusable.absent
+    assert all(name in unusable.reason for name in missing), unusable.reason
+
+
 @pytest.mark.parametrize("prompt", PROMPTS)
 @pytest.mark.parametrize("outtype", OUTTYPES)
 def test_greedy_equals_transformers(gguf_packages, expected_greedy, outtype, prompt):
