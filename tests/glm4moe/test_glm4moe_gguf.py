@@ -226,6 +226,21 @@ def test_llama_cpp_decodes_the_gguf_as_transformers_and_accepts_its_mtp_drafts(
     assert run.drafted > 0 and 0 < run.accepted < run.drafted, run.log[-3000:]
 
 
+def test_llama_cpp_accepts_no_draft_from_a_head_mapped_wrongly(llama_cpp_binary, glm_workdir, glm_ggufs):
+    """The control for the test above: with the two halves of eh_proj swapped (embedding and hidden state
+    read the wrong way round) llama.cpp accepts none of the fitted head's drafts, so drafts accepted there
+    say the head's tensors are where llama.cpp and mtpc both read them."""
+    from gguf import GGMLQuantizationType as QT
+
+    from tests.fixtures.gguf_requantize import requantize
+
+    h = 64
+    swapped = requantize(glm_ggufs["f32"], glm_workdir / "glm-swapped.gguf", (), QT.F32,
+                         edit={"blk.3.nextn.eh_proj.weight": lambda w: np.concatenate([w[:, h:], w[:, :h]], axis=1)})
+    run = llama_cpp_runtime.speculative(swapped, prompt_bytes(PROMPTS[0]), STEPS, 3, glm_workdir)
+    assert run.drafted > 0 and run.accepted == 0, run.log[-3000:]
+
+
 # Block types whose blocks tile the tiny model's 64-wide rows (k-quants need 256; their carrying is
 # the same code for every family, tested on Qwen3.5's 256-wide model), and what a `keep: source`
 # expert stack becomes: carried into QMoE as stored (codes about the default zero point) or, with
