@@ -63,8 +63,8 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
 
     def mixer(hidden: oir.Value) -> oir.Value:
         out, key, value = attention(b, ops, hidden, HEAD_LAYER, arch, rot,
-                                          b.inputs[input_name(cfg, "past_key_names", 0)],
-                                          b.inputs[input_name(cfg, "past_value_names", 0)])
+                                    b.inputs[input_name(cfg, "past_key_names", 0)],
+                                    b.inputs[input_name(cfg, "past_value_names", 0)])
         outputs[output_name(cfg, "present_key_names", 0)] = key
         outputs[output_name(cfg, "present_value_names", 0)] = value
         return out
