@@ -200,3 +200,24 @@ def test_a_gguf_source_is_its_file_by_base_name(tmp_path):
         {"name": "m.gguf", "bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}]}
     assert schema_errors("provenance", {"format_version": 1, "mtpc_version": "x", "source": fingerprint,
                                         "runtime_profiles": {}}) == []
+
+
+def test_a_synthetic_fingerprint_leaves_out_fields_added_later_while_they_hold_their_default():
+    """A model that uses none of the IR fields marked `ir.fields.added` hashes as it did before they existed
+    (its dataclasses without them, as `asdict` gave them), and setting one changes the fingerprint."""
+    import dataclasses
+
+    from mtpc.ir import HeadLayout, SourceRef, SyntheticSpec
+    from mtpc.ir.fields import OMITTED_AT_DEFAULT
+
+    arch = tiny_arch()
+    spec = SyntheticSpec(arch, full_attention_interval=2, norm_weight_scale=0.1)
+    older = dataclasses.asdict(spec)
+    for owner in (older["architecture"], older["architecture"]["rope"]):
+        for name in [n for n in owner if n in {f.name for f in dataclasses.fields(arch) + dataclasses.fields(arch.rope)
+                                                if f.metadata.get(OMITTED_AT_DEFAULT)}]:
+            del owner[name]
+    digest = hashlib.sha256(json.dumps(older, sort_keys=True, default=str).encode()).hexdigest()
+    assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=spec))["model_sha256"] == digest
+    changed = SyntheticSpec(dataclasses.replace(arch, head_layout=HeadLayout.TRAILING_LAYER), 2, 0.1)
+    assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=changed))["model_sha256"] != digest
