@@ -1,6 +1,6 @@
 """The runtime tests against every supported onnxruntime-genai release, not only the installed one.
 
-tests/runtime and tests/profiles compile their packages for the installed release and hold it to
+tests/runtime, tests/profiles and GLM-4.5's Hugging Face decoding tests compile their packages for the installed release and hold it to
 its profile (tests/fixtures/ort_release.py). Here they run again, in a subprocess, for each other
 release mtpc has a profile of, with that release's wheel first on PYTHONPATH (installed once into
 the test cache, on this environment's onnxruntime). Outside CI a release pip cannot fetch is a
@@ -21,7 +21,8 @@ from tests.fixtures.ort_release import INSTALLED, ReleaseUnavailable, overlay
 from tests.fixtures.shared import in_ci
 
 REPO = Path(__file__).resolve().parents[1]
-RUNTIME_TESTS = ("tests/runtime", "tests/profiles")
+# GLM-4.5's decoding tests too: its packages name the `llama` model type, which each release must drive.
+RUNTIME_TESTS = ("tests/runtime", "tests/profiles", "tests/glm4moe/test_glm4moe_hf.py")
 # Files there that never load onnxruntime-genai (CLI errors on broken GGUFs, profile tables side by side).
 RELEASE_NEUTRAL = ("tests/runtime/test_cli_errors.py", "tests/profiles/test_profiles.py")
 OTHER_RELEASES = [p.version for p in ort_genai_profiles() if p.version != INSTALLED]

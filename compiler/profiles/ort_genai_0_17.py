@@ -4,7 +4,8 @@ Measured with the 0.17.1 wheel (`og.Config(dir)` on configs, the same probes as 
 the strings of `libonnxruntime-genai.so` compared with 0.18.0's): every key of the 0.18.0 table
 loads, the same sections refuse unknown keys with the same message, the open sections, root
 scalars, value types and ranges (max_draft_tokens 1..16, state_update_capacity 0..8) are the
-same, both know the `qwen3_5_text` / `qwen3_5_moe_text` model types, `og.MtpGenerator` has the
+same, both know the `qwen3_5_text` / `qwen3_5_moe_text` model types (and `llama`, which GLM-4.5's
+packages name: tests/test_runtime_releases.py decodes them under 0.17.1 too), `og.MtpGenerator` has the
 same Python API, and the quirks below the 0.18.0 table (float16 logits for MTP on CPU, no
 `shared_initializers` on CPU, the share-buffer choices, no prefix caching with a head) hold
 alike. So the table is shared, not copied: tests/profiles/test_ort_genai_parser.py re-checks it
