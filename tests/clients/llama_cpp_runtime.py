@@ -11,8 +11,9 @@ cached outside the repository:
 
     ${MTPC_TEST_CACHE:-~/.cache/mtpc-tests}/llama.cpp-<version>-runtime/bin/llama-speculative-simple
 
-Building it is too slow for a test run, so the tests that use it skip with this command as the
-reason when it is absent, and fail instead when `CI` is set (CI builds it first).
+Building it takes minutes, so outside CI the tests that use it skip with this command as the reason
+when it is absent; when `CI` is set they build it first (a fresh CI machine has none) and fail if the
+build fails.
 """
 
 from __future__ import annotations
