@@ -74,7 +74,7 @@ except Interrupted as interrupt:  # only where our handlers are installed: this 
     raise SystemExit(128 + interrupt.signum) from None
 
 # Imported by `main` once the signal handlers are in place (see the module's docstring).
-VERB_MODULES = ("compile_cmd", "plan", "check", "diff", "inspect_cmd", "schema_cmd", "verify")
+VERB_MODULES = ("compile_cmd", "plan", "check", "diff", "inspect_cmd", "schema_cmd", "verify", "tune")
 # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`mtpc diff a b | head -2`).
 EXIT_BROKEN_PIPE = 141
 

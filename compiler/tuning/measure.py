@@ -1,0 +1,276 @@
+"""Measuring a package on this machine with onnxruntime-genai: where its drafts match, and what each step costs.
+
+Three passes over the prompts, all through onnxruntime-genai's own `og.Generator` (the
+object `og.MtpGenerator` drives for the main model and for the head), so the costs include
+the runtime's own work around each forward:
+
+1. plain greedy decoding of every prompt: the tokens every N will emit (speculative
+   decoding is lossless) and the baseline;
+2. draft matches: the trunk's hidden states over prompt + continuation from one forward,
+   then the head fed each generated token with the hidden state before it (as the
+   runtime feeds it: only generated tokens, in order), chaining its own drafts and
+   hidden output while they equal the continuation, up to `max_draft`. Only the
+   matching drafts are chained further, so this costs about one head forward per token;
+3. step costs, in interleaved sweeps at the middle of each continuation: one plain
+   decoding step, a main forward of every width 1..max_draft + 1 (after a state
+   snapshot, then restored: a verify or replay), a head forward of every width (then
+   rewound), each sample taken next to the others so a busy machine slows them alike.
+   A step's cost is the lower quartile of its samples: on a shared machine other work only
+   ever slows a sample down, so the quartile is what the step costs when the machine is
+   quiet (what a deployment sees), and it stays put while other jobs come and go, where a
+   median moves once half the samples are disturbed.
+
+`mtpc.tuning.schedule` turns the matches into the runtime's rounds for each N, and the
+costs into seconds. Nothing here asserts a time; the numbers are what this machine did.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..util.diagnostics import ExitCode, MtpcError
+from ..util.lazy_import import lazy_module
+from .package import TunablePackage
+from .schedule import Decoding, StepCosts
+
+np = lazy_module("numpy")
+
+clock = time.perf_counter
+
+
+@dataclass(frozen=True)
+class Measurement:
+    decodings: tuple[Decoding, ...]
+    costs: StepCosts
+    samples: int  # samples behind each cost (per width)
+    threads: int | None  # intra-op threads asked for (None: the package's own session options)
+
+
+class Runtime:
+    """The package's main model, head and tokenizer, loaded in onnxruntime-genai."""
+
+    def __init__(self, package: TunablePackage, threads: int | None = None):
+        import onnxruntime_genai as og
+
+        self.og, self.package, self.threads = og, package, threads
+        with _refusal(f"onnxruntime-genai could not load {package.root}"):
+            self.main = og.Model(self._config(package.root))
+        with _refusal(f"onnxruntime-genai could not load the head in {package.head_dir}"):
+            self.head = og.Model(self._config(package.head_dir))
+        with _refusal(f"onnxruntime-genai could not load the tokenizer of {package.root}"):
+            self.tokenizer = og.Tokenizer(self.main)
+
+    def _config(self, folder):
+        config = self.og.Config(str(folder))
+        if self.threads is not None:
+            options = {"intra_op_num_threads": self.threads, "inter_op_num_threads": 1}
+            config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
+        return config
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer.encode(text)]
+
+    def generator(self, model, max_length: int, draft: int = 0):
+        og = self.og
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=max_length)
+        if draft:
+            params.set_speculative_options(max_draft_tokens=draft)
+            return og.MtpGenerator(self.main, self.head, params)
+        return og.Generator(model, params)
+
+
+class _refusal:
+    """An onnxruntime-genai failure while loading or running the package: a finding with the runtime's reason."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if error is None or not isinstance(error, Exception) or isinstance(error, MtpcError):
+            return False
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise MtpcError.single(f"{self.what}: {reason}", exit_code=ExitCode.FINDINGS) from error
+
+
+def greedy(runtime: Runtime, prompt: list[int], new_tokens: int) -> list[int]:
+    """The tokens plain greedy decoding gives after `prompt` (every N emits these), an end token included."""
+    with _refusal("onnxruntime-genai greedy decoding failed"):
+        generator = runtime.generator(runtime.main, len(prompt) + new_tokens)
+        generator.append_tokens(prompt)
+        while not generator.is_done():
+            generator.generate_next_token()
+        tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
+        if len(tokens) < new_tokens:
+            # Stopped at an end token, which og.Generator leaves out of its sequence; og.MtpGenerator commits it.
+            tokens.append(int(generator.get_next_tokens()[0]))
+        return tokens
+
+
+def past_the_end(runtime: Runtime, prompt: list[int], generated: list[int], count: int) -> list[int]:
+    """The main model's greedy tokens after an end token. Never emitted, but a verify checks drafts against
+    them, so the runtime counts the drafts that match them as accepted."""
+    with _refusal("onnxruntime-genai could not run the package past an end token"):
+        generator = runtime.generator(runtime.main, len(prompt) + len(generated) + count + 1)
+        generator.append_tokens(prompt + generated)
+        found = []
+        for _ in range(count):
+            found.append(int(np.argmax(generator.get_logits()[0, -1])))
+            generator.append_tokens(np.asarray(found[-1:], np.int32))
+        return found
+
+
+def draft_matches(runtime: Runtime, prompt: list[int], generated: list[int], max_draft: int, beyond: Sequence[int] = ()) -> tuple[int, ...]:
+    """Per generated token: how many drafts chained from it equal the tokens that follow (at most max_draft);
+    `beyond`: what the main model would say after an end token that ends `generated`."""
+    package = runtime.package
+    following = list(generated) + list(beyond)
+    length = len(prompt) + len(generated) + max_draft + 2
+    with _refusal("onnxruntime-genai could not run the package to find where the drafts match"):
+        main = runtime.generator(runtime.main, length)
+        main.append_tokens(prompt + generated)
+        hidden = main.get_output(package.main_hidden)  # [1, prompt + generated, hidden]
+        head = runtime.generator(runtime.head, length)
+        matches = []
+        for i, token in enumerate(generated[:-1]):
+            # The runtime seeds the head with the hidden state that predicted `token`.
+            position = len(prompt) + i - 1
+            head.set_hidden_states(np.ascontiguousarray(hidden[:, position : position + 1]))
+            head.append_tokens(np.asarray([token], np.int32))
+            committed = head.token_count()
+            matched, reachable = 0, min(max_draft, len(following) - 1 - i)
+            while matched < reachable:
+                draft = int(np.argmax(head.get_logits()[0, -1]))
+                if draft != following[i + 1 + matched]:
+                    break
+                matched += 1
+                if matched < reachable:  # chain: the head's own hidden output seeds the next draft
+                    head.set_hidden_states(np.ascontiguousarray(head.get_output(package.head_hidden)[:, -1:]))
+                    head.append_tokens(np.asarray([draft], np.int32))
+            if head.token_count() != committed:
+                head.rewind_to(committed)
+            matches.append(matched)
+        return tuple(matches) + (0,)  # the last token has nothing after it to draft
+
+
+def lower_quartile(samples: Sequence[float]) -> float:
+    """The value a quarter of the samples are below (the sample itself when there is one)."""
+    if len(samples) < 2:
+        return samples[0]
+    return statistics.quantiles(samples, n=4, method="inclusive")[0]
+
+
+@dataclass
+class _Samples:
+    plain: list
+    main: dict
+    head: dict
+    snapshot: list
+    restore: list
+    head_rewind: list
+
+    @classmethod
+    def empty(cls, widths: int) -> "_Samples":
+        return cls([], {w: [] for w in range(1, widths + 1)}, {w: [] for w in range(1, widths + 1)}, [], [], [])
+
+    def costs(self) -> StepCosts:
+        med = lower_quartile
+        return StepCosts(
+            plain_step=med(self.plain),
+            main_forward=tuple(med(self.main[w]) for w in sorted(self.main)),
+            head_forward=tuple(med(self.head[w]) for w in sorted(self.head)),
+            snapshot=med(self.snapshot),
+            restore=med(self.restore),
+            head_rewind=med(self.head_rewind),
+        )
+
+
+def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft: int, sweeps: int, first: int, samples: _Samples) -> None:
+    """`sweeps` interleaved samples of every operation at the middle of this prompt's continuation."""
+    package, widths = runtime.package, max_draft + 1
+    middle = max(1, len(generated) // 2)
+    context = prompt + generated[:middle]
+    tokens = np.asarray((generated[middle:] + generated) [:widths] or [generated[0]] * widths, np.int32)
+    tokens = np.resize(tokens, widths)
+    length = len(context) + widths + sweeps + 4
+    with _refusal("onnxruntime-genai could not run the package to measure its steps"):
+        main = runtime.generator(runtime.main, length)
+        main.append_tokens(context)
+        at = main.token_count()
+        hidden = main.get_output(package.main_hidden)
+        head = runtime.generator(runtime.head, length)
+        head.set_hidden_states(np.ascontiguousarray(hidden[:, len(prompt) - 1 : -1]))
+        head.append_tokens(np.asarray(generated[:middle], np.int32))
+        head_at = head.token_count()
+        # Plain steps walk through the middle: start sweeps/2 tokens before it.
+        plain = runtime.generator(runtime.main, length)
+        plain.append_tokens(prompt + generated[: max(1, middle - sweeps // 2)])
+        plain.generate_next_token()  # picks from the prompt's logits; each later call is one forward
+        for sweep in range(sweeps):
+            order = list(range(1, widths + 1))
+            shift = (first + sweep) % widths
+            for width in order[shift:] + order[:shift]:
+                t0 = clock()
+                main.snapshot_state()
+                t1 = clock()
+                main.append_tokens(tokens[:width])
+                t2 = clock()
+                main.rewind_to(at)
+                t3 = clock()
+                samples.snapshot.append(t1 - t0)
+                samples.main[width].append(t2 - t1)
+                samples.restore.append(t3 - t2)
+                head.set_hidden_states(np.ascontiguousarray(hidden[:, -width:]))
+                t0 = clock()
+                head.append_tokens(tokens[:width])
+                t1 = clock()
+                head.rewind_to(head_at)
+                t2 = clock()
+                samples.head[width].append(t1 - t0)
+                samples.head_rewind.append(t2 - t1)
+                if width == 1 and not plain.is_done():
+                    t0 = clock()
+                    plain.generate_next_token()
+                    samples.plain.append(clock() - t0)
+
+
+def measure(
+    runtime: Runtime,
+    prompts: Sequence[list[int]],
+    *,
+    new_tokens: int,
+    max_draft: int,
+    sweeps: int,
+    progress: Callable[[str], None] = lambda message: None,
+) -> Measurement:
+    """Decode every prompt plainly, find where the head's drafts match, and time every step kind."""
+    decodings = []
+    for n, prompt in enumerate(prompts, 1):
+        progress(f"prompt {n}/{len(prompts)}: greedy decoding and the head's drafts ({len(prompt)} prompt tokens)")
+        generated = greedy(runtime, prompt, new_tokens)
+        beyond = past_the_end(runtime, prompt, generated, max_draft) if 0 < len(generated) < new_tokens else []
+        matches = draft_matches(runtime, prompt, generated, max_draft, beyond) if generated else ()
+        decodings.append(Decoding(len(prompt), new_tokens, tuple(generated), matches))
+    samples = _Samples.empty(max_draft + 1)
+    usable = [(p, d) for p, d in zip(prompts, decodings) if len(d.generated) >= 2]
+    if not usable:
+        raise MtpcError.single(
+            "every prompt ended after its first generated token (an end token): there are no decoding steps to measure",
+            exit_code=ExitCode.USAGE,
+            hint="give prompts the model continues, or more --new-tokens",
+        )
+    share = [sweeps // len(usable) + (k < sweeps % len(usable)) for k in range(len(usable))]
+    progress(f"timing decoding steps: {sweeps} interleaved sweeps of {2 * (max_draft + 1) + 1} operations")
+    done = 0
+    for (prompt, decoding), count in zip(usable, share):
+        if count:
+            _sweeps(runtime, prompt, list(decoding.generated), max_draft, count, done, samples)
+            done += count
+    return Measurement(tuple(decodings), samples.costs(), sweeps, runtime.threads)

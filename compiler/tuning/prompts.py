@@ -1,0 +1,49 @@
+"""The prompts `mtpc tune` decodes: the user's file (one prompt a line), or a built-in handful.
+
+Acceptance depends on what is decoded (code and lists are predictable, prose less so), so
+the built-in prompts mix kinds; the user's own prompts are what the answer should be for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, Span
+
+# Short, varied, plain ASCII (any tokenizer encodes them): code, a list, prose, a question, a table.
+BUILT_IN = (
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+    "Shopping list: eggs, milk, bread, butter, apples,",
+    "The history of the printing press begins in the fifteenth century, when",
+    "Q: What is the capital of France?\nA:",
+    "| year | population |\n|------|------------|\n| 1990 | 5.2 million |\n|",
+)
+
+
+def read_prompts(path: str | Path) -> tuple[tuple[int, str], ...]:
+    """(line number, text) of each non-blank line of `path`; an unreadable or empty file is a usage error (exit 2)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise MtpcError.single(f"prompts file {str(path)!r} does not exist", exit_code=ExitCode.USAGE) from None
+    except IsADirectoryError:
+        raise MtpcError.single(f"prompts file {str(path)!r} is a directory", exit_code=ExitCode.USAGE) from None
+    except OSError as error:
+        raise MtpcError.single(f"cannot read prompts file {str(path)!r}: {error.strerror or error}", exit_code=ExitCode.USAGE) from None
+    except UnicodeDecodeError as error:
+        line = text_line(Path(path).read_bytes(), error.start)
+        raise MtpcError(
+            [Diagnostic(f"prompts file is not UTF-8 text ({error.reason})", span=Span(str(path), line, 1))], ExitCode.USAGE
+        ) from None
+    prompts = tuple((n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip())
+    if not prompts:
+        raise MtpcError.single(
+            f"prompts file {str(path)!r} holds no prompt (every line is blank)",
+            exit_code=ExitCode.USAGE,
+            hint="write one prompt a line, or leave --prompts out for the built-in ones",
+        )
+    return prompts
+
+
+def text_line(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1

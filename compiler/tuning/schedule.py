@@ -1,0 +1,186 @@
+"""What onnxruntime-genai 0.18.0's `og.MtpGenerator` does to decode a prompt with N drafts, given where its drafts match.
+
+Greedy speculative decoding emits exactly the greedy tokens, so which drafts are accepted
+depends only on where the head's chained drafts agree with the greedy continuation:
+`matches[i]` is how many drafts chained from generated token i (the head fed token i and
+the trunk's hidden state before it, then its own drafts and hidden output) equal tokens
+i+1, i+2, ... (`mtpc.tuning.measure` finds them by running the head). From those this
+module replays, for any N, the runtime's rounds as `src/mtp_generator.cpp` runs them:
+
+- every round commits the token predicted last, drafts with the head, verifies
+  [token, drafts] in one main forward after snapshotting the recurrent state, and keeps
+  the longest agreeing prefix (a drafts) plus the main model's next token;
+- N = 1 (`GenerateStepSingle`): one head forward per draft; after an accepted draft the
+  next draft is made in the same head forward that feeds the accepted one (2 tokens wide);
+  after a rejection the state is restored and the committed token re-run (1 token wide);
+- N > 1 (`GenerateStepMulti`): N chained head forwards, the first fed the previous
+  round's accepted drafts too (a + 1 tokens wide, after a rewind of the head's cache);
+  a partly accepted verify restores the snapshot and replays the committed prefix
+  (a + 1 tokens wide). The windowed-state crop path (`state_window`) is not modelled:
+  mtpc's packages export no windowed state;
+- a round stops as soon as the committed sequence reaches `max_length` or an end token,
+  before any replay; near `max_length` a round drafts only as many tokens as fit.
+
+The result, `Schedule`, counts each operation (head forward of w tokens, main forward
+of w tokens, snapshot, restore, head rewind) and the counters `MtpGenerator.get_stats()`
+reports, so a test can hold the replay against the runtime's own counters; `seconds`
+prices a schedule with measured `StepCosts`. N = 0 is plain `og.Generator` decoding.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+# Operation kinds a schedule counts; forwards carry their width (tokens fed in one call).
+HEAD_FORWARD = "head_forward"
+MAIN_FORWARD = "main_forward"
+PLAIN_STEP = "plain_step"  # og.Generator.generate_next_token: one 1-token forward plus picking the token
+SNAPSHOT = "snapshot"  # the main model's recurrent state copied before a verify
+RESTORE = "restore"  # ... and restored (with the KV cache cropped) after a rejection
+HEAD_REWIND = "head_rewind"  # the head's cache cut back to the committed tokens
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One prompt decoded greedily: how long it is, what came out, and where the head's drafts match."""
+
+    prompt_tokens: int
+    new_tokens: int  # asked for (max_length = prompt + new_tokens)
+    generated: tuple[int, ...]  # the greedy tokens; shorter than new_tokens when an end token came first
+    # Per generated token i: drafts chained from it that equal generated[i+1:], capped at the largest N.
+    # After an end token, the main model's own next tokens count too: the runtime verifies drafts against
+    # them (and counts them accepted) before it stops at the end token.
+    matches: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What decoding a set of prompts with N drafts costs in operations, and the runtime's counters for it."""
+
+    draft: int
+    tokens: int  # generated tokens (the first comes from the prompt's forward, as in plain decoding)
+    rounds: int = 0
+    proposed: int = 0  # get_stats()["draft_tokens_proposed"]
+    evaluated: int = 0  # ... "draft_tokens_evaluated"
+    accepted: int = 0  # ... "draft_tokens_accepted"
+    operations: tuple[tuple[str, int, int], ...] = ()  # (kind, width, count), sorted
+
+    def count(self, kind: str, width: int | None = None) -> int:
+        return sum(n for k, w, n in self.operations if k == kind and (width is None or w == width))
+
+    @property
+    def target_forwards(self) -> int:  # get_stats()["target_forward_passes"]
+        return self.count(MAIN_FORWARD)
+
+    @property
+    def draft_forwards(self) -> int:  # get_stats()["draft_forward_passes"]
+        return self.count(HEAD_FORWARD)
+
+    def __add__(self, other: "Schedule") -> "Schedule":
+        if self.draft != other.draft:
+            raise ValueError("schedules of different draft counts do not add")
+        ops = Counter({(k, w): n for k, w, n in self.operations})
+        ops.update({(k, w): n for k, w, n in other.operations})
+        return Schedule(
+            self.draft, self.tokens + other.tokens, self.rounds + other.rounds, self.proposed + other.proposed,
+            self.evaluated + other.evaluated, self.accepted + other.accepted, _sorted(ops),
+        )
+
+
+def _sorted(ops: Counter) -> tuple[tuple[str, int, int], ...]:
+    return tuple((k, w, n) for (k, w), n in sorted(ops.items()) if n)
+
+
+def schedule(decoding: Decoding, draft: int) -> Schedule:
+    """The operations and counters of decoding `decoding`'s prompt with `draft` drafts per step (0: plain)."""
+    tokens = len(decoding.generated)
+    if draft == 0:
+        return Schedule(0, tokens, operations=_sorted(Counter({(PLAIN_STEP, 1): max(tokens - 1, 0)})))
+    ops: Counter = Counter()
+    rounds = proposed = evaluated = accepted = 0
+    i = 0  # index of the token the next round commits (predicted by the last forward)
+    pending_draft = False  # N = 1: the next draft was made with the last accepted one
+    refeed: int | None = None  # N > 1: drafts accepted last round, fed to the head with the next first draft
+    # Committing generated[i] ends decoding when it is the last: max_length reached, or an end token.
+    while i + 1 < tokens:
+        # The round commits generated[i]; max_length leaves room for this many drafts.
+        room = decoding.new_tokens - i - 1
+        n = 1 if draft == 1 else min(draft, room)
+        rounds += 1
+        proposed += n
+        if draft == 1:
+            if not pending_draft:
+                ops[(HEAD_FORWARD, 1)] += 1
+        else:
+            if refeed is not None:
+                ops[(HEAD_REWIND, 0)] += 1
+            ops[(HEAD_FORWARD, (refeed or 0) + 1)] += 1
+            ops[(HEAD_FORWARD, 1)] += n - 1
+        ops[(SNAPSHOT, 0)] += 1
+        ops[(MAIN_FORWARD, n + 1)] += 1
+        agreed = min(decoding.matches[i], n)
+        evaluated += agreed + 1 if agreed < n else n
+        accepted += agreed
+        committed = i + 1 + agreed
+        if committed >= tokens:  # an accepted draft reached max_length or an end token: stop at once
+            break
+        if draft == 1:
+            pending_draft = agreed == 1
+            if pending_draft:
+                ops[(HEAD_FORWARD, 2)] += 1
+        else:
+            refeed = agreed
+        if agreed < n:
+            ops[(RESTORE, 0)] += 1
+            ops[(MAIN_FORWARD, agreed + 1)] += 1
+        i = committed
+    return Schedule(draft, tokens, rounds, proposed, evaluated, accepted, _sorted(ops))
+
+
+def total_schedule(decodings: Sequence[Decoding], draft: int) -> Schedule:
+    result = Schedule(draft, 0)
+    for decoding in decodings:
+        result = result + schedule(decoding, draft)
+    return result
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Seconds each operation takes on this machine (medians of interleaved samples)."""
+
+    plain_step: float
+    main_forward: tuple[float, ...]  # [w - 1]: a main forward of w tokens
+    head_forward: tuple[float, ...]  # [w - 1]: a head forward of w tokens
+    snapshot: float
+    restore: float
+    head_rewind: float
+
+    def of(self, kind: str, width: int) -> float:
+        if kind == MAIN_FORWARD:
+            return self.main_forward[width - 1]
+        if kind == HEAD_FORWARD:
+            return self.head_forward[width - 1]
+        return {PLAIN_STEP: self.plain_step, SNAPSHOT: self.snapshot, RESTORE: self.restore, HEAD_REWIND: self.head_rewind}[kind]
+
+
+def seconds(plan: Schedule, costs: StepCosts) -> float:
+    return sum(n * costs.of(kind, width) for kind, width, n in plan.operations)
+
+
+def acceptance_by_position(decodings: Sequence[Decoding], max_draft: int) -> tuple[tuple[int, int], ...]:
+    """Per draft position k = 1..max_draft: (drafts tried, accepted) where drafts 1..k-1 were accepted.
+
+    Every generated token that has k more tokens after it counts once, as a round starting
+    there would: the k-th draft is tried when the first k-1 matched.
+    """
+    tried, kept = [0] * max_draft, [0] * max_draft
+    for d in decodings:
+        for i, matched in enumerate(d.matches):
+            reachable = min(max_draft, len(d.generated) - 1 - i)  # tokens that were emitted, not past an end token
+            for k in range(1, reachable + 1):
+                if matched >= k - 1:
+                    tried[k - 1] += 1
+                    kept[k - 1] += matched >= k
+    return tuple(zip(tried, kept))
