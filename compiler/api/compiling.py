@@ -74,6 +74,7 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
     force: bool = False,
     progress: "Console | Callable[[str], None] | None" = None,
     jobs: int | None = None,
+    tune_report: PathLike | None = None,
 ) -> CompileResult:
     """Compile `spec` into the package folder `output` (default `./out/<spec name>`), atomically.
 
@@ -81,7 +82,8 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
     (a `mtpc.util.progress.Console` also shows bytes written with rate and ETA). Raises `MtpcError`
     when the spec is invalid (exit code 1) or a path is unusable (2); nothing is written then.
     `jobs`: threads converting weights while they are written (default: every available core);
-    the package is byte-identical for any value."""
+    the package is byte-identical for any value. `tune_report`: a `mtpc tune --format json` report of a
+    package of this spec; its measured table goes into the model card (`compile --tune-report`)."""
     from ..pipeline.driver import build
     from ..output.write import check_destination, write_package
     from ..weights.quant import measured_requantization_note
@@ -100,7 +102,7 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
     if output is not None:
         # Refuse before the build, which can take minutes; the source checkpoint is known only after it.
         check_destination(output, force=force, protected=protected)
-    with build(spec_path, progress=say, jobs=jobs) as result:
+    with build(spec_path, progress=say, jobs=jobs, tune_report=tune_report) as result:
         target = Path(output) if output is not None else default_output(result.ir.name)
         if result.ir.source.path is not None:
             protected.append(("source checkpoint", result.ir.source.path))

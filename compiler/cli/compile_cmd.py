@@ -25,6 +25,12 @@ as a plain line every MTPC_PROGRESS_INTERVAL seconds (default 10) and at every
 tenth of the way in a log. The package records where it came from in
 provenance.json (mtpc's version, the spec, the source's fingerprint).
 
+--tune-report FILE puts what `mtpc tune DIR --format json` measured on a package of
+this spec (tokens per second for every draft count, acceptance per draft position,
+the recommendation) into the model card. The table comes from the file alone, so the
+card stays byte-identical; a report of another checkpoint or of other stored weights
+is refused (exit 2). Changing only the draft count, as tune recommends, keeps it valid.
+
 examples:
   mtpc compile specs/qwen35-tiny-mtp.yaml              # -> out/qwen35-tiny-mtp/
   mtpc compile specs/qwen35-tiny-mtp.yaml -o pkg -q    # no progress on stderr
@@ -32,6 +38,7 @@ examples:
   mtpc compile spec.yaml --format json | jq .files
   mtpc compile spec.yaml -o build/pkg --force          # replace build/pkg whatever it holds
   mtpc compile spec.yaml -j 1                          # one thread (same bytes as the default)
+  mtpc compile spec.yaml -o pkg --tune-report tune.json  # the card shows the measured speed
 """
 
 
@@ -44,6 +51,11 @@ def add_parser(sub) -> None:
         "-j", "--jobs", type=_jobs, metavar="N", default=None,
         help="threads converting weights while they are written (default: every available core); "
         "the package is byte-identical for any N",
+    )
+    p.add_argument(
+        "--tune-report", metavar="FILE",
+        help="a `mtpc tune --format json` report of a package of this spec: its measured decoding speed goes "
+        "into the model card (README.md); refused when it was measured on another checkpoint or other stored weights",
     )
     p.set_defaults(run=run)
 
@@ -66,7 +78,7 @@ def run(args) -> int:
     from ..util.progress import human_size
 
     say = console(args)
-    result = compile_package(args.spec, args.output, force=args.force, progress=say, jobs=args.jobs)
+    result = compile_package(args.spec, args.output, force=args.force, progress=say, jobs=args.jobs, tune_report=args.tune_report)
     if args.format == "json":
         files = [
             {"path": f.path, "bytes": f.bytes, "sha256": digest(file_chunks(result.output / f.path))} for f in result.files

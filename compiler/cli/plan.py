@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
     p.add_argument("--against", metavar="DIR", help="existing package to compare with (default: ./out/<spec name>)")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
+    p.add_argument("--tune-report", metavar="FILE", help="as compile --tune-report: the model card with that measured table")
     p.set_defaults(run=run)
 
 
@@ -104,7 +105,7 @@ def run(args) -> int:
     snapshots: list[tuple[str, object]] = []
     observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
     # The graphs are built only if their bytes are compared (DIR holds a file of that name).
-    result = build(spec, defer=True, defer_graphs=True, progress=console(args), observer=observer)
+    result = build(spec, defer=True, defer_graphs=True, progress=console(args), observer=observer, tune_report=args.tune_report)
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
         files, changes = file_plan(result.artifacts, against)

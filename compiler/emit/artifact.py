@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # the emitters pull in onnx_ir (and sympy): imported only whe
     from ..ir import GraphContract, ModelIR
     from ..sources.info import SourceInfo
     from ..weights import WeightStore
+    from .speed_table import SpeedTable
 
 Progress = Callable[[str], None]
 
@@ -103,6 +104,8 @@ class EmitContext:
     # Leave the ONNX graphs unbuilt until their bytes are read (see emit/graph_files.py), for a verb that
     # writes nothing; honoured only where no other emitter needs what building them records.
     defer_graphs: bool = False
+    # A `mtpc tune` report's table for the model card (`compile --tune-report`); None: the card has none.
+    speed_table: SpeedTable | None = None
     _weights: WeightStore | None = field(default=None, init=False, repr=False)
 
     @property

@@ -16,6 +16,7 @@ from collections import Counter
 from ..ir import AttentionMode, HeadContract, HeadLayout, ModelIR
 from ..weights.quant import requantization_notes
 from .artifact import Artifact, EmitContext
+from .speed_table import SpeedTable, render_speed_section
 
 CARD_NAME = "README.md"
 # The third line after the front matter starts with this; `mtpc.output.write` recognises an earlier package by it.
@@ -71,7 +72,8 @@ _PLAIN = re.compile(r"[A-Za-z][\w./-]*")
 _NOT_A_STRING = re.compile(r"(?i)(y|n|yes|no|true|false|on|off|null|none)")
 
 
-def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> str:
+def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTable | None = None) -> str:
+    """The card; `speed` (a `mtpc tune` report, `compile --tune-report`) adds the measured decoding speed."""
     arch = ir.architecture
     ort_head = ir.head(HeadContract.ORT_GENAI)
     onnx_genai_head = ir.head(HeadContract.ONNX_GENAI)
@@ -156,6 +158,8 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> str:
             f"print({sequence})",
             "```",
         ]
+    if speed is not None:
+        lines += render_speed_section(speed)
     lines += _weights_section(ir)
     lines += [
         "",
@@ -182,4 +186,4 @@ def _weights_section(ir: ModelIR) -> list[str]:
 
 
 def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
-    return [Artifact(CARD_NAME, render(ir, ctx.info.card).encode("utf-8"))]
+    return [Artifact(CARD_NAME, render(ir, ctx.info.card, ctx.speed_table).encode("utf-8"))]

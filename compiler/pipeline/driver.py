@@ -103,6 +103,7 @@ def build(
     defer: bool = False,
     defer_graphs: bool = False,
     jobs: int | None = None,
+    tune_report: str | Path | None = None,
 ) -> Build:
     """Compile a spec in memory. Weight data stays lazy: `.onnx.data` artifacts stream when read.
 
@@ -113,8 +114,14 @@ def build(
     contract checks read their I/O from the IR's contracts, and the checks of what the graphs hold
     (initializers, external data) are left to `compile`. `jobs`:
     threads producing weights while a data file streams (default: every available core); the bytes
-    are the same for any value.
+    are the same for any value. `tune_report`: a `mtpc tune` JSON report whose measured table goes into
+    the model card; it must be of this spec's checkpoint and stored weights (exit 2 otherwise).
     """
+    table = None
+    if tune_report is not None:
+        from ..tuning.report import load_report
+
+        table = load_report(tune_report)  # an unreadable report is refused before the build, which can take minutes
     pipeline = default_pipeline(observer)
     ir, info = build_ir(spec_path, pipeline)
     from ..emit.provenance_record import record
@@ -125,6 +132,7 @@ def build(
     if defer_graphs and not defer:
         raise ValueError("defer_graphs needs defer: compile builds the graphs it checks and writes")
     ctx.defer_graphs = defer_graphs
+    ctx.speed_table = table
     artifacts: list[Artifact] = []
     try:
         for name, emitter in EMITTERS:
@@ -132,6 +140,11 @@ def build(
             artifacts.extend(emitter(ir, ctx))
         if not defer:
             artifacts = [replace(a, content=a.read(), chunks=None, deferred=False) if a.deferred else a for a in artifacts]
+        if table is not None:
+            from ..tuning.report import check_report_fits
+
+            small = {a.relpath: a.content for a in artifacts if a.content is not None}
+            check_report_fits(table, small.get, tune_report)
         seen: set[str] = set()
         for i, art in enumerate(artifacts):
             if art.relpath in seen:

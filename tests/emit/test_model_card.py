@@ -16,7 +16,7 @@ from tests.passes.ir_factory import CUDA_PAGED, compiled
 
 
 def card(ir, facts=()) -> str:
-    (artifact,) = emit_model_card(ir, SimpleNamespace(info=SimpleNamespace(card=facts)))
+    (artifact,) = emit_model_card(ir, SimpleNamespace(info=SimpleNamespace(card=facts), speed_table=None))
     assert artifact.relpath == "README.md" and artifact.schema is None
     return artifact.read().decode("utf-8")
 

@@ -34,6 +34,9 @@ def _documents() -> list[tuple[str, str, object]]:
         schema = schema_for(path.name, layout)
         if schema is not None:
             found.append((str(path.relative_to(GOLDEN)), schema, doc))
+    # mtpc tune's report, from one real run (tests/tuning/test_tune_report.py).
+    report = GOLDEN.parent / "cases" / "tune" / "report.json"
+    found.append(("../cases/tune/report.json", "tune_report.schema.json", json.loads(report.read_text("utf-8"))))
     return found
 
 
