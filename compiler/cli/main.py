@@ -98,7 +98,8 @@ exit codes (every verb):
   0  nothing to report
   1  findings: invalid spec, failed check, non-empty diff, verify mismatch (warnings do not count)
   2  usage error or unreadable input; a spec whose checkpoint is absent (check --offline checks it
-     without); a package verify could not run here (--static-only accepts the static checks)
+     without); a package verify or tune could not run here (--static-only accepts verify's static
+     checks); a package without an MTP head given to tune; an unreadable or empty prompts file
   3  internal error (a bug in mtpc; rerun with --traceback and report it)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM; an interrupted compile leaves nothing behind
   141  stdout or stderr was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE
@@ -109,6 +110,7 @@ examples:
   mtpc check out/tiny --format github
   mtpc diff out/old out/new --format markdown
   mtpc inspect ~/models/qwen3.5-0.8b
+  mtpc tune out/tiny --prompts my-prompts.txt --threads 4
   mtpc schema genai_config
 
 Run `mtpc VERB --help` for a verb's options and examples.
@@ -119,7 +121,7 @@ def build_parser() -> Parser:
     parser = Parser(
         prog="mtpc",
         description="Compile checkpoints that ship a multi-token-prediction (MTP) head into ONNX runtime packages "
-        "for onnxruntime-genai and onnx-genai, and check, diff and verify those packages.",
+        "for onnxruntime-genai and onnx-genai, and check, diff, verify and tune those packages.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

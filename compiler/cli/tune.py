@@ -30,8 +30,10 @@ same tokens, so only speed is at stake.
 Prompts: --prompts FILE has one prompt a line (blank lines are skipped), encoded with
 the package's tokenizer; without it, a built-in handful (code, a list, prose, a
 question, a table). Acceptance depends on what is decoded: use your own prompts.
-Timings are medians of interleaved samples; on a busy machine they are noisier
-(more --sweeps helps). Give --threads to measure the thread count you deploy with.
+Timings are means of interleaved samples, so the numbers are what decoding takes
+under the conditions tune ran in: run it as you deploy (same machine, --threads as
+you will set them, nothing else running that will not run then). A busy machine makes
+the numbers noisier; more --sweeps steadies them.
 
 The JSON report (--format json) is what `mtpc compile SPEC --tune-report FILE` puts
 in the package's model card. Without the runtime extra (onnxruntime,
@@ -144,7 +146,7 @@ def _render(result, spec) -> None:
         rate = f"{kept / tried:4.0%}" if tried else "   -"
         out(f"  draft {k}: {rate} ({kept} of {tried})")
     out("")
-    out(f"step costs, ms (medians of {costs['samples']} interleaved sweeps):")
+    out(f"step costs, ms (means of {costs['samples']} interleaved sweeps):")
     out(f"  plain step {costs['plain_step']:.3g}; snapshot {costs['snapshot']:.3g}, restore {costs['restore']:.3g}")
     out("  main forward of 1.." + f"{len(costs['main_forward'])} tokens: " + " ".join(f"{c:.3g}" for c in costs["main_forward"]))
     out("  head forward of 1.." + f"{len(costs['head_forward'])} tokens: " + " ".join(f"{c:.3g}" for c in costs["head_forward"]))

@@ -15,10 +15,13 @@ the runtime's own work around each forward:
    decoding step, a main forward of every width 1..max_draft + 1 (after a state
    snapshot, then restored: a verify or replay), a head forward of every width (then
    rewound), each sample taken next to the others so a busy machine slows them alike.
-   A step's cost is the lower quartile of its samples: on a shared machine other work only
-   ever slows a sample down, so the quartile is what the step costs when the machine is
-   quiet (what a deployment sees), and it stays put while other jobs come and go, where a
-   median moves once half the samples are disturbed.
+   A step's cost is the mean of its samples: decoding takes the sum of its steps' times, so
+   the mean is what predicts it under the conditions tune ran in. On a quiet machine a
+   median says the same; on a busy one other work stalls a few short steps for long, which
+   a median (or any quantile) leaves out and a decoding run does not (measured on this
+   project's shared 2-core machine: medians predicted 3x the tokens/s decoding then
+   measured, means within the run-to-run spread). The stalls slow every N alike, so the
+   recommendation rests on ratios that move less than the absolute numbers.
 
 `mtpc.tuning.schedule` turns the matches into the runtime's rounds for each N, and the
 costs into seconds. Nothing here asserts a time; the numbers are what this machine did.
@@ -160,13 +163,6 @@ def draft_matches(runtime: Runtime, prompt: list[int], generated: list[int], max
         return tuple(matches) + (0,)  # the last token has nothing after it to draft
 
 
-def lower_quartile(samples: Sequence[float]) -> float:
-    """The value a quarter of the samples are below (the sample itself when there is one)."""
-    if len(samples) < 2:
-        return samples[0]
-    return statistics.quantiles(samples, n=4, method="inclusive")[0]
-
-
 @dataclass
 class _Samples:
     plain: list
@@ -181,7 +177,7 @@ class _Samples:
         return cls([], {w: [] for w in range(1, widths + 1)}, {w: [] for w in range(1, widths + 1)}, [], [], [])
 
     def costs(self) -> StepCosts:
-        med = lower_quartile
+        med = statistics.fmean
         return StepCosts(
             plain_step=med(self.plain),
             main_forward=tuple(med(self.main[w]) for w in sorted(self.main)),

@@ -148,7 +148,7 @@ def total_schedule(decodings: Sequence[Decoding], draft: int) -> Schedule:
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Seconds each operation takes on this machine (medians of interleaved samples)."""
+    """Seconds each operation takes on this machine (means of interleaved samples)."""
 
     plain_step: float
     main_forward: tuple[float, ...]  # [w - 1]: a main forward of w tokens

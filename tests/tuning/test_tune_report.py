@@ -20,7 +20,7 @@ import pytest
 from mtpc.cli.main import main
 from mtpc.emit.speed_table import render_speed_section
 from mtpc.schema.validation import errors as schema_errors
-from mtpc.tuning import tune
+import mtpc
 from mtpc.tuning.report import envelope, load_report
 
 from .conftest import NEW_TOKENS, PROMPTS
@@ -98,7 +98,7 @@ def test_a_report_value_out_of_its_schema_is_refused_at_that_value(tmp_path):
 
 @pytest.fixture(scope="module")
 def sure_report_file(sure, tune_workdir) -> Path:
-    result = tune(sure, PROMPTS, prompts_source="prompts.txt", new_tokens=NEW_TOKENS, threads=1, sweeps=5)
+    result = mtpc.tune(sure, PROMPTS, prompts_source="prompts.txt", new_tokens=NEW_TOKENS, threads=1, sweeps=5)
     path = tune_workdir / "sure-report.json"
     path.write_text(json.dumps(envelope(result.body), indent=2), encoding="utf-8")
     return path

@@ -16,7 +16,7 @@ import pytest
 from mtpc.cli.main import main
 from mtpc.schema.validation import errors as schema_errors
 from mtpc.tuning.measure import Runtime, draft_matches, greedy, past_the_end
-from mtpc.tuning import tune
+import mtpc
 from mtpc.tuning.package import open_package
 from mtpc.tuning.report import envelope
 from mtpc.tuning.schedule import Decoding, schedule, total_schedule
@@ -81,8 +81,8 @@ def test_partly_accepted_rounds_are_among_those_compared(mixed_decodings):
 
 @pytest.fixture(scope="module")
 def sure_report(sure) -> dict:
-    # Through the API the verb runs (the verb's JSON itself: test_a_random_head_gets_mtp_turned_off).
-    result = tune(sure, PROMPTS, prompts_source="prompts.txt", new_tokens=NEW_TOKENS, threads=1, sweeps=5)
+    # Through the Python API, `mtpc.tune` (the verb's own JSON: test_a_random_head_gets_mtp_turned_off).
+    result = mtpc.tune(sure, PROMPTS, prompts_source="prompts.txt", new_tokens=NEW_TOKENS, threads=1, sweeps=5)
     return envelope(result.body)
 
 
