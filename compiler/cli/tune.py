@@ -119,7 +119,7 @@ _FIELD = {True: ("targets", "onnxruntime_genai", "max_draft_tokens"), False: ("m
 
 
 def _position(spec, draft: int) -> str:
-    span = spec.span(_FIELD[bool(draft)], at="value")
+    span = spec.span(_FIELD[bool(draft)], at="value")  # a field the spec does not write: its section's place
     return f"{span.file}:{span.line}:{span.col}"
 
 
@@ -162,9 +162,13 @@ def _render(result, spec) -> None:
     recommendation = body["recommendation"]
     out(f"recommended: {f'N = {result.recommended} drafts per step' if result.recommended else 'MTP off'} ({result.reason})")
     where = f"   # {recommendation['spec_position']}" if recommendation.get("spec_position") else ""
+    if where and spec.get(_FIELD[bool(result.recommended)]) is None:
+        where += " (not written there yet: add it in that section)"
     out(f"  spec: {recommendation['spec_line']}{where}")
     current = body["package"]["max_draft_tokens"]
     if result.recommended and current == result.recommended:
         out("  the package already drafts that many")
+    elif result.recommended and current:
+        out(f"  the package drafts {current} now")
     elif result.recommended == 0:
         out("  (or keep the package and decode with og.Generator, which never runs the head)")

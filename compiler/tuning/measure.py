@@ -263,10 +263,11 @@ def measure(
             hint="give prompts the model continues, or more --new-tokens",
         )
     share = [sweeps // len(usable) + (k < sweeps % len(usable)) for k in range(len(usable))]
-    progress(f"timing decoding steps: {sweeps} interleaved sweeps of {2 * (max_draft + 1) + 1} operations")
     done = 0
     for (prompt, decoding), count in zip(usable, share):
         if count:
+            progress(f"timing decoding steps: sweeps {done + 1}-{done + count} of {sweeps} "
+                     f"({2 * (max_draft + 1) + 1} operations each)")
             _sweeps(runtime, prompt, list(decoding.generated), max_draft, count, done, samples)
             done += count
     return Measurement(tuple(decodings), samples.costs(), sweeps, runtime.threads)
