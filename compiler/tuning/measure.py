@@ -177,14 +177,15 @@ class _Samples:
         return cls([], {w: [] for w in range(1, widths + 1)}, {w: [] for w in range(1, widths + 1)}, [], [], [])
 
     def costs(self) -> StepCosts:
-        med = statistics.fmean
+        mean = statistics.fmean
         return StepCosts(
-            plain_step=med(self.plain),
-            main_forward=tuple(med(self.main[w]) for w in sorted(self.main)),
-            head_forward=tuple(med(self.head[w]) for w in sorted(self.head)),
-            snapshot=med(self.snapshot),
-            restore=med(self.restore),
-            head_rewind=med(self.head_rewind),
+            # Continuations that all end at once leave no plain step to time: a 1-token forward is one.
+            plain_step=mean(self.plain or self.main[1]),
+            main_forward=tuple(mean(self.main[w]) for w in sorted(self.main)),
+            head_forward=tuple(mean(self.head[w]) for w in sorted(self.head)),
+            snapshot=mean(self.snapshot),
+            restore=mean(self.restore),
+            head_rewind=mean(self.head_rewind),
         )
 
 
@@ -193,9 +194,16 @@ def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft
     package, widths = runtime.package, max_draft + 1
     middle = max(1, len(generated) // 2)
     context = prompt + generated[:middle]
-    tokens = np.asarray((generated[middle:] + generated) [:widths] or [generated[0]] * widths, np.int32)
-    tokens = np.resize(tokens, widths)
+    tokens = np.resize(np.asarray(generated[middle:] + generated, np.int32), widths)  # what is fed matters not
     length = len(context) + widths + sweeps + 4
+    walk_from = prompt + generated[: max(1, middle - sweeps // 2)]  # plain steps walk through the middle
+
+    def plain_decoder():
+        decoder = runtime.generator(runtime.main, length)
+        decoder.append_tokens(walk_from)
+        decoder.generate_next_token()  # picks from the prompt's logits; each later call is one forward
+        return decoder
+
     with _refusal("onnxruntime-genai could not run the package to measure its steps"):
         main = runtime.generator(runtime.main, length)
         main.append_tokens(context)
@@ -205,10 +213,7 @@ def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft
         head.set_hidden_states(np.ascontiguousarray(hidden[:, len(prompt) - 1 : -1]))
         head.append_tokens(np.asarray(generated[:middle], np.int32))
         head_at = head.token_count()
-        # Plain steps walk through the middle: start sweeps/2 tokens before it.
-        plain = runtime.generator(runtime.main, length)
-        plain.append_tokens(prompt + generated[: max(1, middle - sweeps // 2)])
-        plain.generate_next_token()  # picks from the prompt's logits; each later call is one forward
+        plain = plain_decoder()
         for sweep in range(sweeps):
             order = list(range(1, widths + 1))
             shift = (first + sweep) % widths
@@ -231,10 +236,13 @@ def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft
                 t2 = clock()
                 samples.head[width].append(t1 - t0)
                 samples.head_rewind.append(t2 - t1)
-                if width == 1 and not plain.is_done():
-                    t0 = clock()
-                    plain.generate_next_token()
-                    samples.plain.append(clock() - t0)
+                if width == 1:
+                    if plain.is_done():  # an end token: walk again
+                        plain = plain_decoder()
+                    if not plain.is_done():
+                        t0 = clock()
+                        plain.generate_next_token()
+                        samples.plain.append(clock() - t0)
 
 
 def measure(

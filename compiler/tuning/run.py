@@ -73,8 +73,11 @@ def tune(
     require_runtime()
     if max_draft is None:
         max_draft = max(DEFAULT_MAX_DRAFT, min(opened.max_draft_tokens or 0, MAX_DRAFT))
-    if not 1 <= max_draft <= MAX_DRAFT:
-        raise MtpcError.single(f"max draft {max_draft} is outside 1..{MAX_DRAFT}", exit_code=ExitCode.USAGE)
+    for what, value, least in (("max_draft", max_draft, 1), ("new_tokens", new_tokens, 2), ("sweeps", sweeps, 1),
+                               ("threads", threads if threads is not None else 1, 1)):
+        if value < least or (what == "max_draft" and value > MAX_DRAFT):
+            bounds = f"from 1 to {MAX_DRAFT}" if what == "max_draft" else f"at least {least}"
+            raise MtpcError.single(f"{what} must be {bounds}, not {value}", exit_code=ExitCode.USAGE)
     texts = tuple(BUILT_IN if prompts is None else prompts)
     if not texts:
         raise MtpcError.single("no prompts to decode", exit_code=ExitCode.USAGE)
