@@ -147,9 +147,11 @@ def _render(result, spec) -> None:
         out(f"  draft {k}: {rate} ({kept} of {tried})")
     out("")
     out(f"step costs, ms (means of {costs['samples']} interleaved sweeps):")
-    out(f"  plain step {costs['plain_step']:.3g}; snapshot {costs['snapshot']:.3g}, restore {costs['restore']:.3g}")
-    out("  main forward of 1.." + f"{len(costs['main_forward'])} tokens: " + " ".join(f"{c:.3g}" for c in costs["main_forward"]))
-    out("  head forward of 1.." + f"{len(costs['head_forward'])} tokens: " + " ".join(f"{c:.3g}" for c in costs["head_forward"]))
+    widths = f"1..{len(costs['verify'])} tokens:"
+    out(f"  plain step {costs['plain_step']:.3g}; snapshot {costs['snapshot']:.3g}, restore {costs['restore']:.3g}, "
+        f"chained head forward {costs['head_chain']:.3g}")
+    for name, key in (("verify", "verify"), ("replay", "replay"), ("head's first forward", "head_forward")):
+        out(f"  {name} of {widths} " + " ".join(f"{c:.3g}" for c in costs[key]))
     out("")
     out("  drafts   tokens/s   vs off   accepted   main fwd   head fwd")
     for p in result.predictions:

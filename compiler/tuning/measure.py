@@ -11,10 +11,13 @@ the runtime's own work around each forward:
    runtime feeds it: only generated tokens, in order), chaining its own drafts and
    hidden output while they equal the continuation, up to `max_draft`. Only the
    matching drafts are chained further, so this costs about one head forward per token;
-3. step costs, in interleaved sweeps at the middle of each continuation: one plain
-   decoding step, a main forward of every width 1..max_draft + 1 (after a state
-   snapshot, then restored: a verify or replay), a head forward of every width (then
-   rewound), each sample taken next to the others so a busy machine slows them alike.
+3. step costs, in interleaved sweeps at the middle of each continuation, each operation
+   timed where it sits in a round (what ran just before decides what is still in the
+   caches): for every width 1..max_draft + 1, a head forward right after a main forward
+   (a round's first draft), a chained one right after it, the head's rewind, a state
+   snapshot, a main forward right after the head's (a verify), the restore, another main
+   forward right after that (a replay after a rejection), and a plain decoding step right
+   after those; each sample taken next to the others so a busy machine slows them alike.
    A step's cost is the mean of its samples: decoding takes the sum of its steps' times, so
    the mean is what predicts it under the conditions tune ran in. On a quiet machine a
    median says the same; on a busy one other work stalls a few short steps for long, which
@@ -166,37 +169,50 @@ def draft_matches(runtime: Runtime, prompt: list[int], generated: list[int], max
 @dataclass
 class _Samples:
     plain: list
-    main: dict
+    verify: dict
+    replay: dict
     head: dict
+    head_chain: list
     snapshot: list
     restore: list
     head_rewind: list
 
     @classmethod
     def empty(cls, widths: int) -> "_Samples":
-        return cls([], {w: [] for w in range(1, widths + 1)}, {w: [] for w in range(1, widths + 1)}, [], [], [])
+        per_width = lambda: {w: [] for w in range(1, widths + 1)}  # noqa: E731
+        return cls([], per_width(), per_width(), per_width(), [], [], [], [])
 
     def costs(self) -> StepCosts:
         mean = statistics.fmean
         return StepCosts(
-            # Continuations that all end at once leave no plain step to time: a 1-token forward is one.
-            plain_step=mean(self.plain or self.main[1]),
-            main_forward=tuple(mean(self.main[w]) for w in sorted(self.main)),
+            # Continuations that all end at once leave no plain step to time: a 1-token replay is one.
+            plain_step=mean(self.plain or self.replay[1]),
+            verify=tuple(mean(self.verify[w]) for w in sorted(self.verify)),
+            replay=tuple(mean(self.replay[w]) for w in sorted(self.replay)),
             head_forward=tuple(mean(self.head[w]) for w in sorted(self.head)),
+            head_chain=mean(self.head_chain),
             snapshot=mean(self.snapshot),
             restore=mean(self.restore),
             head_rewind=mean(self.head_rewind),
         )
 
 
+def _timed(call, *args) -> float:
+    start = clock()
+    call(*args)
+    return clock() - start
+
+
 def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft: int, sweeps: int, first: int, samples: _Samples) -> None:
-    """`sweeps` interleaved samples of every operation at the middle of this prompt's continuation."""
+    """`sweeps` samples of every operation at the middle of this prompt's continuation, each where it sits in a
+    round: a round's first head forward after a main forward, a chained one after it, a verify after those, a
+    replay after the verify, a plain step after main forwards (as in plain decoding)."""
     package, widths = runtime.package, max_draft + 1
     middle = max(1, len(generated) // 2)
     context = prompt + generated[:middle]
     tokens = np.resize(np.asarray(generated[middle:] + generated, np.int32), widths)  # what is fed matters not
-    length = len(context) + widths + sweeps + 4
-    walk_from = prompt + generated[: max(1, middle - sweeps // 2)]  # plain steps walk through the middle
+    length = len(context) + widths + widths * sweeps + 4
+    walk_from = prompt + generated[: max(1, middle - widths * sweeps // 2)]  # plain steps walk through the middle
 
     def plain_decoder():
         decoder = runtime.generator(runtime.main, length)
@@ -218,31 +234,19 @@ def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft
             order = list(range(1, widths + 1))
             shift = (first + sweep) % widths
             for width in order[shift:] + order[:shift]:
-                t0 = clock()
-                main.snapshot_state()
-                t1 = clock()
-                main.append_tokens(tokens[:width])
-                t2 = clock()
-                main.rewind_to(at)
-                t3 = clock()
-                samples.snapshot.append(t1 - t0)
-                samples.main[width].append(t2 - t1)
-                samples.restore.append(t3 - t2)
                 head.set_hidden_states(np.ascontiguousarray(hidden[:, -width:]))
-                t0 = clock()
-                head.append_tokens(tokens[:width])
-                t1 = clock()
-                head.rewind_to(head_at)
-                t2 = clock()
-                samples.head[width].append(t1 - t0)
-                samples.head_rewind.append(t2 - t1)
-                if width == 1:
-                    if plain.is_done():  # an end token: walk again
-                        plain = plain_decoder()
-                    if not plain.is_done():
-                        t0 = clock()
-                        plain.generate_next_token()
-                        samples.plain.append(clock() - t0)
+                samples.head[width].append(_timed(head.append_tokens, tokens[:width]))
+                head.set_hidden_states(np.ascontiguousarray(head.get_output(package.head_hidden)[:, -1:]))
+                samples.head_chain.append(_timed(head.append_tokens, tokens[:1]))
+                samples.head_rewind.append(_timed(head.rewind_to, head_at))
+                for kind in (samples.verify, samples.replay):
+                    samples.snapshot.append(_timed(main.snapshot_state))
+                    kind[width].append(_timed(main.append_tokens, tokens[:width]))
+                    samples.restore.append(_timed(main.rewind_to, at))
+                if plain.is_done():  # an end token: walk again
+                    plain = plain_decoder()
+                if not plain.is_done():
+                    samples.plain.append(_timed(plain.generate_next_token))
 
 
 def measure(
@@ -275,7 +279,7 @@ def measure(
     for (prompt, decoding), count in zip(usable, share):
         if count:
             progress(f"timing decoding steps: sweeps {done + 1}-{done + count} of {sweeps} "
-                     f"({2 * (max_draft + 1) + 1} operations each)")
+                     f"({5 * (max_draft + 1)} forwards each)")
             _sweeps(runtime, prompt, list(decoding.generated), max_draft, count, done, samples)
             done += count
     return Measurement(tuple(decodings), samples.costs(), sweeps, runtime.threads)

@@ -118,8 +118,10 @@ def payload(
         "acceptance": [{"position": k, "tried": t, "accepted": a} for k, (t, a) in enumerate(acceptance, 1)],
         "step_costs_ms": {
             "plain_step": ms(costs.plain_step),
-            "main_forward": [ms(c) for c in costs.main_forward],
+            "verify": [ms(c) for c in costs.verify],
+            "replay": [ms(c) for c in costs.replay],
             "head_forward": [ms(c) for c in costs.head_forward],
+            "head_chain": ms(costs.head_chain),
             "snapshot": ms(costs.snapshot),
             "restore": ms(costs.restore),
             "head_rewind": ms(costs.head_rewind),

@@ -21,10 +21,15 @@ module replays, for any N, the runtime's rounds as `src/mtp_generator.cpp` runs 
 - a round stops as soon as the committed sequence reaches `max_length` or an end token,
   before any replay; near `max_length` a round drafts only as many tokens as fit.
 
-The result, `Schedule`, counts each operation (head forward of w tokens, main forward
-of w tokens, snapshot, restore, head rewind) and the counters `MtpGenerator.get_stats()`
-reports, so a test can hold the replay against the runtime's own counters; `seconds`
-prices a schedule with measured `StepCosts`. N = 0 is plain `og.Generator` decoding.
+The result, `Schedule`, counts each operation and the counters `MtpGenerator.get_stats()`
+reports, so a test can hold the replay against the runtime's own counters; `seconds` prices
+a schedule with measured `StepCosts`. N = 0 is plain `og.Generator` decoding.
+
+An operation is named by where it sits in a round as well as by what it computes, because
+that changes its cost (the weights it reads are, or are not, still in the caches): a round's
+first head forward runs right after a main forward, the chained ones right after a head
+forward; a verify right after head forwards, a replay right after a verify; a plain step
+right after another plain step.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 # Operation kinds a schedule counts; forwards carry their width (tokens fed in one call).
-HEAD_FORWARD = "head_forward"
-MAIN_FORWARD = "main_forward"
+HEAD_FORWARD = "head_forward"  # a round's first head forward (or N = 1's only one), after a main forward
+HEAD_CHAIN = "head_chain"  # a chained draft's head forward (1 token), right after another head forward
+VERIFY = "verify"  # the main forward over [token, drafts], after the head's forwards
+REPLAY = "replay"  # the main forward over the committed prefix after a restore, right after a verify
 PLAIN_STEP = "plain_step"  # og.Generator.generate_next_token: one 1-token forward plus picking the token
 SNAPSHOT = "snapshot"  # the main model's recurrent state copied before a verify
 RESTORE = "restore"  # ... and restored (with the KV cache cropped) after a rejection
@@ -72,11 +79,11 @@ class Schedule:
 
     @property
     def target_forwards(self) -> int:  # get_stats()["target_forward_passes"]
-        return self.count(MAIN_FORWARD)
+        return self.count(VERIFY) + self.count(REPLAY)
 
     @property
     def draft_forwards(self) -> int:  # get_stats()["draft_forward_passes"]
-        return self.count(HEAD_FORWARD)
+        return self.count(HEAD_FORWARD) + self.count(HEAD_CHAIN)
 
     def __add__(self, other: "Schedule") -> "Schedule":
         if self.draft != other.draft:
@@ -117,9 +124,9 @@ def schedule(decoding: Decoding, draft: int) -> Schedule:
             if refeed is not None:
                 ops[(HEAD_REWIND, 0)] += 1
             ops[(HEAD_FORWARD, (refeed or 0) + 1)] += 1
-            ops[(HEAD_FORWARD, 1)] += n - 1
+            ops[(HEAD_CHAIN, 1)] += n - 1
         ops[(SNAPSHOT, 0)] += 1
-        ops[(MAIN_FORWARD, n + 1)] += 1
+        ops[(VERIFY, n + 1)] += 1
         agreed = min(decoding.matches[i], n)
         evaluated += agreed + 1 if agreed < n else n
         accepted += agreed
@@ -134,7 +141,7 @@ def schedule(decoding: Decoding, draft: int) -> Schedule:
             refeed = agreed
         if agreed < n:
             ops[(RESTORE, 0)] += 1
-            ops[(MAIN_FORWARD, agreed + 1)] += 1
+            ops[(REPLAY, agreed + 1)] += 1
         i = committed
     return Schedule(draft, tokens, rounds, proposed, evaluated, accepted, _sorted(ops))
 
@@ -151,18 +158,20 @@ class StepCosts:
     """Seconds each operation takes on this machine (means of interleaved samples)."""
 
     plain_step: float
-    main_forward: tuple[float, ...]  # [w - 1]: a main forward of w tokens
-    head_forward: tuple[float, ...]  # [w - 1]: a head forward of w tokens
+    verify: tuple[float, ...]  # [w - 1]: a verify over w tokens
+    replay: tuple[float, ...]  # [w - 1]: a replay over w tokens
+    head_forward: tuple[float, ...]  # [w - 1]: a round's first head forward over w tokens
+    head_chain: float
     snapshot: float
     restore: float
     head_rewind: float
 
     def of(self, kind: str, width: int) -> float:
-        if kind == MAIN_FORWARD:
-            return self.main_forward[width - 1]
-        if kind == HEAD_FORWARD:
-            return self.head_forward[width - 1]
-        return {PLAIN_STEP: self.plain_step, SNAPSHOT: self.snapshot, RESTORE: self.restore, HEAD_REWIND: self.head_rewind}[kind]
+        widths = {VERIFY: self.verify, REPLAY: self.replay, HEAD_FORWARD: self.head_forward}
+        if kind in widths:
+            return widths[kind][width - 1]
+        return {PLAIN_STEP: self.plain_step, HEAD_CHAIN: self.head_chain, SNAPSHOT: self.snapshot,
+                RESTORE: self.restore, HEAD_REWIND: self.head_rewind}[kind]
 
 
 def seconds(plan: Schedule, costs: StepCosts) -> float:

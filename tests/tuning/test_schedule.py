@@ -12,7 +12,7 @@ import pytest
 
 from mtpc.tuning.predict import MARGIN, predict, recommend
 from mtpc.tuning.schedule import (
-    HEAD_FORWARD, HEAD_REWIND, MAIN_FORWARD, PLAIN_STEP, RESTORE, SNAPSHOT,
+    HEAD_CHAIN, HEAD_FORWARD, HEAD_REWIND, PLAIN_STEP, REPLAY, RESTORE, SNAPSHOT, VERIFY,
     Decoding, StepCosts, acceptance_by_position, schedule, seconds, total_schedule,
 )
 
@@ -36,7 +36,7 @@ def test_plain_decoding_is_one_step_per_token_after_the_first():
 def test_one_draft_always_rejected_restores_and_reruns_the_token_every_round():
     # Rounds commit tokens 0..3 (token 4 ends decoding); each drafts afresh, verifies 2 wide, replays 1 wide.
     plan = schedule(decoding([0] * 5), 1)
-    assert ops(plan) == {(HEAD_FORWARD, 1): 4, (SNAPSHOT, 0): 4, (MAIN_FORWARD, 2): 4, (RESTORE, 0): 4, (MAIN_FORWARD, 1): 4}
+    assert ops(plan) == {(HEAD_FORWARD, 1): 4, (SNAPSHOT, 0): 4, (VERIFY, 2): 4, (RESTORE, 0): 4, (REPLAY, 1): 4}
     assert (plan.rounds, plan.proposed, plan.evaluated, plan.accepted) == (4, 4, 4, 0)
     assert (plan.target_forwards, plan.draft_forwards) == (8, 4)
 
@@ -44,24 +44,24 @@ def test_one_draft_always_rejected_restores_and_reruns_the_token_every_round():
 def test_one_draft_always_accepted_drafts_the_next_one_with_the_accepted_one():
     # Round at 0: fresh draft, verify, accept, DraftTwo (2 wide); round at 2: reuses that draft; round at 4 ends.
     plan = schedule(decoding([1, 1, 1, 1, 0]), 1)
-    assert ops(plan) == {(HEAD_FORWARD, 1): 1, (HEAD_FORWARD, 2): 2, (SNAPSHOT, 0): 2, (MAIN_FORWARD, 2): 2}
+    assert ops(plan) == {(HEAD_FORWARD, 1): 1, (HEAD_FORWARD, 2): 2, (SNAPSHOT, 0): 2, (VERIFY, 2): 2}
     assert (plan.rounds, plan.proposed, plan.evaluated, plan.accepted) == (2, 2, 2, 2)
 
 
 def test_an_accepted_draft_that_reaches_max_length_ends_the_round_at_once():
     # Round at 0 accepts token 1; round at 2 accepts token 3, the last: no DraftTwo, no replay after it.
     plan = schedule(decoding([1, 0, 1, 0]), 1)
-    assert ops(plan) == {(HEAD_FORWARD, 1): 1, (HEAD_FORWARD, 2): 1, (SNAPSHOT, 0): 2, (MAIN_FORWARD, 2): 2}
+    assert ops(plan) == {(HEAD_FORWARD, 1): 1, (HEAD_FORWARD, 2): 1, (SNAPSHOT, 0): 2, (VERIFY, 2): 2}
 
 
 def test_chained_drafts_feed_the_accepted_ones_back_with_the_next_first_draft():
-    # N=3. Round at 0: 3 head forwards, verify 4 wide, 1 accepted, replay [t, d0] (2 wide).
-    # Round at 2: head rewound, first forward 1 + 1 wide, 2 more, verify 4 wide, all 3 accepted: the
-    # last reaches max_length, so the round ends there.
+    # N=3. Round at 0: a first head forward and 2 chained ones, verify 4 wide, 1 accepted, replay [t, d0]
+    # (2 wide). Round at 2: head rewound, first forward 1 + 1 wide, 2 chained, verify 4 wide, all 3
+    # accepted: the last reaches max_length, so the round ends there.
     plan = schedule(decoding([1, 0, 3, 2, 1, 0]), 3)
     assert ops(plan) == {
-        (HEAD_FORWARD, 1): 5, (HEAD_FORWARD, 2): 1, (HEAD_REWIND, 0): 1,
-        (SNAPSHOT, 0): 2, (MAIN_FORWARD, 4): 2, (RESTORE, 0): 1, (MAIN_FORWARD, 2): 1,
+        (HEAD_FORWARD, 1): 1, (HEAD_FORWARD, 2): 1, (HEAD_CHAIN, 1): 4, (HEAD_REWIND, 0): 1,
+        (SNAPSHOT, 0): 2, (VERIFY, 4): 2, (RESTORE, 0): 1, (REPLAY, 2): 1,
     }
     assert (plan.rounds, plan.proposed, plan.evaluated, plan.accepted) == (2, 6, 5, 4)
 
@@ -70,8 +70,8 @@ def test_rounds_near_max_length_draft_only_what_fits():
     # N=4 with 4 new tokens: the rounds at 0, 1, 2 have room for 3, 2 and 1 drafts.
     plan = schedule(decoding([0, 0, 0, 0]), 4)
     assert (plan.rounds, plan.proposed, plan.evaluated) == (3, 6, 3)
-    assert ops(plan)[(MAIN_FORWARD, 4)] == ops(plan)[(MAIN_FORWARD, 3)] == ops(plan)[(MAIN_FORWARD, 2)] == 1
-    assert ops(plan)[(MAIN_FORWARD, 1)] == 3 and ops(plan)[(HEAD_REWIND, 0)] == 2
+    assert ops(plan)[(VERIFY, 4)] == ops(plan)[(VERIFY, 3)] == ops(plan)[(VERIFY, 2)] == 1
+    assert ops(plan)[(REPLAY, 1)] == 3 and ops(plan)[(HEAD_REWIND, 0)] == 2
 
 
 def test_an_end_token_before_max_length_ends_decoding_where_it_is():
@@ -84,7 +84,7 @@ def test_schedules_of_several_prompts_add_up():
     a, b = decoding([1, 0, 3, 2, 1, 0]), decoding([0] * 5)
     total = total_schedule([a, b], 3)
     assert total.rounds == schedule(a, 3).rounds + schedule(b, 3).rounds
-    assert total.count(MAIN_FORWARD) == schedule(a, 3).count(MAIN_FORWARD) + schedule(b, 3).count(MAIN_FORWARD)
+    assert total.target_forwards == schedule(a, 3).target_forwards + schedule(b, 3).target_forwards
 
 
 def test_acceptance_by_position_counts_a_draft_only_where_the_ones_before_it_were_right():
@@ -94,14 +94,15 @@ def test_acceptance_by_position_counts_a_draft_only_where_the_ones_before_it_wer
 
 
 def costs(main=1.0, head=0.1, plain=1.0) -> StepCosts:
-    return StepCosts(plain, tuple(main * (1 + 0.1 * w) for w in range(6)), tuple([head] * 6), 0.0, 0.01, 0.0)
+    widths = tuple(main * (1 + 0.1 * w) for w in range(6))
+    return StepCosts(plain, widths, tuple(0.9 * c for c in widths), tuple([head] * 6), 0.8 * head, 0.0, 0.01, 0.0)
 
 
 def test_prediction_prices_every_operation_of_the_schedule():
     d = decoding([1, 0, 3, 2, 1, 0])
     c = costs()
     plan = schedule(d, 3)
-    by_hand = 5 * 0.1 + 1 * 0.1 + 2 * c.main_forward[3] + 1 * 0.01 + 1 * c.main_forward[1]
+    by_hand = 2 * 0.1 + 4 * 0.08 + 2 * c.verify[3] + 1 * 0.01 + 1 * c.replay[1]
     assert seconds(plan, c) == pytest.approx(by_hand)
     predictions = predict([d], c, 3)
     assert predictions[3].tokens_per_second == pytest.approx(6 / by_hand)
@@ -124,6 +125,6 @@ def test_a_head_that_is_always_right_is_recommended_at_its_fastest_count():
 def test_a_gain_under_the_margin_keeps_mtp_off():
     matches = [1] * 40
     slow_head = (1 + MARGIN / 2) ** -1  # tuned so N=1 is just above plain decoding, but under the margin
-    predictions = predict([decoding(matches)], StepCosts(1.0, (1.0, 1.0, 1.0), (0.0, slow_head, 0.0), 0.0, 0.0, 0.0), 1)
+    predictions = predict([decoding(matches)], StepCosts(1.0, (1.0, 1.0), (1.0, 1.0), (0.0, slow_head), 0.0, 0.0, 0.0, 0.0), 1)
     assert 1 < predictions[1].speedup < 1 + MARGIN
     assert recommend(predictions) == 0
