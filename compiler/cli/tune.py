@@ -146,20 +146,20 @@ def _render(result, spec) -> None:
         rate = f"{kept / tried:4.0%}" if tried else "   -"
         out(f"  draft {k}: {rate} ({kept} of {tried})")
     out("")
-    out(f"step costs, ms (means of {costs['samples']} interleaved sweeps):")
+    out(f"step costs, wall-clock ms (means of {costs['samples']} interleaved sweeps; CPU times in --format json):")
     widths = f"1..{len(costs['verify'])} tokens:"
     out(f"  plain step {costs['plain_step']:.3g}; snapshot {costs['snapshot']:.3g}, restore {costs['restore']:.3g}, "
         f"chained head forward {costs['head_chain']:.3g}")
     for name, key in (("verify", "verify"), ("replay", "replay"), ("head's first forward", "head_forward")):
         out(f"  {name} of {widths} " + " ".join(f"{c:.3g}" for c in costs[key]))
     out("")
-    out("  drafts   tokens/s   vs off   accepted   main fwd   head fwd")
+    out("  drafts   tokens/s   vs off   tok/CPU-s   accepted   main fwd   head fwd")
     for p in result.predictions:
         name = "0 (off)" if p.draft == 0 else str(p.draft)
         mark = "*" if p.draft == result.recommended else " "
         accepted = f"{p.acceptance_rate:6.0%}" if p.acceptance_rate is not None else "     -"
-        out(f"{mark} {name:<7} {p.tokens_per_second:9.4g}   {p.speedup:5.2f}x     {accepted}   "
-            f"{p.target_forwards:8d}   {p.draft_forwards:8d}")
+        out(f"{mark} {name:<7} {p.tokens_per_second:9.4g}   {p.speedup:5.2f}x   {p.tokens_per_cpu_second:9.4g}     "
+            f"{accepted}   {p.target_forwards:8d}   {p.draft_forwards:8d}")
     out("")
     recommendation = body["recommendation"]
     out(f"recommended: {f'N = {result.recommended} drafts per step' if result.recommended else 'MTP off'} ({result.reason})")

@@ -18,6 +18,9 @@ the runtime's own work around each forward:
    snapshot, a main forward right after the head's (a verify), the restore, another main
    forward right after that (a replay after a rejection), and a plain decoding step right
    after those; each sample taken next to the others so a busy machine slows them alike.
+   Each is timed on the wall clock and in CPU-seconds of this process: the first is what a
+   user waits for, the second what the work costs whoever else runs (a busy machine barely
+   moves it, so it is the number to compare across runs on a shared machine).
    A step's cost is the mean of its samples: decoding takes the sum of its steps' times, so
    the mean is what predicts it under the conditions tune ran in. On a quiet machine a
    median says the same; on a busy one other work stalls a few short steps for long, which
@@ -46,12 +49,14 @@ from .schedule import Decoding, StepCosts
 np = lazy_module("numpy")
 
 clock = time.perf_counter
+cpu_clock = time.process_time  # every thread of the process: CPU-seconds, whatever the thread count
 
 
 @dataclass(frozen=True)
 class Measurement:
     decodings: tuple[Decoding, ...]
-    costs: StepCosts
+    costs: StepCosts  # wall-clock seconds
+    cpu_costs: StepCosts  # CPU-seconds of this process (all its threads)
     samples: int  # samples behind each cost (per width)
     threads: int | None  # intra-op threads asked for (None: the package's own session options)
 
@@ -182,8 +187,12 @@ class _Samples:
         per_width = lambda: {w: [] for w in range(1, widths + 1)}  # noqa: E731
         return cls([], per_width(), per_width(), per_width(), [], [], [], [])
 
-    def costs(self) -> StepCosts:
-        mean = statistics.fmean
+    def costs(self, clock: int) -> StepCosts:
+        """The mean of each operation's samples on `clock` (0: wall, 1: CPU)."""
+
+        def mean(samples):
+            return statistics.fmean(sample[clock] for sample in samples)
+
         return StepCosts(
             # Continuations that all end at once leave no plain step to time: a 1-token replay is one.
             plain_step=mean(self.plain or self.replay[1]),
@@ -197,10 +206,11 @@ class _Samples:
         )
 
 
-def _timed(call, *args) -> float:
-    start = clock()
+def _timed(call, *args) -> tuple[float, float]:
+    """(wall-clock, CPU) seconds of one call."""
+    wall, cpu = clock(), cpu_clock()
     call(*args)
-    return clock() - start
+    return clock() - wall, cpu_clock() - cpu
 
 
 def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft: int, sweeps: int, first: int, samples: _Samples) -> None:
@@ -282,4 +292,4 @@ def measure(
                      f"({5 * (max_draft + 1)} forwards each)")
             _sweeps(runtime, prompt, list(decoding.generated), max_draft, count, done, samples)
             done += count
-    return Measurement(tuple(decodings), samples.costs(), sweeps, runtime.threads)
+    return Measurement(tuple(decodings), samples.costs(0), samples.costs(1), sweeps, runtime.threads)

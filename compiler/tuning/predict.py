@@ -3,7 +3,8 @@
 For each N the prompts' rounds are replayed as the runtime would run them
 (`schedule.total_schedule`) and priced with the measured step costs; tokens per second is
 the generated tokens over those seconds (decoding only: the prompt's own forward is the
-same for every N and left out, as is loading the models).
+same for every N and left out, as is loading the models). The same schedule priced in
+CPU-seconds gives tokens per CPU-second; the recommendation rests on wall-clock time.
 
 The recommendation is the fastest N, but only when it beats plain decoding by at least
 `MARGIN`: a smaller predicted gain is within what two runs of one setting differ by on a
@@ -26,6 +27,7 @@ class Prediction:
     draft: int
     tokens_per_second: float
     speedup: float  # over plain decoding (draft 0), both predicted from the same costs
+    tokens_per_cpu_second: float  # the same prediction priced in CPU-seconds
     tokens: int  # generated tokens the prediction covers
     rounds: int  # speculative rounds (0 for plain decoding)
     accepted: int  # drafts accepted
@@ -42,14 +44,19 @@ class Prediction:
         return (self.accepted / self.proposed) if self.proposed else None
 
 
-def predict(decodings: Sequence[Decoding], costs: StepCosts, max_draft: int) -> tuple[Prediction, ...]:
-    """One prediction per draft count 0..max_draft."""
+def _rate(tokens: int, spent: float) -> float:
+    return tokens / spent if spent > 0 else float("inf")
+
+
+def predict(
+    decodings: Sequence[Decoding], costs: StepCosts, max_draft: int, cpu_costs: StepCosts | None = None
+) -> tuple[Prediction, ...]:
+    """One prediction per draft count 0..max_draft (`cpu_costs`: CPU-seconds, default `costs`)."""
     results = []
     plain_rate = None
     for draft in range(max_draft + 1):
         plan = total_schedule(decodings, draft)
-        spent = seconds(plan, costs)
-        rate = plan.tokens / spent if spent > 0 else float("inf")
+        rate = _rate(plan.tokens, seconds(plan, costs))
         if draft == 0:
             plain_rate = rate
         results.append(
@@ -57,6 +64,7 @@ def predict(decodings: Sequence[Decoding], costs: StepCosts, max_draft: int) -> 
                 draft=draft,
                 tokens_per_second=rate,
                 speedup=rate / plain_rate if plain_rate else 1.0,
+                tokens_per_cpu_second=_rate(plan.tokens, seconds(plan, cpu_costs or costs)),
                 tokens=plan.tokens,
                 rounds=plan.rounds,
                 accepted=plan.accepted,

@@ -104,10 +104,9 @@ def spec_line(draft: int) -> str:
 
 def payload(
     *, package: dict, runtime: dict, prompts: dict, acceptance: Sequence[tuple[int, int]], costs: StepCosts,
-    samples: int, predictions: Sequence[Prediction], recommended: int, reason: str, spec_position: str | None = None,
+    cpu_costs: StepCosts, samples: int, predictions: Sequence[Prediction], recommended: int, reason: str, spec_position: str | None = None,
 ) -> dict:
     """The report without the envelope every verb's JSON has (format_version, command, ok)."""
-    ms = lambda seconds: round(seconds * 1000, 6)  # noqa: E731
     recommendation = {"draft": recommended, "spec_line": spec_line(recommended), "margin": MARGIN, "reason": reason}
     if spec_position:
         recommendation["spec_position"] = spec_position
@@ -116,26 +115,32 @@ def payload(
         "runtime": runtime,
         "prompts": prompts,
         "acceptance": [{"position": k, "tried": t, "accepted": a} for k, (t, a) in enumerate(acceptance, 1)],
-        "step_costs_ms": {
-            "plain_step": ms(costs.plain_step),
-            "verify": [ms(c) for c in costs.verify],
-            "replay": [ms(c) for c in costs.replay],
-            "head_forward": [ms(c) for c in costs.head_forward],
-            "head_chain": ms(costs.head_chain),
-            "snapshot": ms(costs.snapshot),
-            "restore": ms(costs.restore),
-            "head_rewind": ms(costs.head_rewind),
-            "samples": samples,
-        },
+        "step_costs_ms": {**_costs(costs), "samples": samples},
+        "step_cpu_ms": _costs(cpu_costs),
         "predictions": [
             {
                 "draft": p.draft, "tokens_per_second": round(p.tokens_per_second, 3), "speedup": round(p.speedup, 4),
+                "tokens_per_cpu_second": round(p.tokens_per_cpu_second, 3),
                 "rounds": p.rounds, "proposed": p.proposed, "accepted": p.accepted,
                 "target_forwards": p.target_forwards, "draft_forwards": p.draft_forwards,
             }
             for p in predictions
         ],
         "recommendation": recommendation,
+    }
+
+
+def _costs(costs: StepCosts) -> dict:
+    ms = lambda seconds: round(seconds * 1000, 6)  # noqa: E731
+    return {
+        "plain_step": ms(costs.plain_step),
+        "verify": [ms(c) for c in costs.verify],
+        "replay": [ms(c) for c in costs.replay],
+        "head_forward": [ms(c) for c in costs.head_forward],
+        "head_chain": ms(costs.head_chain),
+        "snapshot": ms(costs.snapshot),
+        "restore": ms(costs.restore),
+        "head_rewind": ms(costs.head_rewind),
     }
 
 

@@ -87,7 +87,7 @@ def tune(
     names = list(prompt_names or [f"prompt {n}" for n in range(1, len(texts) + 1)])
     _check_lengths(encoded, names, new_tokens, max_draft, opened)
     measured = measure(runtime, encoded, new_tokens=new_tokens, max_draft=max_draft, sweeps=sweeps, progress=progress)
-    predictions = predict(measured.decodings, measured.costs, max_draft)
+    predictions = predict(measured.decodings, measured.costs, max_draft, measured.cpu_costs)
     recommended = recommend(predictions)
     reason = _reason(predictions, recommended)
     acceptance = acceptance_by_position(measured.decodings, max_draft)
@@ -101,7 +101,7 @@ def tune(
             "new_tokens": new_tokens,
             "generated_tokens": sum(len(d.generated) for d in measured.decodings),
         },
-        acceptance=acceptance, costs=measured.costs, samples=measured.samples,
+        acceptance=acceptance, costs=measured.costs, cpu_costs=measured.cpu_costs, samples=measured.samples,
         predictions=predictions, recommended=recommended, reason=reason, spec_position=spec_position(recommended),
     )
     return TuneResult(opened, predictions, recommended, reason, acceptance, body)

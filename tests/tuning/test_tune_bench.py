@@ -24,6 +24,6 @@ def test_the_bench_compares_prediction_and_measurement_for_every_draft_count(mix
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [row.split("|")[1].strip() for row in rows] == ["0", "1", "2"]
     (result,) = json.loads(out.read_text())["results"]
-    for runs in (result["predicted"], result["measured"]):
+    for runs in (result["predicted"], result["measured"], result["predicted_cpu"], result["measured_cpu"]):
         assert sorted(runs) == ["0", "1", "2"] and all(len(v) == 1 and v[0] > 0 for v in runs.values())
     assert len(result["recommended"]) == 1
