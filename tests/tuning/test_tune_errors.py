@@ -37,6 +37,17 @@ def paged(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def cuda(tmp_path_factory) -> Path:
+    """The tiny spec built dense for CUDA: a package onnxruntime-genai's CPU build cannot run."""
+    folder = tmp_path_factory.mktemp("tune-errors")
+    text = (SPECS / "qwen35-tiny-mtp.yaml").read_text("utf-8")
+    assert text.count("execution_provider: cpu") == 1
+    (folder / "cuda.yaml").write_text(text.replace("execution_provider: cpu", "execution_provider: cuda"), encoding="utf-8")
+    assert main(["compile", "-q", str(folder / "cuda.yaml"), "-o", str(folder / "cuda")]) == 0
+    return folder / "cuda"
+
+
 def refused(argv: list[str], capsys, *watched: Path) -> str:
     """Runs `mtpc tune ARGV`; asserts exit 2, no traceback and no new file in `watched`; returns stderr."""
     before = [tree(folder) for folder in watched]
@@ -72,6 +83,15 @@ def test_a_package_without_a_head(nohead, capsys):
 def test_a_paged_package_cannot_run_here(paged, capsys):
     err = refused([str(paged)], capsys, paged)
     assert "paged package" in err and "cannot run it here" in err
+
+
+def test_a_package_for_a_provider_this_runtime_lacks(cuda, capsys):
+    import onnxruntime_genai as og
+
+    if og.is_cuda_available():  # a CUDA build runs it: nothing to refuse
+        pytest.skip("this onnxruntime-genai has CUDA")
+    err = refused([str(cuda)], capsys, cuda)
+    assert "runs on the cuda execution provider, which this onnxruntime-genai does not have" in err
 
 
 def test_a_prompts_file_that_does_not_exist(tiny, tmp_path, capsys):
