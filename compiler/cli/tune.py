@@ -136,7 +136,8 @@ def _warn_other_spec(args, spec, say) -> None:
 def _render(result, spec) -> None:
     body = result.body
     runtime, prompts, costs = body["runtime"], body["prompts"], body["step_costs_ms"]
-    threads = f"{runtime['threads']} thread(s)" if runtime["threads"] else "the package's threads"
+    threads = (f"{runtime['threads']} thread{'s' if runtime['threads'] > 1 else ''}" if runtime["threads"]
+               else "the package's threads")
     out(f"tune: {body['package']['path']} on {runtime['cpu']}, {threads}, onnxruntime-genai {runtime['onnxruntime_genai']}")
     source = "built-in prompts" if prompts["source"] == "built-in" else f"prompts from {prompts['source']}"
     out(f"      {prompts['count']} {source}, {prompts['generated_tokens']} generated tokens")
@@ -163,14 +164,15 @@ def _render(result, spec) -> None:
     out("")
     recommendation = body["recommendation"]
     out(f"recommended: {f'N = {result.recommended} drafts per step' if result.recommended else 'MTP off'} ({result.reason})")
+    current = body["package"]["max_draft_tokens"]
+    if result.recommended and current == result.recommended:
+        out(f"  the package already drafts {current}: nothing to change")
+        return
     where = f"   # {recommendation['spec_position']}" if recommendation.get("spec_position") else ""
     if where and spec.get(_FIELD[bool(result.recommended)]) is None:
         where += " (not written there yet: add it in that section)"
     out(f"  spec: {recommendation['spec_line']}{where}")
-    current = body["package"]["max_draft_tokens"]
-    if result.recommended and current == result.recommended:
-        out("  the package already drafts that many")
-    elif result.recommended and current:
-        out(f"  the package drafts {current} now")
-    elif result.recommended == 0:
+    if result.recommended and current:
+        out(f"  (the package drafts {current} now)")
+    elif not result.recommended:
         out("  (or keep the package and decode with og.Generator, which never runs the head)")
