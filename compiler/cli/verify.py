@@ -210,11 +210,24 @@ def package_root(path: str) -> Path:
     return root
 
 
+def require_runtime() -> None:
+    """onnxruntime and onnxruntime-genai are the `runtime` extra, not dependencies: say so when one is missing."""
+    import importlib
+
+    for module, package in (("onnxruntime", "onnxruntime"), ("onnxruntime_genai", "onnxruntime-genai")):
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise MtpcError.single(
+                f"mtpc verify runs the package in {package}, which cannot be imported: {err}",
+                exit_code=ExitCode.USAGE,
+                hint="install the runtime extra: pip install 'mtpc[runtime]'",
+            ) from None
+
+
 def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report, progress) -> None:
     """Steps 2 to 4 of the module docstring, adding to `report`."""
-    from ..tuning import require_runtime
-
-    require_runtime("verify")
+    require_runtime()
     from .. import sources
     from ..pipeline.driver import build_ir
     from .verify_steps import compare_package

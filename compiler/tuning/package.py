@@ -30,6 +30,8 @@ class TunablePackage:
     providers: tuple[str, ...]  # execution providers the config asks for ("cpu" when none)
 
 
+# is_paged and head_folder read a package as `mtpc verify` does (cli/verify_steps.py has its own copies,
+# which work in flight on verify is moving; one place once it lands).
 def is_paged(cfg: dict) -> bool:
     """A paged package (onnxruntime-genai's engine, packed inputs): CUDA only."""
     decoder = (cfg.get("model") or {}).get("decoder") or {}
