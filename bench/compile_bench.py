@@ -120,7 +120,8 @@ def write_inputs(workdir: Path, size: str) -> dict[str, Path]:
     """The checkpoint and one spec per quantization; returns label -> spec path."""
     from tests.fixtures.checkpoints import write_hf_checkpoint
 
-    write_hf_checkpoint(workdir / "checkpoint", architecture(size), seed=0)
+    # With a tokenizer: the specs build both targets, and onnx-genai refuses a package without tokenizer.json.
+    write_hf_checkpoint(workdir / "checkpoint", architecture(size), seed=0, tokenizer=True)
     specs = {}
     for label, bits in QUANTIZATIONS.items():
         spec = workdir / f"{label}.yaml"

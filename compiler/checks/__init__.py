@@ -17,7 +17,8 @@ measured by its size, never read.
 - `package`: the files, the findings and the checker (external data included);
 - `graphs`: what a graph holds, read without its weights;
 - `genai_config`: onnxruntime-genai's configs against their graphs;
-- `onnx_genai`: onnx-genai's metadata and MTP sidecar block against theirs;
+- `onnx_genai`: onnx-genai's metadata against its graphs, as its loader routes the package;
+- `onnx_genai_sidecar`: the MTP sidecar's declaration (`config.json`) against both graphs;
 - `quantization`: `quantization.json`'s summary against its own weight list;
 - `completeness`: every file the package's runtimes need is there;
 - `positions`: the line a finding's JSON pointer sits on, in a JSON or YAML file.
@@ -37,8 +38,8 @@ from ..emit.provenance_record import PROVENANCE_NAME
 from .genai_config import (
     check_genai_config, check_head_folder, check_runtime_keys, check_shared_initializers, runtime_profile,
 )
-from .onnx_genai import check_flat, check_speculator, check_workflow, metadata_layout
-from .completeness import check_onnx_genai_files, check_onnxruntime_genai_files
+from .onnx_genai import LAYOUT_SCHEMAS, check_onnx_genai
+from .completeness import check_onnxruntime_genai_files
 from .quantization import check_quantization_report
 from .package import Checker, Files, Finding, PackageFile, artifact_files, check_tokenizer, folder, package_directory
 
@@ -53,8 +54,7 @@ __all__ = [
 # (tests/checks/test_checks.py holds the two together).
 SCHEMAS: dict[tuple[str, str | None], str] = {
     (GENAI_CONFIG, None): "genai_config.schema.json",
-    (INFERENCE_METADATA, "flat"): "inference_metadata.flat.schema.json",
-    (INFERENCE_METADATA, "workflow"): "inference_metadata.workflow.schema.json",
+    **{(INFERENCE_METADATA, layout): schema for layout, schema in LAYOUT_SCHEMAS.items()},
     (HF_CONFIG, None): "speculator_config.schema.json",
     (QUANTIZATION_REPORT, None): "quantization.schema.json",
     (PROVENANCE_NAME, None): "provenance.schema.json",
@@ -72,12 +72,6 @@ def schema_for(file_name: str, layout: str | None = None) -> str | None:
 def is_runtime_package(path: Path) -> bool:
     """A folder a runtime can load: it holds a genai_config.json or an onnx-genai metadata file."""
     return path.is_dir() and any((path / n).is_file() for n in (GENAI_CONFIG, INFERENCE_METADATA))
-
-
-def _vocab_size(metadata_doc) -> int | None:
-    """The target's `model.vocab_size`, which native MTP reads (None when not declared as an integer)."""
-    vocab = (metadata_doc.get("model") or {}).get("vocab_size") if isinstance(metadata_doc, dict) else None
-    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
 
 
 def check_package(root: str | Path) -> list[Finding]:
@@ -122,29 +116,7 @@ def check_files(files: Files) -> list[Finding]:
 
     check_onnxruntime_genai_files(c, parsed)
 
-    target = None
-    metadata_doc = layout = speculator = None
-    if INFERENCE_METADATA in files:
-        metadata_doc = c.parse(INFERENCE_METADATA)
-        if isinstance(metadata_doc, dict):
-            layout = metadata_layout(metadata_doc)
-            c.validate(INFERENCE_METADATA, metadata_doc, schema_for(INFERENCE_METADATA, layout))
-            target = check_workflow(c, INFERENCE_METADATA, metadata_doc) if layout == "workflow" else check_flat(c, INFERENCE_METADATA, metadata_doc)
-            flat_key = next((k for k in ("speculative", "speculator_config") if metadata_doc.get(k)), None)
-            if layout == "flat" and flat_key is not None and isinstance(metadata_doc[flat_key], dict):
-                check_speculator(c, INFERENCE_METADATA, [flat_key], metadata_doc[flat_key], target, _vocab_size(metadata_doc))
-        elif metadata_doc is not None:
-            c.add(INFERENCE_METADATA, "", "must be a mapping")
-    if HF_CONFIG in files:
-        hf = c.parse(HF_CONFIG)
-        spec = hf.get("speculator_config") if isinstance(hf, dict) else None
-        if isinstance(spec, dict):
-            speculator = spec
-            c.validate(HF_CONFIG, hf, schema_for(HF_CONFIG))
-            if target is None and "model.onnx" in files:
-                target = c.graph(HF_CONFIG, "", "model.onnx")
-            check_speculator(c, HF_CONFIG, ["speculator_config"], spec, target, _vocab_size(metadata_doc))
-    check_onnx_genai_files(c, metadata_doc, layout, speculator)
+    check_onnx_genai(c)
     # Optional: no runtime reads it, and packages from before mtpc wrote it have none. Every package
     # mtpc writes now has one (the golden tests hold that); when present it must be sound.
     if QUANTIZATION_REPORT in files:

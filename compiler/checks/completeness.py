@@ -10,9 +10,10 @@ file ("is missing: ..."), saying which file or section needs it:
   together. A package without a tokenizer still runs on token ids (mtpc builds one from a source
   that ships none, and says so), so a missing tokenizer is a warning, not a failed check;
 - onnx-genai: `inference_metadata.yaml` when the package carries onnx-genai's MTP sidecar or its
-  declaration (it loads a package only through that file); in the workflow layout, `config.json`
-  with `speculator_config` when the workflow has the sidecar component, since that layout reads
-  the sidecar's declaration from there alone (without it the model loads without speculation);
+  declaration (it loads a package only through that file); for its `Engine::from_dir` (a package
+  without `pipeline`), `tokenizer.json` (it refuses a folder without one) and `config.json` with
+  `speculator_config` when the sidecar graph is there, since onnx-genai reads the sidecar's
+  declaration from there alone (without it the model loads without speculation);
 - every graph: its external data files, present and long enough (`Checker.external_data`).
 """
 
@@ -21,11 +22,12 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
-from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA, SIDECAR
+from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
+from ..passes.mtp_projection import ONNX_GENAI_HEAD_FILENAME
 from ..schema.validation import json_pointer
 from .package import TOKENIZER_JSON, Checker, folder
 
-SIDECAR_GRAPH = f"{SIDECAR}.onnx"
+SIDECAR_GRAPH = PurePosixPath(ONNX_GENAI_HEAD_FILENAME).name  # onnx-genai's MTP head as mtpc names it, in whichever folder
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
@@ -85,29 +87,20 @@ def _tokenizer(c: Checker) -> None:
 
 
 def check_onnx_genai_files(c: Checker, metadata_doc, layout: str | None, speculator) -> None:
-    """`metadata_doc`: the parsed inference_metadata.yaml (None when absent or unreadable); `speculator`:
-    config.json's `speculator_config` (None when there is none)."""
+    """`metadata_doc`: the parsed inference_metadata.yaml (None when absent or unreadable); `layout`: its
+    route ("flat" / "workflow"); `speculator`: config.json's `speculator_config` (None when there is none)."""
+    sidecars = sorted(rel for rel in c.files if PurePosixPath(rel).name == SIDECAR_GRAPH)
     if INFERENCE_METADATA not in c.files:
         why = (f"{HF_CONFIG} declares an MTP sidecar (speculator_config)" if speculator is not None
-               else f"{SIDECAR_GRAPH} is onnx-genai's MTP head" if SIDECAR_GRAPH in c.files else None)
+               else f"{sidecars[0]} is onnx-genai's MTP head" if sidecars else None)
         if why is not None:
             c.add(INFERENCE_METADATA, "", f"is missing: {why}, and onnx-genai loads a package only through its {INFERENCE_METADATA}")
         return
-    if layout != "workflow" or not isinstance(metadata_doc, dict):
+    if layout != "flat":
         return
-    components = ((metadata_doc.get("pipeline") or {}).get("workflow") or {}).get("components")
-    sidecar = None
-    for name, comp in sorted(components.items()) if isinstance(components, dict) else ():
-        impl = comp.get("implementation") if isinstance(comp, dict) else None
-        if name == SIDECAR or (isinstance(impl, dict) and impl.get("artifact") == SIDECAR_GRAPH):
-            sidecar = name
-            break
-    if sidecar is None or speculator is not None:
-        return
-    why = (f"{INFERENCE_METADATA}'s workflow has the MTP sidecar component {sidecar!r}, and the workflow layout reads "
-           f"the sidecar's declaration only from {HF_CONFIG}'s speculator_config (without it onnx-genai loads the model "
-           "without speculation)")
-    if HF_CONFIG in c.files:
-        c.add(HF_CONFIG, "", f"has no speculator_config: {why}")
-    else:
-        c.add(HF_CONFIG, "", f"is missing: {why}")
+    if TOKENIZER_JSON not in c.files:
+        c.add(TOKENIZER_JSON, "", f"is missing: onnx-genai's Engine::from_dir refuses a package without one beside {INFERENCE_METADATA}")
+    if sidecars and speculator is None:
+        why = (f"{sidecars[0]} is onnx-genai's MTP head, and onnx-genai reads its declaration only from {HF_CONFIG}'s "
+               "speculator_config (without it the model loads without speculation)")
+        c.add(HF_CONFIG, "", f"has no speculator_config: {why}" if HF_CONFIG in c.files else f"is missing: {why}")

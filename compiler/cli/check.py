@@ -23,9 +23,12 @@ compile, which runs all these checks before it writes. A finding in a spec's
 package is a bug in mtpc (exit 3).
 A package must also be complete: every file its runtimes need is there (the head
 folder's genai_config.json, inference_metadata.yaml beside onnx-genai's sidecar,
-config.json's speculator_config for the workflow layout, each graph's external
-data, long enough); a missing file is a finding about that file. A package
-without a tokenizer is a warning: reported, not failing (token ids still work).
+config.json's speculator_config beside the sidecar, each graph's external data,
+long enough); a missing file is a finding about that file. A package without a
+tokenizer is a warning for onnxruntime-genai (token ids still work), an error
+beside inference_metadata.yaml (onnx-genai refuses it). onnx-genai metadata is
+checked as onnx-genai routes it (commit ac9c7dd): without a pipeline, what its
+Engine::from_dir refuses; with one, a warning that the MTP head is never used.
 Every finding is reported, one line each: FILE:LINE:COL: JSON-PATH: MESSAGE
 (the line of the key in a JSON or YAML file; FILE:JSON-PATH: for graphs).
 --offline: a spec's hf or gguf checkpoint is not opened; the schema, the

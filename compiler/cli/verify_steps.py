@@ -125,7 +125,8 @@ def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progres
 
 
 def _speculator(root: Path) -> dict | None:
-    """The onnx-genai SpeculatorConfig: config.json (workflow layout) or the metadata's `speculative` (flat)."""
+    """The onnx-genai SpeculatorConfig: config.json's, or the `speculative` block of a package from before mtpc
+    declared it there (onnx-genai's flat layout of 5a12882)."""
     import yaml
 
     config, metadata = root / "config.json", root / "inference_metadata.yaml"

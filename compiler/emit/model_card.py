@@ -14,6 +14,7 @@ import re
 from collections import Counter
 
 from ..ir import AttentionMode, HeadContract, HeadLayout, ModelIR
+from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
 from ..weights.quant import requantization_notes
 from .artifact import Artifact, EmitContext
 from .speed_table import SpeedTable, render_speed_section
@@ -106,14 +107,11 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
     if ort_head is not None:
         lines.append(f"- `{ort_head.filename}` (+ `.data`) and the `genai_config.json` beside it: the MTP head as a model of its own folder")
     if ir.targets.onnx_genai is not None:
-        lines.append(f"- `inference_metadata.yaml`: onnx-genai metadata ({ir.targets.onnx_genai.layout} layout)")
+        lines.append(f"- `inference_metadata.yaml`: onnx-genai metadata ({ir.targets.onnx_genai.layout} layout, "
+                     f"checked against onnx-genai {ONNX_GENAI.commit[:7]})")
     if onnx_genai_head is not None:
-        declared = (
-            "`config.json` (`speculator_config`)"
-            if ir.targets.onnx_genai.layout == "workflow"
-            else "the `speculative:` block of `inference_metadata.yaml`"
-        )
-        lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in {declared}")
+        lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in "
+                     "`config.json` (`speculator_config`)")
     lines.append("- `quantization.json`: how each weight is stored, and the spec rule that chose it")
     ort_target = ir.targets.onnxruntime_genai
     if ort_target is not None and ort_target.attention is AttentionMode.PAGED:
@@ -160,6 +158,7 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         ]
     if speed is not None:
         lines += render_speed_section(speed)
+    lines += _onnx_genai_section(ir, onnx_genai_head)
     lines += _weights_section(ir)
     lines += [
         "",
@@ -172,6 +171,24 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         "",
     ]
     return "\n".join(lines)
+
+
+def _onnx_genai_section(ir: ModelIR, head) -> list[str]:
+    if ir.targets.onnx_genai is None:
+        return []
+    lines = ["", "## Run with onnx-genai", "", "```sh"]
+    if head is None:
+        return lines + ['onnx-genai generate . "your prompt"', "```"]
+    # Only Engine::from_dir on the native decode backend builds the MTP proposer (mtpc.profiles.onnx_genai).
+    return lines + [
+        'onnx-genai generate . "your prompt" --backend native --temperature 0',
+        "```",
+        "",
+        "onnx-genai drafts with the head only on its native backend: an `onnx-genai` built with the "
+        "`native-backend` feature, run with `--backend native` (or `ONNX_GENAI_BACKEND=native`), on greedy "
+        "requests without logits processors or logprobs. Its default backend, and its Python and C APIs, "
+        "load this package and decode without the head.",
+    ]
 
 
 def _weights_section(ir: ModelIR) -> list[str]:

@@ -164,7 +164,9 @@ def runtime_profiles(ir: ModelIR) -> dict:
             "kv_cache": ort.kv_cache,
         }
     if ir.targets.onnx_genai is not None:
-        profiles["onnx_genai"] = {"layout": ir.targets.onnx_genai.layout}
+        from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
+
+        profiles["onnx_genai"] = {"layout": ir.targets.onnx_genai.layout, "commit": ONNX_GENAI.commit}
     return profiles
 
 

@@ -1,10 +1,9 @@
 """onnx-genai's MTP sidecar declaration (`SpeculatorConfig`) and the rules its reader applies.
 
-One model, serialised to one of two places depending on the consumer's layout: the
-`speculative:` block of a flat-layout `inference_metadata.yaml`, or
-`config.json` -> `speculator_config` next to a workflow-layout one. The fields,
-`resolve_mtp` and `validate_resolved_mtp_config` are the same in both layouts
-(see shared/reference/inference-metadata.md §4).
+Serialised to `config.json` -> `speculator_config`, the one place onnx-genai's
+`detect_speculator` reads it from (onnx-genai-metadata src/parser.rs at ac9c7dd). The
+fields, `resolve_mtp` and `validate_resolved_mtp_config` are described in
+shared/reference/inference-metadata.md §4.
 
 `speculator_findings` and `contract_findings` check a parsed block, so they work
 on what we are about to write as well as on a package on disk (`mtpc check`).
@@ -96,7 +95,24 @@ class SpeculatorConfig:
         }
 
 
-def speculator_findings(block: Mapping, *, target_vocab_size: int | None) -> list[str]:
+@dataclass(frozen=True)
+class BlockFinding:
+    """Why onnx-genai would refuse a `SpeculatorConfig`, at the field to change.
+
+    `field`: the key path inside the block (() for the block itself; a missing key's own path, which
+    a position lookup places at its parent); with `in_metadata`, a path in the target's inference
+    metadata instead (`model.vocab_size`). `dropped`: the block does not
+    deserialize, so onnx-genai's `detect_speculator` drops it without an error and the model loads
+    without speculation.
+    """
+
+    field: tuple[str, ...]
+    message: str
+    dropped: bool = False
+    in_metadata: bool = False
+
+
+def speculator_findings(block: Mapping, *, target_vocab_size: int | None) -> list[BlockFinding]:
     """Why onnx-genai (or our stricter gate) would refuse this MTP `SpeculatorConfig`; empty if nothing.
 
     Layers, as the runtime applies them: the structure serde would refuse (a failure there
@@ -109,99 +125,121 @@ def speculator_findings(block: Mapping, *, target_vocab_size: int | None) -> lis
     if structural:
         return structural
     resolved = _resolve_mtp(block)
-    if isinstance(resolved, str):
+    if isinstance(resolved, BlockFinding):
         return [resolved]
     findings = []
     problem = _validate_resolved(resolved, target_vocab_size)
     if problem:
         findings.append(problem)
     if resolved["kv_mode"] == "accepted_prefix":
-        findings.append(
+        findings.append(BlockFinding(
+            ("kv_mode",),
             "MTP kv_mode accepted_prefix is declared but not executable: the frozen Mobius contract does not "
-            "define correction-token/cache alignment"
-        )
-    if "target_hidden_layout" not in block:
-        findings.append(
-            "`target_hidden_layout` must be explicit: the runtime default BSHC does not match a rank-3 [B, S, H] seed"
-        )
+            "define correction-token/cache alignment",
+        ))
+    if block.get("target_hidden_layout") is None:
+        findings.append(BlockFinding(
+            ("target_hidden_layout",), "`target_hidden_layout` must be explicit: the runtime default BSHC does not match a rank-3 [B, S, H] seed"
+        ))
     return findings
 
 
-def _structure_findings(block: Mapping) -> list[str]:
+def _is_count(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _structure_findings(block: Mapping) -> list[BlockFinding]:
+    """What makes serde refuse the block (onnx-genai-metadata schema/generation.rs): each drops it whole."""
     if not isinstance(block, Mapping):
-        return ["the speculator config must be a mapping"]
+        return [BlockFinding((), "the speculator config must be a mapping", dropped=True)]
     findings = []
     proposal = block.get("proposal_type")
-    if not isinstance(proposal, str) or proposal.lower() != PROPOSAL_TYPE:
-        findings.append(f"`proposal_type` must be `mtp` (case-insensitive), not {proposal!r}")
+    if not isinstance(proposal, str):
+        findings.append(BlockFinding(("proposal_type",), f"`proposal_type` must be the string `mtp`, not {proposal!r}",
+                                     dropped=True))
+    elif proposal.lower() != PROPOSAL_TYPE:  # parses, as another proposer (or an unknown one)
+        findings.append(BlockFinding(("proposal_type",), f"`proposal_type` must be `mtp` (case-insensitive), not {proposal!r}"))
     for key in ("model", "target_hidden_output", "mtp_hidden_output", "mtp_state_output"):
-        if key in block and not isinstance(block[key], str):
-            findings.append(f"`{key}` must be a string")
+        if block.get(key) is not None and not isinstance(block[key], str):
+            findings.append(BlockFinding((key,), f"`{key}` must be a string", dropped=True))
     # Zero parses (usize) and is refused later by `resolve_mtp` with its own message; MTP ignores
-    # `vocab_size`, so only the schema's minimum applies to it.
+    # `vocab_size`, so only the schema's minimum applies to it. Only `num_speculative_tokens` may not be null.
     for key, minimum in (("num_speculative_tokens", 0), ("target_hidden_size", 0), ("hc_mult", 0), ("vocab_size", 1)):
-        if key in block and not (isinstance(block[key], int) and not isinstance(block[key], bool) and block[key] >= minimum):
-            findings.append(f"`{key}` must be an integer >= {minimum}")
-    if "target_hidden_layout" in block and block["target_hidden_layout"] not in _LAYOUTS:
-        findings.append(f"`target_hidden_layout` must be one of {', '.join(_LAYOUTS)} (case-sensitive)")
-    if "kv_mode" in block and block["kv_mode"] not in _KV_MODES:
-        findings.append(f"`kv_mode` must be one of {', '.join(_KV_MODES)}")
-    for key in ("embedding", "lm_head"):
-        if key not in block:
+        if key not in block or (block[key] is None and key != "num_speculative_tokens"):
             continue
-        ref = block[key]
+        if not _is_count(block[key], minimum):
+            findings.append(BlockFinding((key,), f"`{key}` must be an integer >= {minimum}, not {block[key]!r}",
+                                         dropped=not _is_count(block[key], 0)))
+    if block.get("target_hidden_layout") is not None and block["target_hidden_layout"] not in _LAYOUTS:
+        findings.append(BlockFinding(("target_hidden_layout",),
+                                     f"`target_hidden_layout` must be one of {', '.join(_LAYOUTS)} (case-sensitive)", dropped=True))
+    if block.get("kv_mode") is not None and block["kv_mode"] not in _KV_MODES:
+        findings.append(BlockFinding(("kv_mode",), f"`kv_mode` must be one of {', '.join(_KV_MODES)}", dropped=True))
+    for key in ("embedding", "lm_head"):
+        ref = block.get(key)
+        if ref is None:
+            continue
         if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
-            findings.append(f"`{key}` must be {{source: {WEIGHT_SOURCE}, name: <target initializer>}}")
+            findings.append(BlockFinding((key,), f"`{key}` must be {{source: {WEIGHT_SOURCE}, name: <target initializer>}}",
+                                         dropped=True))
         elif ref.get("source") != WEIGHT_SOURCE:
-            findings.append(f"`{key}.source` must be `{WEIGHT_SOURCE}`")
+            findings.append(BlockFinding((key, "source"), f"`{key}.source` must be `{WEIGHT_SOURCE}`", dropped=True))
     return findings
 
 
-def _resolve_mtp(block: Mapping) -> dict | str:
-    """onnx-genai's `resolve_mtp`: the resolved fields, or its first error message."""
+def _resolve_mtp(block: Mapping) -> dict | BlockFinding:
+    """onnx-genai's `resolve_mtp` (onnx-genai-metadata parser.rs): the resolved fields, or its first error."""
     if not block.get("model"):
-        return "mtp metadata is missing `model`"
+        return BlockFinding(("model",), "mtp metadata is missing `model`")
     if not block.get("target_hidden_size"):
-        return "mtp metadata is missing `target_hidden_size`"
+        return BlockFinding(("target_hidden_size",), "mtp metadata is missing `target_hidden_size`")
     if not block.get("hc_mult"):
-        return "mtp metadata is missing `hc_mult`"
+        return BlockFinding(("hc_mult",), "mtp metadata is missing `hc_mult`")
     for key in ("embedding", "lm_head"):
-        if key not in block:
-            return f"mtp metadata is missing `{key}`"
+        if block.get(key) is None:
+            return BlockFinding((key,), f"mtp metadata is missing `{key}`")
         if block[key]["name"] == "":
-            return f"mtp metadata `{key}.name` must not be empty"
+            return BlockFinding((key, "name"), f"mtp metadata `{key}.name` must not be empty")
     if block.get("num_speculative_tokens", 4) == 0:
-        return "mtp metadata `num_speculative_tokens` must be greater than zero"
+        return BlockFinding(("num_speculative_tokens",), "mtp metadata `num_speculative_tokens` must be greater than zero")
     return {
-        "target_hidden_output": block.get("target_hidden_output", _DEFAULT_TARGET_HIDDEN_OUTPUT),
-        "target_hidden_layout": block.get("target_hidden_layout", "BSHC"),
+        "target_hidden_output": _or(block, "target_hidden_output", _DEFAULT_TARGET_HIDDEN_OUTPUT),
+        "target_hidden_layout": _or(block, "target_hidden_layout", "BSHC"),
         "target_hidden_size": block["target_hidden_size"],
         "hc_mult": block["hc_mult"],
-        "mtp_hidden_output": block.get("mtp_hidden_output", _DEFAULT_MTP_HIDDEN_OUTPUT),
+        "mtp_hidden_output": _or(block, "mtp_hidden_output", _DEFAULT_MTP_HIDDEN_OUTPUT),
         "mtp_state_output": block.get("mtp_state_output"),
-        "kv_mode": block.get("kv_mode", KV_MODE),
+        "kv_mode": _or(block, "kv_mode", KV_MODE),
     }
 
 
-def _validate_resolved(resolved: dict, target_vocab_size: int | None) -> str | None:
+def _or(block: Mapping, key: str, default):
+    """serde's `Option`: an absent key and an explicit null both take the default."""
+    value = block.get(key)
+    return default if value is None else value
+
+
+def _validate_resolved(resolved: dict, target_vocab_size: int | None) -> BlockFinding | None:
     """onnx-genai's `validate_resolved_mtp_config`, minus the checks `_resolve_mtp` already guarantees."""
     if target_vocab_size is None:
-        return (
+        return BlockFinding(
+            ("model", "vocab_size"),
             "native MTP speculation requires the target vocabulary size; declare `model.vocab_size` in the "
-            "package metadata"
+            "package metadata",
+            in_metadata=True,
         )
     if resolved["target_hidden_output"] == "":
-        return "MTP target_hidden_output must not be empty"
+        return BlockFinding(("target_hidden_output",), "MTP target_hidden_output must not be empty")
     if target_vocab_size == 0:
-        return "MTP vocab_size and hidden_size must be greater than zero"
+        return BlockFinding(("model", "vocab_size"), "MTP vocab_size and hidden_size must be greater than zero", in_metadata=True)
     if resolved["mtp_hidden_output"] == "":
-        return "MTP mtp_hidden_output must not be empty"
+        return BlockFinding(("mtp_hidden_output",), "MTP mtp_hidden_output must not be empty")
     if resolved["mtp_state_output"] == "":
-        return "MTP mtp_state_output must not be empty when provided"
+        return BlockFinding(("mtp_state_output",), "MTP mtp_state_output must not be empty when provided")
     if resolved["target_hidden_layout"] == "BSH" and resolved["hc_mult"] != 1:
-        return "MTP BSH target_hidden_layout requires hc_mult == 1"
+        return BlockFinding(("hc_mult",), "MTP BSH target_hidden_layout requires hc_mult == 1")
     if resolved["hc_mult"] > 1 and resolved["mtp_state_output"] is None:
-        return "MTP hc_mult > 1 requires mtp_state_output"
+        return BlockFinding(("hc_mult",), "MTP hc_mult > 1 requires mtp_state_output")
     return None
 
 

@@ -281,7 +281,8 @@ class OrtGenaiTarget:
 
 @dataclass(frozen=True)
 class OnnxGenaiTarget:
-    layout: str = "workflow"  # "workflow" | "flat"
+    # "flat" (the one onnx-genai loads with its MTP proposer); "workflow" is refused (mtpc.profiles.onnx_genai).
+    layout: str = "flat"
 
 
 @dataclass(frozen=True)

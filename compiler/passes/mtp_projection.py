@@ -18,7 +18,8 @@ with the main decoder (the head reads the target's block table).
 
 One config per head contract: onnxruntime_genai's head (`mtp/mtp.onnx`, in its
 own folder because og.MtpGenerator loads the head as a model of its own) and
-onnx-genai's sidecar (`mtp_sidecar.onnx`, dense: that runtime has no paged mode).
+onnx-genai's sidecar (`mtp_sidecar/mtp_sidecar.onnx`, dense: that runtime has no paged mode; in a folder
+of its own because onnx-genai takes the root's only `.onnx` file for the target model).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from ..ir.contracts import (
     ort_head_contract,
 )
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR
+from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
 from .pipeline import PassResult
 
 ORT_HEAD_FILENAME = "mtp/mtp.onnx"
-ONNX_GENAI_HEAD_FILENAME = "mtp_sidecar.onnx"
+ONNX_GENAI_HEAD_FILENAME = f"{ONNX_GENAI.sidecar_folder}/mtp_sidecar.onnx"
 
 
 class MtpHeadProjection:

@@ -17,7 +17,7 @@ each weight's scheme.
   line the author writes knowing what it costs.
 - A quantized LM head is borrowable: its packed data keeps the LM head's name and its scales sit
   beside it under onnx-genai's names (`contracts.quantized_names`). onnx-genai takes it on its native
-  backend only, so it is accepted with a note. onnx-genai derives the block size from the shapes
+  backend, the only one that drafts with the sidecar at all (`mtpc.profiles.onnx_genai`); a note says so. onnx-genai derives the block size from the shapes
   (hidden size / blocks per row), so a block size that does not divide the hidden size is refused.
 """
 
@@ -94,8 +94,8 @@ def check(spec: LoadedSpec, ir: ModelIR) -> tuple[list[Diagnostic], tuple[str, .
         _, scales, _ = quantized_names(LM_HEAD_INITIALIZER, form.bits)
         notes += (
             f"the onnx-genai MTP sidecar borrows the {form.bits}-bit LM head ({LM_HEAD_INITIALIZER} with "
-            f"{scales}): onnx-genai projects a quantized LM head on its native backend only; for its ORT backend "
-            f"keep the LM head float with {FLOAT_LM_HEAD_OVERRIDE} in quantization.overrides",
+            f"{scales}) as stored: onnx-genai runs its own MatMulNBits projection for it, on its native backend only, "
+            "which is also the only backend that drafts with the sidecar",
         )
     return problems, notes
 

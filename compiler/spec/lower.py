@@ -65,7 +65,7 @@ def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
         source_tensors=info.tensors,
     )
     borrowed, notes = borrowed_weights.check(spec, ir)
-    problems = _unmatched_overrides(spec, ir) + borrowed
+    problems = _unmatched_overrides(spec, ir) + borrowed + _onnx_genai_tokenizer(spec, ir, info)
     if problems:
         raise MtpcError(by_position(problems), ExitCode.FINDINGS)
     return replace(ir, notes=ir.notes + notes), info
@@ -186,6 +186,29 @@ def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
             )
         )
     return out
+
+
+_TOKENIZER_HINTS = {
+    "hf": "put the checkpoint's tokenizer.json (and tokenizer_config.json) beside its weights, or list only "
+          "onnxruntime_genai under targets",
+    "gguf": "use a GGUF with a gpt2 (byte-level BPE) tokenizer or an embedded tokenizer.huggingface.json, or list "
+            "only onnxruntime_genai under targets",
+}
+
+
+def _onnx_genai_tokenizer(spec: LoadedSpec, ir: ModelIR, info: SourceInfo) -> list[Diagnostic]:
+    """onnx-genai's Engine::from_dir refuses a folder without tokenizer.json (ModelDirectory::load_flat), where
+    onnxruntime-genai still runs on token ids: an onnx_genai target needs a source mtpc gets one from."""
+    if ir.targets.onnx_genai is None or ir.source.kind == "synthetic" or "tokenizer.json" in info.tokenizer_names:
+        return []
+    ships = (f"ships no tokenizer.json (only {', '.join(info.tokenizer_names)})" if info.tokenizer_names
+             else "gives mtpc no tokenizer.json")
+    message = f"the source {ships}, and onnx-genai's Engine::from_dir refuses a package without one"
+    if spec.get(("targets", "onnx_genai")) is not None:
+        return [spec.diagnostic(("targets", "onnx_genai"), f"{message}: the onnx_genai target cannot be built", at="key",
+                                hint=_TOKENIZER_HINTS[ir.source.kind])]
+    return [spec.diagnostic(("source", ir.source.kind), f"{message}, and targets omitted builds the onnx_genai target too",
+                            at="key", hint=_TOKENIZER_HINTS[ir.source.kind])]
 
 
 def _tokenizer_notes(ref: SourceRef, info: SourceInfo) -> tuple[str, ...]:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, AbstractSet
 from ..util.diagnostics import Diagnostic
 from ..ir import AttentionMode
 from ..profiles import ort_genai_profile
+from ..profiles import onnx_genai as onnx_genai_profile
 from ..profiles.ort_genai import TARGET_PATH
 from ..sources import synthetic
 from .synthetic_settings import synthetic_spec
-from .targets import ort_target
+from .targets import onnx_genai_target, ort_target
 from .yaml_positions import dotted
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset(
         ({"quantization"}, lambda: _quantization(spec)),
         ({"precision", "targets"}, lambda: _bfloat16_without_ort_cuda(spec, filled)),
         ({"targets", "precision"}, lambda: _onnxruntime_genai(spec, filled)),
+        ({"targets"}, lambda: _onnx_genai(spec, filled)),
         ({"source"}, lambda: _synthetic(spec, filled)),
     )
     return [finding for reads, rule in rules if not reads & skip for finding in rule()]
@@ -131,6 +133,17 @@ def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
             )
         )
     return out
+
+
+def _onnx_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
+    written = filled.get("targets", {}).get("onnx_genai")
+    if written is None:
+        return []
+    at = onnx_genai_profile.TARGET_PATH
+    return [
+        spec.diagnostic(at + problem.key, problem.message, hint=problem.hint)
+        for problem in onnx_genai_profile.PROFILE.target_problems(onnx_genai_target(written))
+    ]
 
 
 def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:

@@ -11,8 +11,12 @@ def targets_of(targets: dict) -> Targets:
     onnx_genai = targets.get("onnx_genai")
     return Targets(
         onnxruntime_genai=ort_target(ort) if ort is not None else None,
-        onnx_genai=OnnxGenaiTarget(layout=onnx_genai["layout"]) if onnx_genai is not None else None,
+        onnx_genai=onnx_genai_target(onnx_genai) if onnx_genai is not None else None,
     )
+
+
+def onnx_genai_target(onnx_genai: dict) -> OnnxGenaiTarget:
+    return OnnxGenaiTarget(layout=onnx_genai["layout"])
 
 
 def ort_target(ort: dict) -> OrtGenaiTarget:

@@ -278,55 +278,57 @@ def test_unparseable_config(tmp_path):
 
 
 def _flat_package(tmp_path, *, embedding="model.embed_tokens.weight", seed="hidden_states", width=hm.HIDDEN):
+    """A hand-made onnx-genai package of the layout mtpc emits: flat metadata, the sidecar declared in config.json."""
     hm.write_package(tmp_path)
     head_inputs = [
         hm._vi("inputs_embeds", TensorProto.FLOAT, ["batch_size", "sequence_length", hm.HIDDEN]),
         hm._vi("hidden_states", TensorProto.FLOAT, ["batch_size", "sequence_length", hm.HIDDEN]),
     ]
     head_outputs = [hm._vi("mtp_hidden", TensorProto.FLOAT, ["batch_size", "sequence_length", hm.HIDDEN])]
-    hm.save_graph(tmp_path / "mtp_sidecar.onnx", head_inputs, head_outputs)
+    (tmp_path / "mtp_sidecar").mkdir()
+    hm.save_graph(tmp_path / "mtp_sidecar" / "mtp_sidecar.onnx", head_inputs, head_outputs)
     metadata = {
         "schema_version": "v1",
         "required_capabilities": ["kv_cache", "grouped_query_attention"],
-        "kv_cache": {"native_dtype": "float32"},
         "model": {
             "vocab_size": hm.VOCAB,
             "max_sequence_length": 128,
             "attention": {"type": "grouped_query_attention", "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 16},
             "io": {"sequence_source": "token_ids", "token_input": "input_ids", "attention_mask_input": "attention_mask",
                    "position_ids_input": "position_ids", "logits_output": "logits", "hidden_output": "hidden_states",
-                   "kv_ownership": "owned", "kv_update": "append", "kv_layout": "head_major_bnsh",
+                   "kv_ownership": "owned", "kv_layout": "head_major_bnsh",
                    "kv_inputs": ["past_key_values.1.key", "past_key_values.1.value"],
                    "kv_outputs": ["present.1.key", "present.1.valu"]},
         },
-        "speculative": {
-            "proposal_type": "mtp",
-            "model": "mtp_sidecar.onnx",
-            "num_speculative_tokens": 1,
-            "target_hidden_output": seed,
-            "target_hidden_layout": "BSH",
-            "target_hidden_size": width,
-            "hc_mult": 1,
-            "vocab_size": hm.VOCAB,
-            "mtp_hidden_output": "mtp_hidden",
-            "kv_mode": "proposal_local",
-            "embedding": {"source": "target_initializer", "name": embedding},
-            "lm_head": {"source": "target_initializer", "name": "lm_head.weight"},
-        },
+    }
+    speculator = {
+        "proposal_type": "mtp",
+        "model": "mtp_sidecar/mtp_sidecar.onnx",
+        "num_speculative_tokens": 1,
+        "target_hidden_output": seed,
+        "target_hidden_layout": "BSH",
+        "target_hidden_size": width,
+        "hc_mult": 1,
+        "mtp_hidden_output": "mtp_hidden",
+        "kv_mode": "proposal_local",
+        "embedding": {"source": "target_initializer", "name": embedding},
+        "lm_head": {"source": "target_initializer", "name": "lm_head.weight"},
+        "vocab_size": hm.VOCAB,
     }
     (tmp_path / "inference_metadata.yaml").write_text(yaml.safe_dump(metadata), encoding="utf-8")
+    (tmp_path / "config.json").write_text(json.dumps({"speculator_config": speculator}), encoding="utf-8")
     return tmp_path
 
 
 def test_flat_metadata_names_and_borrowed_initializers(tmp_path):
     found = lines(_flat_package(tmp_path, seed="hidden_states.3", width=48))
     assert found == [
-        "inference_metadata.yaml:/model/io/kv_outputs/1: 'present.1.valu' is not an output of model.onnx",
-        "inference_metadata.yaml:/speculative/embedding/name: 'model.embed_tokens.weight' is 32 wide but target_hidden_size is 48",
+        "config.json:/speculator_config/embedding/name: 'model.embed_tokens.weight' is 32 wide but target_hidden_size is 48",
         # the hand-made target has an embedding but no lm_head initializer
-        "inference_metadata.yaml:/speculative/lm_head/name: 'lm_head.weight' is not an initializer of model.onnx",
-        "inference_metadata.yaml:/speculative/target_hidden_output: 'hidden_states.3' is not an output of model.onnx",
-        "inference_metadata.yaml:/speculative/target_hidden_size: is 48 but mtp_sidecar.onnx input 'inputs_embeds' is 32 wide",
+        "config.json:/speculator_config/lm_head/name: 'lm_head.weight' is not an initializer of model.onnx",
+        "config.json:/speculator_config/target_hidden_output: 'hidden_states.3' is not an output of model.onnx",
+        "config.json:/speculator_config/target_hidden_size: is 48 but mtp_sidecar/mtp_sidecar.onnx input 'inputs_embeds' is 32 wide",
+        "inference_metadata.yaml:/model/io/kv_outputs/1: 'present.1.valu' is not an output of model.onnx",
     ]
 
 
@@ -344,7 +346,7 @@ def _target_initializers(folder: Path, *, drop=(), nodes=(), **arrays) -> Path:
 
 
 def _speculator_findings(folder: Path) -> list[str]:
-    return [f.split(": ", 1)[1] for f in lines(folder) if f.startswith("inference_metadata.yaml:/speculative/")]
+    return [f.split(": ", 1)[1] for f in lines(folder) if f.startswith("config.json:/speculator_config/")]
 
 
 PACKED = np.zeros((hm.VOCAB, 1, 16), np.uint8)  # [N, k_blocks, blob]: 4-bit blocks of 32 over hidden 32
@@ -448,7 +450,7 @@ def test_config_json_speculator_is_validated_and_checked(tmp_path):
 
 
 def _edited_speculator(compiled, tmp_path, edit) -> Path:
-    """The compiled (workflow-layout) package with its config.json speculator block edited by hand."""
+    """The compiled package with its config.json speculator block edited by hand."""
     folder = tmp_path / "pkg"
     shutil.copytree(compiled, folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -461,24 +463,23 @@ def test_accepted_prefix_kv_mode_is_reported(compiled, tmp_path):
     folder = _edited_speculator(compiled, tmp_path, lambda block: block.update(kv_mode="accepted_prefix"))
     found = lines(folder)
     # The schema pins the value; onnx-genai's own load-time refusal (reference §4) is reported beside it.
-    assert any(f.startswith("config.json:/speculator_config: MTP kv_mode accepted_prefix is declared but not executable") for f in found)
+    assert any(f.startswith("config.json:/speculator_config/kv_mode: MTP kv_mode accepted_prefix is declared but not executable") for f in found)
 
 
 def test_removed_hc_mult_is_reported_with_the_runtime_message(compiled, tmp_path):
     folder = _edited_speculator(compiled, tmp_path, lambda block: block.pop("hc_mult"))
-    assert "config.json:/speculator_config: mtp metadata is missing `hc_mult`" in lines(folder)
+    assert "config.json:/speculator_config/hc_mult: mtp metadata is missing `hc_mult`" in lines(folder)
 
 
-def test_flat_speculator_config_key_is_checked_under_its_own_name(tmp_path):
+@pytest.mark.parametrize("key", ["speculative", "speculator_config"])
+def test_a_sidecar_declared_in_the_metadata_is_refused_with_the_reason(tmp_path, key):
+    """onnx-genai's parser refuses either key in a package without a pipeline (the whole file with it)."""
     folder = _flat_package(tmp_path)
     metadata = yaml.safe_load((folder / "inference_metadata.yaml").read_text(encoding="utf-8"))
-    block = metadata.pop("speculative")
-    del block["target_hidden_layout"]
-    metadata["speculator_config"] = block
+    metadata[key] = json.loads((folder / "config.json").read_text(encoding="utf-8"))["speculator_config"]
     (folder / "inference_metadata.yaml").write_text(yaml.safe_dump(metadata), encoding="utf-8")
-    found = lines(folder)
-    assert any(f.startswith("inference_metadata.yaml:/speculator_config: `target_hidden_layout` must be explicit") for f in found)
-    assert not any(f.startswith("inference_metadata.yaml:/speculative") for f in found)
+    found = [f for f in lines(folder) if f.startswith(f"inference_metadata.yaml:/{key}")]
+    assert len(found) == 1 and "config.json (speculator_config)" in found[0], found
 
 
 def _schema_file(name: str) -> str:

@@ -64,13 +64,13 @@ REQUIRED = [
     ("genai_config.json", "is missing: mtp/genai_config.json is a head folder's config"),
     ("mtp/genai_config.json", "is missing: genai_config.json's model.mtp names the head 'mtp/mtp.onnx'"),
     ("inference_metadata.yaml", "is missing: config.json declares an MTP sidecar (speculator_config), and onnx-genai loads"),
-    ("config.json", "is missing: inference_metadata.yaml's workflow has the MTP sidecar component 'mtp_sidecar'"),
+    ("config.json", "is missing: mtp_sidecar/mtp_sidecar.onnx is onnx-genai's MTP head, and onnx-genai reads its declaration only"),
     ("model.onnx", "'model.onnx' does not exist in the package"),
     ("mtp/mtp.onnx", "'mtp/mtp.onnx' does not exist in the package"),
-    ("mtp_sidecar.onnx", "'mtp_sidecar.onnx' does not exist in the package"),
+    ("mtp_sidecar/mtp_sidecar.onnx", "'mtp_sidecar/mtp_sidecar.onnx' does not exist in the package"),
     ("model.onnx.data", "'model.onnx.data' does not exist in the package"),
     ("mtp/mtp.onnx.data", "'mtp.onnx.data' does not exist in the package"),
-    ("mtp_sidecar.onnx.data", "'mtp_sidecar.onnx.data' does not exist in the package"),
+    ("mtp_sidecar/mtp_sidecar.onnx.data", "'mtp_sidecar.onnx.data' does not exist in the package"),
 ]
 
 
@@ -99,34 +99,37 @@ def test_a_missing_tokenizer_is_a_warning_that_names_the_file(copy, capsys):
     assert code == 0 and len(out) == 1 and out[0].startswith(f"::warning file={pkg}/tokenizer_config.json,title=mtpc check::")
 
 
-def test_no_tokenizer_at_all_is_one_warning_with_a_hint(copy, capsys):
+def test_no_tokenizer_at_all_is_a_warning_with_a_hint_for_onnxruntime_genai_and_an_error_for_onnx_genai(copy, capsys):
     pkg = copy()
     (pkg / "tokenizer_config.json").unlink()
     (pkg / "tokenizer.json").unlink()
     code, out, _ = check(capsys, "--format", "github", pkg)
-    assert code == 0 and len(out) == 1
-    assert out[0].startswith(f"::warning file={pkg}/tokenizer.json,title=mtpc check::/: is missing, with every other tokenizer file")
-    assert "%0Ahint: compile from a source that ships tokenizer.json and tokenizer_config.json" in out[0]
+    assert code == 1 and len(out) == 2, out
+    warning, error = sorted(out, key=lambda line: not line.startswith("::warning"))
+    assert warning.startswith(f"::warning file={pkg}/tokenizer.json,title=mtpc check::/: is missing, with every other tokenizer file")
+    assert "%0Ahint: compile from a source that ships tokenizer.json and tokenizer_config.json" in warning
+    # onnx-genai's Engine::from_dir (ModelDirectory::load_flat) refuses a folder without tokenizer.json.
+    assert error.startswith(f"::error file={pkg}/tokenizer.json,title=mtpc check::/: is missing: onnx-genai's Engine::from_dir refuses")
 
 
 def test_truncated_external_data_names_the_data_file(copy, capsys):
     pkg = copy()
-    data = pkg / "mtp_sidecar.onnx.data"
+    data = pkg / "mtp_sidecar" / "mtp_sidecar.onnx.data"
     size = data.stat().st_size
     os.truncate(data, size - 1)
     code, out, _ = check(capsys, pkg)
     assert code == 1
-    assert len(out) == 1 and out[0].startswith(f"{pkg}/mtp_sidecar.onnx.data:/: mtp_sidecar.onnx initializer ")
+    assert len(out) == 1 and out[0].startswith(f"{pkg}/mtp_sidecar/mtp_sidecar.onnx.data:/: mtp_sidecar/mtp_sidecar.onnx initializer ")
     assert f"the file has {size - 1} bytes (truncated?)" in out[0]
 
 
 def test_a_graph_no_config_names_has_its_external_data_checked_too(copy, capsys):
     pkg = copy()
-    shutil.copy(pkg / "mtp_sidecar.onnx", pkg / "spare.onnx")  # reads mtp_sidecar.onnx.data
-    os.truncate(pkg / "mtp_sidecar.onnx.data", 10)
+    shutil.copy(pkg / "mtp_sidecar" / "mtp_sidecar.onnx", pkg / "mtp_sidecar" / "spare.onnx")  # reads mtp_sidecar.onnx.data
+    os.truncate(pkg / "mtp_sidecar" / "mtp_sidecar.onnx.data", 10)
     code, out, _ = check(capsys, pkg)
     assert code == 1
-    assert any(line.startswith(f"{pkg}/mtp_sidecar.onnx.data:/: spare.onnx initializer ") for line in out), out
+    assert any(line.startswith(f"{pkg}/mtp_sidecar/mtp_sidecar.onnx.data:/: mtp_sidecar/spare.onnx initializer ") for line in out), out
 
 
 def test_a_bad_key_in_genai_config_is_located_to_its_line_with_a_did_you_mean(copy, capsys, monkeypatch):
@@ -170,14 +173,13 @@ def test_a_json_parse_error_carries_its_line(copy, capsys):
 def test_a_yaml_finding_carries_the_line_of_its_key(copy, capsys):
     pkg = copy()
     metadata = pkg / "inference_metadata.yaml"
-    text = metadata.read_text(encoding="utf-8").replace("artifact: mtp_sidecar.onnx", "artifact: mtp_sidecar2.onnx")
+    text = metadata.read_text(encoding="utf-8").replace("position_ids_input: position_ids", "position_ids_input: position_id")
     metadata.write_text(text, encoding="utf-8")
     code, out, _ = check(capsys, pkg)
     assert code == 1
-    line = line_of(metadata, "artifact: mtp_sidecar2.onnx")
+    line = line_of(metadata, "position_ids_input: position_id")
     assert any(
-        o.startswith(f"{metadata}:{line}:")
-        and "/pipeline/workflow/components/mtp_sidecar/implementation/artifact: 'mtp_sidecar2.onnx' does not exist" in o
+        o.startswith(f"{metadata}:{line}:") and "/model/io/position_ids_input: 'position_id' is not an input of model.onnx" in o
         for o in out
     ), out
 

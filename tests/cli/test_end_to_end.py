@@ -144,13 +144,13 @@ def test_check_finds_a_hand_broken_compiled_package(package, tmp_path, capsys):
     (broken / "genai_config.json").write_text(json.dumps(cfg))
     metadata = (broken / "inference_metadata.yaml").read_text()
     assert "present.3.value" in metadata
-    (broken / "inference_metadata.yaml").write_text(metadata.replace("present.3.value", "present.3.v"))
+    (broken / "inference_metadata.yaml").write_text(metadata.replace("present.3.value]", "present.3.v]"))
     assert main(["check", str(broken)]) == 1
     # Each finding at its file's line and column (tests/checks/test_completeness.py holds which); here, what and where.
     out = [re.sub(r"^(\S+?):\d+:\d+: ", r"\1:", line) for line in capsys.readouterr().out.splitlines()]
     assert f"{broken}/config.json:/speculator_config/target_hidden_output: 'hidden_states.9' is not an output of model.onnx" in out
     assert f"{broken}/genai_config.json:/model/decoder/outputs/present_key_names: 'present.1.k' is not an output of model.onnx" in out
-    assert f"{broken}/inference_metadata.yaml:/pipeline/workflow/steps/0/outputs/present.3.v: 'present.3.v' is not an output of model.onnx" in out
+    assert f"{broken}/inference_metadata.yaml:/model/io/kv_outputs/3: 'present.3.v' is not an output of model.onnx" in out
 
 
 def test_verify_runs_reference_greedy_and_speculative(package, capsys):
@@ -171,7 +171,7 @@ def test_verify_catches_a_wrong_onnx_genai_head(package, tmp_path, capsys):
     assert main(["compile", "-q", str(spec_variant(tmp_path, "seed: 0 ", "seed: 1 ")), "-o", str(other)]) == 0
     mixed = tmp_path / "mixed"
     shutil.copytree(package, mixed)
-    for name in ("mtp_sidecar.onnx", "mtp_sidecar.onnx.data"):
+    for name in ("mtp_sidecar/mtp_sidecar.onnx", "mtp_sidecar/mtp_sidecar.onnx.data"):
         shutil.copyfile(other / name, mixed / name)
     capsys.readouterr()
     assert main(["verify", "-q", str(mixed), "--spec", str(TINY), "--new-tokens", "4"]) == 1

@@ -28,8 +28,9 @@ SPECS = {
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("jobs")
-    write_hf_checkpoint(folder / "ckpt", tiny_arch(), seed=4, float_dtype="BF16")
-    write_gguf(folder / "m.gguf", tiny_arch(), seed=5, types=MIXED_TYPES)
+    # Each with a tokenizer: both targets are built, and onnx-genai refuses a package without tokenizer.json.
+    write_hf_checkpoint(folder / "ckpt", tiny_arch(), seed=4, float_dtype="BF16", tokenizer=True)
+    write_gguf(folder / "m.gguf", tiny_arch(), seed=5, types=MIXED_TYPES, tokenizer=True)
     return folder
 
 

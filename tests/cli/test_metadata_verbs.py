@@ -232,8 +232,7 @@ def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec,
 
 
 
-@pytest.mark.parametrize("layout", ["workflow", "flat"])
-def test_each_document_of_a_build_is_parsed_once(tmp_path, monkeypatch, layout):
+def test_each_document_of_a_build_is_parsed_once(tmp_path, monkeypatch):
     """The driver validates, the checks check, an emitter reads its YAML back: one parse serves them all."""
     from mtpc.pipeline import driver
     from mtpc.checks import package
@@ -241,7 +240,7 @@ def test_each_document_of_a_build_is_parsed_once(tmp_path, monkeypatch, layout):
 
     spec = tmp_path / "s.yaml"
     spec.write_text("mtpc: 1\nname: once\nsource: {synthetic: {seed: 0}}\ntargets:\n"
-                    f"  onnxruntime_genai: {{execution_provider: cpu}}\n  onnx_genai: {{layout: {layout}}}\n")
+                    "  onnxruntime_genai: {execution_provider: cpu}\n  onnx_genai: {layout: flat}\n")
     driver.build(spec, defer=True, defer_graphs=True).close()  # schemas and their validators loaded, as every run has them
     parsed: list[str] = []
 
@@ -283,7 +282,7 @@ def test_libyaml_dumper_writes_the_pure_python_dumpers_bytes(flow):
 
 def test_emitted_metadata_is_what_the_pure_python_dumper_writes(monkeypatch, tmp_path):
     spec = tmp_path / "s.yaml"
-    spec.write_text("mtpc: 1\nname: y\nsource: {synthetic: {seed: 0}}\ntargets:\n  onnx_genai: {layout: workflow}\n")
+    spec.write_text("mtpc: 1\nname: y\nsource: {synthetic: {seed: 0}}\ntargets:\n  onnx_genai: {layout: flat}\n")
     with build(spec) as fast:
         ours = {a.relpath: a.read() for a in fast.artifacts if a.relpath.endswith(".yaml")}
     monkeypatch.setattr("mtpc.schema.validation._SAFE_DUMPER", yaml.SafeDumper)

@@ -1,7 +1,10 @@
-"""onnx-genai metadata: both layouts, with and without an MTP head, against the upstream schemas and rules.
+"""onnx-genai metadata (the flat layout Engine::from_dir loads), with and without an MTP head, against
+the upstream schemas and rules.
 
 Expected values come from the upstream schemas in shared/conformance/onnx-genai/, the rule
-tables of shared/reference/inference-metadata.md, and the fixture architecture itself.
+tables of shared/reference/inference-metadata.md, and the fixture architecture itself; whole
+compiled packages go through onnx-genai's own checker in tests/checks/test_onnx_genai_mutants.py
+and everywhere a test writes one (tests/clients/onnx_genai.py).
 """
 
 from __future__ import annotations
@@ -39,18 +42,25 @@ from mtpc.ir import (
     SourceRef,
     Targets,
 )
+from mtpc.profiles.onnx_genai import PROFILE
 from mtpc.schema.validation import errors as our_schema_errors
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.shared import shared_file
 
 REPO = Path(__file__).resolve().parents[2]
-SIDECAR = "mtp_sidecar.onnx"
+SIDECAR = "mtp_sidecar/mtp_sidecar.onnx"
 NUM_SPECULATIVE_TOKENS = 2
-LAYOUTS = ("workflow", "flat")
 DTYPES = ("float32", "float16")
+# The schema generated from onnx-genai's own types at the profile's commit (ac9c7dd). Its file is named
+# for the workflow layout it introduced, but it is the whole metadata type of that commit: a package
+# without a pipeline is valid against it too.
+AT_COMMIT = "workflow"
+# The flat-layout schema of the commit before (5a12882): open root, and the only upstream definition
+# of SpeculatorConfig.
+BEFORE = "flat"
 
 
-def build_ir(layout: str = "workflow", *, with_head: bool = True, io_dtype: str = "float32", arch=None, **changes) -> ModelIR:
+def build_ir(layout: str = "flat", *, with_head: bool = True, io_dtype: str = "float32", arch=None, **changes) -> ModelIR:
     arch = arch or tiny_arch()
     precision = Precision(io_dtype=io_dtype)
     heads = ()
@@ -97,16 +107,19 @@ def upstream_errors(layout: str, instance) -> list[str]:
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(instance)]
 
 
+def speculator_block(files: dict[str, bytes]) -> dict:
+    return json.loads(files["config.json"])["speculator_config"]
+
+
 @lru_cache(maxsize=None)
-def _emitted(layout: str, with_head: bool, dtype: str):
-    ir = build_ir(layout, with_head=with_head, io_dtype=dtype)
-    return layout, with_head, ir, emit(ir)
+def _emitted(with_head: bool, dtype: str):
+    ir = build_ir(with_head=with_head, io_dtype=dtype)
+    return with_head, ir, emit(ir)
 
 
 def _cases(heads=(True, False)):
     return [
-        pytest.param((layout, head, dtype), id=f"{layout}-{'head' if head else 'nohead'}-{dtype}")
-        for layout in LAYOUTS
+        pytest.param((head, dtype), id=f"{'head' if head else 'nohead'}-{dtype}")
         for head in heads
         for dtype in DTYPES
     ]
@@ -130,66 +143,56 @@ def headless_case(request):
 # ----------------------------------------------------------------------------- every case
 
 
-def test_passes_the_upstream_schema_of_its_layout(case):
-    layout, with_head, _, files = case
-    assert upstream_errors(layout, metadata(files)) == []
-    if layout == "workflow" and with_head:
-        # The only upstream definition of SpeculatorConfig is the flat layout's `speculative`.
-        block = json.loads(files["config.json"])["speculator_config"]
-        assert upstream_errors("flat", {"speculative": block}) == []
-
-
-def test_is_rejected_by_the_other_layouts_upstream_schema(case):
-    layout, _, _, files = case
-    other = "flat" if layout == "workflow" else "workflow"
-    assert upstream_errors(other, metadata(files)) != []
+def test_passes_the_upstream_schemas(case):
+    with_head, _, files = case
+    assert upstream_errors(AT_COMMIT, metadata(files)) == []
+    assert upstream_errors(BEFORE, metadata(files)) == []
+    if with_head:
+        assert upstream_errors(BEFORE, {"speculative": speculator_block(files)}) == []
 
 
 def test_passes_our_schemas(case):
-    layout, with_head, _, files = case
-    assert our_schema_errors(f"inference_metadata.{layout}.schema.json", metadata(files)) == []
+    _, _, files = case
+    assert our_schema_errors("inference_metadata.flat.schema.json", metadata(files)) == []
     if "config.json" in files:
         assert our_schema_errors("speculator_config.schema.json", json.loads(files["config.json"])) == []
 
 
 def test_artifacts_name_their_schemas(case):
-    layout, with_head, ir, _ = case
+    with_head, ir, _ = case
     schemas = {a.relpath: a.schema for a in emit_inference_metadata(ir, None)}
-    expected = {"inference_metadata.yaml": f"inference_metadata.{layout}.schema.json"}
-    if layout == "workflow" and with_head:
+    expected = {"inference_metadata.yaml": "inference_metadata.flat.schema.json"}
+    if with_head:
         expected["config.json"] = "speculator_config.schema.json"
     assert schemas == expected
 
 
-def test_sidecar_declaration_satisfies_the_runtime_rules(head_case):
-    layout, _, ir, files = head_case
+def test_stays_on_the_engine_from_dir_route(case):
+    """What onnx-genai's Engine::from_dir admits at the profile's commit (mtpc.profiles.onnx_genai)."""
+    _, _, files = case
     doc = metadata(files)
-    block = doc["speculative"] if layout == "flat" else json.loads(files["config.json"])["speculator_config"]
+    assert "pipeline" not in doc  # a pipeline sends the package to the loader that never reads config.json
+    for refused in ("kv_cache", "speculative", "speculator_config"):
+        assert refused not in doc
+    assert "kv_update" not in doc["model"]["io"]
+    assert set(doc["required_capabilities"]) <= set(PROFILE.runtime_capabilities)
+    assert doc["model"]["vocab_size"] == tiny_arch().vocab_size  # native MTP reads it
+
+
+def test_sidecar_declaration_satisfies_the_runtime_rules(head_case):
+    _, ir, files = head_case
+    doc = metadata(files)
+    block = speculator_block(files)
     assert speculator_findings(block, target_vocab_size=doc["model"].get("vocab_size")) == []
     assert contract_findings(block, ir.main.contract, ir.head(HeadContract.ONNX_GENAI).contract) == []
 
 
 def test_state_ports_cover_the_main_contract(case):
-    layout, _, ir, files = case
-    doc = metadata(files)
-    past = {t.name: t for t in ir.main.contract.inputs if t.name.startswith(("past.", "past_key_values."))}
+    _, ir, files = case
+    io = metadata(files)["model"]["io"]
+    past = {t.name for t in ir.main.contract.inputs if t.name.startswith(("past.", "past_key_values."))}
     present = {t.name for t in ir.main.contract.outputs if t.name.startswith("present.")}
-    if layout == "flat":
-        io = doc["model"]["io"]
-        pairs = list(zip(io["kv_inputs"], io["kv_outputs"])) + [(p["input"], p["output"]) for p in io["state_pairs"]]
-        assert doc["kv_cache"]["native_dtype"] == ir.precision.io_dtype
-    else:
-        workflow = doc["pipeline"]["workflow"]
-        aliases = [
-            (cell, alias)
-            for group in workflow["serving"]["state_service"]["groups"].values()
-            for cell, alias in group["ports"]["decoder"].items()
-        ]
-        pairs = [(alias["input"], alias["output"]) for _, alias in aliases]
-        for cell, alias in aliases:
-            contract = workflow["state"][cell]["contract"]
-            spec = past[alias["input"]]
-            assert (contract["dtype"], contract["shape"], contract["rank"]) == (spec.dtype, list(spec.shape), len(spec.shape))
+    pairs = list(zip(io["kv_inputs"], io["kv_outputs"])) + [(p["input"], p["output"]) for p in io["state_pairs"]]
     assert sorted(i for i, _ in pairs) == sorted(past)
     assert sorted(o for _, o in pairs) == sorted(present)
     for i, o in pairs:  # each pair is one layer's past and present of one kind
@@ -197,7 +200,7 @@ def test_state_ports_cover_the_main_contract(case):
 
 
 def test_no_head_leaves_no_trace_of_mtp(headless_case):
-    _, _, _, files = headless_case
+    _, _, files = headless_case
     assert set(files) == {"inference_metadata.yaml"}
     # The tool's own name in the header comment is not a trace of an MTP head.
     text = re.sub(r"\bmtpc\b", "", files["inference_metadata.yaml"].decode("utf-8").lower())
@@ -205,13 +208,14 @@ def test_no_head_leaves_no_trace_of_mtp(headless_case):
         assert word not in text
 
 
-# ----------------------------------------------------------------------------- layout specifics
+# ----------------------------------------------------------------------------- the layout's specifics
 
 
-def test_flat_speculative_block_carries_every_field():
+def test_speculator_config_carries_every_field():
     arch = tiny_arch()
-    doc = metadata(emit(build_ir("flat")))
-    assert doc["speculative"] == {
+    files = emit(build_ir())
+    assert list(json.loads(files["config.json"])) == ["speculator_config"]
+    assert speculator_block(files) == {
         "proposal_type": "mtp",
         "model": SIDECAR,
         "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,
@@ -225,109 +229,57 @@ def test_flat_speculative_block_carries_every_field():
         "lm_head": {"source": "target_initializer", "name": "lm_head.MatMul.weight"},
         "vocab_size": arch.vocab_size,
     }
+    doc = metadata(files)
     assert doc["model"]["vocab_size"] == arch.vocab_size
     assert doc["model"]["io"]["hidden_output"] == "hidden_states"
 
 
-def test_workflow_declares_the_sidecar_in_config_json_only():
-    files = emit(build_ir("workflow"))
-    doc = metadata(files)
-    assert "speculative" not in doc and "speculator_config" not in doc
-    config = json.loads(files["config.json"])
-    assert list(config) == ["speculator_config"]
-    flat_block = metadata(emit(build_ir("flat")))["speculative"]
-    assert config["speculator_config"] == flat_block  # one model, two places
+def test_the_sidecar_is_a_plain_path_into_its_own_folder():
+    """onnx-genai takes the root's only .onnx as the target and joins `model` to the root unchecked."""
+    model = speculator_block(emit(build_ir()))["model"]
+    folder, name = model.split("/")
+    assert folder == PROFILE.sidecar_folder and name.endswith(".onnx") and ".." not in model
 
 
-def test_workflow_sidecar_component_is_not_a_second_decoder():
-    """onnx-genai derives the decode ABI only when exactly one component qualifies as the decoder."""
-    workflow = metadata(emit(build_ir("workflow")))["pipeline"]["workflow"]
-    groups = workflow["serving"]["state_service"]["groups"].values()
-    owners = {component for g in groups if g["kind"] != "recurrent" for component in g["ports"]}
-
-    def is_decoder(name, component):
-        roles = set(component["ports"]["roles"].values())
-        return bool(roles & {"token_ids", "inputs_embeds"}) and ("logits" in roles or name in owners)
-
-    assert [n for n, c in workflow["components"].items() if is_decoder(n, c)] == ["decoder"]
-    assert workflow["components"]["decoder"]["implementation"]["artifact"] == "model.onnx"
-    sidecar = workflow["components"]["mtp_sidecar"]
-    assert sidecar["implementation"] == {"kind": "onnx", "artifact": SIDECAR}
-    assert workflow["components"]["decoder"]["ports"]["roles"]["hidden_states"] == "hidden_states"
+def test_capabilities_follow_the_attention():
+    grouped = metadata(emit(build_ir()))
+    assert grouped["required_capabilities"] == ["kv_cache", "grouped_query_attention"]
+    arch = tiny_arch()
+    mha = replace(arch, num_key_value_heads=arch.num_attention_heads)
+    doc = metadata(emit(build_ir(with_head=False, arch=mha)))
+    assert doc["required_capabilities"] == ["kv_cache", "multi_head_attention"]
+    assert doc["model"]["attention"]["type"] == "multi_head_attention"
+    assert upstream_errors(AT_COMMIT, doc) == []
 
 
-@pytest.mark.parametrize("with_head", [True, False])
-def test_workflow_follows_validate_workflow_rules(with_head):
-    """The document-semantics rules of §3.1 that a JSON Schema cannot express."""
-    workflow = metadata(emit(build_ir("workflow", with_head=with_head)))["pipeline"]["workflow"]
-    assert {"workflow_ssa", "typed_emit", "serving_service_contract"} <= set(workflow["manifest"]["capabilities"])
-    inputs, state, serving = workflow["inputs"], workflow["state"], workflow["serving"]
-    request_aligned = {"kind": "request_aligned", "axis": 0}
-    for key, dtype in (("active", "bool"), ("done", "bool"), ("accepted_len", "int64")):
-        contract = inputs[serving[key]]["contract"]
-        assert contract["dtype"] == dtype and contract["batch_layout"] == request_aligned
-    groups = serving["state_service"]["groups"]
-    assert groups
-    for cell_name, cell in state.items():
-        assert cell["management"] == "runtime" and cell["release_boundary"]
-        assert cell["contract"]["batch_layout"] == request_aligned
-        assert cell["initializer"] in inputs
-        assert cell_name in groups[cell["service_group"]]["ports"]["decoder"]
-    for name, group in groups.items():
-        if group["update"]["kind"] == "replace":
-            assert "sequence_axis" not in group
-        else:
-            assert group["sequence_axis"] < min(state[c]["contract"]["rank"] for c in group["ports"]["decoder"])
-        for cells in group["ports"].values():
-            for cell_name, alias in cells.items():
-                assert state[cell_name]["service_group"] == name and alias["output"]
-            by_role: dict = {}
-            for alias in cells.values():
-                by_role.setdefault(alias.get("role"), []).append(alias["layer"])
-            assert all(len(layers) == len(set(layers)) for layers in by_role.values())
-            if group["kind"] != "recurrent":
-                assert sorted(by_role["key"]) == sorted(by_role["value"])
-        assert set(group["capabilities"].get("cascade", [])) == set(groups) - {name}
-        rollback = group["capabilities"].get("rollback_positions")
-        assert rollback == (1 + NUM_SPECULATIVE_TOKENS if with_head else None)
-    invoke, emit_step = workflow["steps"]
-    assert invoke["component"] in workflow["components"]
-    assert set(invoke["inputs"].values()) <= set(inputs)
-    assert emit_step["value"] in invoke["outputs"].values() and emit_step["output"] in workflow["outputs"]
+def test_what_the_flat_layout_carried_before_the_commit_is_refused_by_its_schema():
+    """kv_cache, model.io.kv_update and a SpeculatorConfig `speculative` were the flat layout of 5a12882;
+    the commit's own schema refuses each (and its crate with it: the mutants test), ours too."""
+    files = emit(build_ir())
+    for edit in (
+        lambda doc: doc.update(kv_cache={"native_dtype": "float32"}),
+        lambda doc: doc["model"]["io"].update(kv_update="append"),
+        lambda doc: doc.update(speculative=speculator_block(files)),
+    ):
+        doc = metadata(files)
+        edit(doc)
+        assert upstream_errors(BEFORE, doc) == []
+        assert upstream_errors(AT_COMMIT, doc) != []
+        assert our_schema_errors("inference_metadata.flat.schema.json", doc) != []
 
 
-def test_upstream_workflow_schema_refuses_the_flat_sidecar_block():
-    """Why the workflow layout needs config.json: `speculative` there is a different, closed type."""
-    files = emit(build_ir("workflow"))
-    doc = metadata(files)
-    doc["speculative"] = json.loads(files["config.json"])["speculator_config"]
-    assert upstream_errors("workflow", doc) != []
-    assert our_schema_errors("inference_metadata.workflow.schema.json", doc) != []
-
-
-def test_sliding_window_layers_get_their_own_group():
+def test_sliding_window_layers_are_kv_pairs_with_their_window():
     sliding = LayerKind.SLIDING_ATTENTION
     arch = replace(
         tiny_arch(),
         layer_kinds=(LayerKind.LINEAR_ATTENTION, sliding, LayerKind.LINEAR_ATTENTION, LayerKind.FULL_ATTENTION),
         sliding_window=128,
     )
-    doc = metadata(emit(build_ir("workflow", arch=arch)))
-    assert upstream_errors("workflow", doc) == []
-    assert our_schema_errors("inference_metadata.workflow.schema.json", doc) == []
+    doc = metadata(emit(build_ir(arch=arch)))
+    assert upstream_errors(AT_COMMIT, doc) == []
+    assert our_schema_errors("inference_metadata.flat.schema.json", doc) == []
     assert doc["model"]["attention"]["sliding_window"] == 128
-    group = doc["pipeline"]["workflow"]["serving"]["state_service"]["groups"]["sliding_attention"]
-    assert group["kind"] == "sliding_attention" and group["reuse"] == {"evictable_prefix": True}
-    assert {a["input"] for a in group["ports"]["decoder"].values()} == {"past_key_values.1.key", "past_key_values.1.value"}
-
-
-def test_our_speculator_definitions_agree():
-    from mtpc.schema.validation import load_schema
-
-    flat = load_schema("inference_metadata.flat.schema.json")["$defs"]
-    config = load_schema("speculator_config.schema.json")["$defs"]
-    for name in ("SpeculatorConfig", "TargetInitializer"):
-        assert flat[name] == config[name]
+    assert {"past_key_values.1.key", "past_key_values.1.value"} <= set(doc["model"]["io"]["kv_inputs"])
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -350,9 +302,10 @@ def test_a_quantized_lm_head_is_borrowed_under_the_same_name():
 # Lowering and the spec rules refuse these states as user errors; reaching the emitter with one is a bug.
 
 
-def test_unknown_layout_is_asserted_against():
+@pytest.mark.parametrize("layout", ["workflow", "nested"])
+def test_a_layout_other_than_flat_is_asserted_against(layout):
     with pytest.raises(AssertionError, match="layout"):
-        emit(build_ir(targets=Targets(onnx_genai=OnnxGenaiTarget(layout="nested"))))
+        emit(build_ir(targets=Targets(onnx_genai=OnnxGenaiTarget(layout=layout))))
 
 
 def test_paged_main_decoder_is_asserted_against():
@@ -390,42 +343,55 @@ def _changed(**changes):
     return block
 
 
-# Rows of §4.7 (None removes the key) and the message onnx-genai gives, or a fragment of ours.
+# Rows of §4.7 (None removes the key): the message onnx-genai gives (or a fragment of ours), the field
+# a check reports it at, and whether onnx-genai drops the whole block (it does not deserialize).
 INVALID_BLOCKS = [
-    ("1-hidden_threaded", _changed(kv_mode="hidden_threaded"), "`kv_mode` must be one of"),
-    ("2-bsh-hc2", _changed(hc_mult=2, mtp_state_output="mtp_state"), "MTP BSH target_hidden_layout requires hc_mult == 1"),
-    ("3-no-hc_mult", _changed(hc_mult=None), "mtp metadata is missing `hc_mult`"),
-    ("4-string-embedding", _changed(embedding="model.embed_tokens.weight"), "`embedding` must be {source"),
-    ("5-file-source", _changed(embedding={"source": "file", "name": "embedding.f32"}), "`embedding.source` must be"),
-    ("6-bshc-no-state", _changed(target_hidden_layout="BSHC", hc_mult=4), "MTP hc_mult > 1 requires mtp_state_output"),
-    ("7-zero-tokens", _changed(num_speculative_tokens=0), "mtp metadata `num_speculative_tokens` must be greater than zero"),
-    ("8-empty-lm_head", _changed(lm_head={"source": "target_initializer", "name": ""}), "mtp metadata `lm_head.name` must not be empty"),
-    ("9-no-model", _changed(model=None), "mtp metadata is missing `model`"),
-    ("10-implicit-layout", _changed(target_hidden_layout=None), "`target_hidden_layout` must be explicit"),
-    ("11-accepted_prefix", _changed(kv_mode="accepted_prefix"), "MTP kv_mode accepted_prefix is declared but not executable"),
-    ("12-lowercase-bsh", _changed(target_hidden_layout="bsh"), "`target_hidden_layout` must be one of"),
-    ("13-empty-state", _changed(mtp_state_output=""), "MTP mtp_state_output must not be empty when provided"),
-    ("14-zero-width", _changed(target_hidden_size=0), "mtp metadata is missing `target_hidden_size`"),
-    ("15-old-names", {**_changed(model=None), "model_path": "mtp/model.onnx"}, "mtp metadata is missing `model`"),
-    ("proposal-type", _changed(proposal_type="eagle"), "`proposal_type` must be `mtp`"),
+    ("1-hidden_threaded", _changed(kv_mode="hidden_threaded"), "`kv_mode` must be one of", ("kv_mode",), True),
+    ("2-bsh-hc2", _changed(hc_mult=2, mtp_state_output="mtp_state"), "MTP BSH target_hidden_layout requires hc_mult == 1", ("hc_mult",), False),
+    ("3-no-hc_mult", _changed(hc_mult=None), "mtp metadata is missing `hc_mult`", ("hc_mult",), False),
+    ("4-string-embedding", _changed(embedding="model.embed_tokens.weight"), "`embedding` must be {source", ("embedding",), True),
+    ("5-file-source", _changed(embedding={"source": "file", "name": "embedding.f32"}), "`embedding.source` must be",
+     ("embedding", "source"), True),
+    ("6-bshc-no-state", _changed(target_hidden_layout="BSHC", hc_mult=4), "MTP hc_mult > 1 requires mtp_state_output", ("hc_mult",), False),
+    ("7-zero-tokens", _changed(num_speculative_tokens=0), "mtp metadata `num_speculative_tokens` must be greater than zero",
+     ("num_speculative_tokens",), False),
+    ("8-empty-lm_head", _changed(lm_head={"source": "target_initializer", "name": ""}), "mtp metadata `lm_head.name` must not be empty",
+     ("lm_head", "name"), False),
+    ("9-no-model", _changed(model=None), "mtp metadata is missing `model`", ("model",), False),
+    ("10-implicit-layout", _changed(target_hidden_layout=None), "`target_hidden_layout` must be explicit", ("target_hidden_layout",), False),
+    ("11-accepted_prefix", _changed(kv_mode="accepted_prefix"), "MTP kv_mode accepted_prefix is declared but not executable",
+     ("kv_mode",), False),
+    ("12-lowercase-bsh", _changed(target_hidden_layout="bsh"), "`target_hidden_layout` must be one of", ("target_hidden_layout",), True),
+    ("13-empty-state", _changed(mtp_state_output=""), "MTP mtp_state_output must not be empty when provided", ("mtp_state_output",), False),
+    ("14-zero-width", _changed(target_hidden_size=0), "mtp metadata is missing `target_hidden_size`", ("target_hidden_size",), False),
+    ("15-old-names", {**_changed(model=None), "model_path": "mtp/model.onnx"}, "mtp metadata is missing `model`", ("model",), False),
+    ("proposal-type", _changed(proposal_type="eagle"), "`proposal_type` must be `mtp`", ("proposal_type",), False),
+    ("string-count", _changed(hc_mult="1"), "`hc_mult` must be an integer", ("hc_mult",), True),
+    ("null-tokens", _changed(num_speculative_tokens=None) | {"num_speculative_tokens": None}, "`num_speculative_tokens` must be",
+     ("num_speculative_tokens",), True),
 ]
 
 
 def test_reference_example_passes():
     assert speculator_findings(VALID_BLOCK, target_vocab_size=248320) == []
     assert speculator_findings({**VALID_BLOCK, "proposal_type": "MTP"}, target_vocab_size=248320) == []
+    # serde reads an explicit null as an absent key: the defaults apply.
+    assert speculator_findings({**VALID_BLOCK, "mtp_state_output": None, "kv_mode": None}, target_vocab_size=248320) == []
 
 
-@pytest.mark.parametrize("block, message", [c[1:] for c in INVALID_BLOCKS], ids=[c[0] for c in INVALID_BLOCKS])
-def test_reference_counterexamples_are_refused(block, message):
-    findings = speculator_findings(block, target_vocab_size=248320)
-    assert any(message in f for f in findings), findings
+@pytest.mark.parametrize("block, message, field, dropped", [c[1:] for c in INVALID_BLOCKS], ids=[c[0] for c in INVALID_BLOCKS])
+def test_reference_counterexamples_are_refused_at_their_field(block, message, field, dropped):
+    findings = [f for f in speculator_findings(block, target_vocab_size=248320) if message in f.message]
+    assert findings, speculator_findings(block, target_vocab_size=248320)
+    assert (findings[0].field, findings[0].dropped, findings[0].in_metadata) == (field, dropped, False)
 
 
-def test_undeclared_target_vocabulary_is_refused():
-    assert speculator_findings(VALID_BLOCK, target_vocab_size=None) == [
+def test_undeclared_target_vocabulary_is_refused_in_the_metadata():
+    (finding,) = speculator_findings(VALID_BLOCK, target_vocab_size=None)
+    assert finding.message == (
         "native MTP speculation requires the target vocabulary size; declare `model.vocab_size` in the package metadata"
-    ]
+    )
+    assert (finding.field, finding.in_metadata) == (("model", "vocab_size"), True)
 
 
 def test_contract_findings_catch_graph_mismatches():
@@ -449,10 +415,9 @@ def test_contract_findings_catch_graph_mismatches():
 _DIGEST_SCRIPT = """
 import hashlib
 from tests.emit.test_inference_metadata import build_ir, emit
-for layout in ("workflow", "flat"):
-    for with_head in (True, False):
-        for path, data in sorted(emit(build_ir(layout, with_head=with_head)).items()):
-            print(layout, with_head, path, hashlib.sha256(data).hexdigest())
+for with_head in (True, False):
+    for path, data in sorted(emit(build_ir(with_head=with_head)).items()):
+        print(with_head, path, hashlib.sha256(data).hexdigest())
 """
 
 
@@ -465,9 +430,8 @@ def test_bytes_do_not_depend_on_the_hash_seed():
         outputs.add(run.stdout)
     assert len(outputs) == 1
     here = "".join(
-        f"{layout} {with_head} {path} {hashlib.sha256(data).hexdigest()}\n"
-        for layout in LAYOUTS
+        f"{with_head} {path} {hashlib.sha256(data).hexdigest()}\n"
         for with_head in (True, False)
-        for path, data in sorted(emit(build_ir(layout, with_head=with_head)).items())
+        for path, data in sorted(emit(build_ir(with_head=with_head)).items())
     )
     assert outputs == {here}

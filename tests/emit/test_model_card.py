@@ -11,6 +11,7 @@ import yaml
 from mtpc.emit.inference_metadata import emit_inference_metadata
 from mtpc.emit.model_card import emit_model_card
 from mtpc.ir import OnnxGenaiTarget
+from mtpc.profiles.onnx_genai import PROFILE
 from tests.fixtures.arch import tiny_arch
 from tests.passes.ir_factory import CUDA_PAGED, compiled
 
@@ -57,19 +58,30 @@ def _onnx_genai_head_line(text: str) -> str:
     return line
 
 
-@pytest.mark.parametrize("layout", ["workflow", "flat"])
-def test_card_names_where_the_metadata_layout_declares_the_onnx_genai_head(layout):
+def test_card_names_where_the_onnx_genai_head_is_declared_and_what_runs_it():
     # Where the declaration really is comes from the metadata emitter's files, not from the card.
-    ir = compiled(ort=None, onnx_genai=OnnxGenaiTarget(layout=layout))
+    ir = compiled(ort=None, onnx_genai=OnnxGenaiTarget(layout="flat"))
     files = {a.relpath: a.read() for a in emit_inference_metadata(ir, None)}
-    line = _onnx_genai_head_line(card(ir))
-    if layout == "workflow":
-        assert "speculator_config" in json.loads(files["config.json"])
-        assert "`config.json` (`speculator_config`)" in line and "speculative" not in line
-    else:
-        assert "config.json" not in files
-        assert "speculative" in yaml.safe_load(files["inference_metadata.yaml"])
-        assert "the `speculative:` block of `inference_metadata.yaml`" in line and "config.json" not in line
+    assert "speculator_config" in json.loads(files["config.json"])
+    text = card(ir)
+    line = _onnx_genai_head_line(text)
+    assert line.startswith("- `mtp_sidecar/mtp_sidecar.onnx` (+ `.data`)") and "`config.json` (`speculator_config`)" in line
+    assert f"checked against onnx-genai {PROFILE.commit[:7]}" in text
+    # Only onnx-genai's native backend builds the MTP proposer (mtpc.profiles.onnx_genai).
+    section = text[text.index("## Run with onnx-genai"):]
+    assert 'onnx-genai generate . "your prompt" --backend native --temperature 0' in section
+    assert "`native-backend` feature" in section and "ONNX_GENAI_BACKEND=native" in section
+    assert "Python and C APIs" in section
+
+
+def test_text_only_card_runs_onnx_genai_without_a_backend_choice():
+    text = card(compiled(arch=tiny_arch(mtp_num_layers=0), onnx_genai=OnnxGenaiTarget()))
+    section = text[text.index("## Run with onnx-genai"):text.index("## Weights")]
+    assert 'onnx-genai generate . "your prompt"\n' in section and "native" not in section
+
+
+def test_no_onnx_genai_target_no_onnx_genai_section():
+    assert "onnx-genai" not in card(compiled()).split("\n---\n", 1)[1]
 
 
 def _python_snippet(card: str) -> str:

@@ -43,7 +43,7 @@ def test_records_version_spec_source_and_profile():
     assert "\n".join(doc["spec"]["lines"]).encode() == text  # the spec itself, byte for byte
     assert doc["source"] == {"kind": "synthetic", "seed": 0, "model_sha256": doc["source"]["model_sha256"]}
     assert doc["runtime_profiles"]["onnxruntime_genai"]["version"] == "0.18.0"
-    assert doc["runtime_profiles"]["onnx_genai"] == {"layout": "workflow"}
+    assert doc["runtime_profiles"]["onnx_genai"] == {"layout": "flat", "commit": "ac9c7dd067dd7ff620fbe27b38b524adfa6fd946"}
     assert schema_errors("provenance", doc) == []
 
 

@@ -32,7 +32,7 @@ from mtpc.passes.quantization import QuantizationPlanning
 from mtpc.sources.info import SourceInfo
 
 ORT_HEAD_FILE = "mtp/mtp.onnx"
-ONNX_GENAI_HEAD_FILE = "mtp_sidecar.onnx"
+ONNX_GENAI_HEAD_FILE = "mtp_sidecar/mtp_sidecar.onnx"
 
 
 def head_config(arch: Architecture, precision: Precision, kind: HeadContract) -> DecoderConfig:

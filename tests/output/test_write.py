@@ -197,7 +197,7 @@ def test_compile_refuses_before_building_and_force_overrides(in_tmp, capsys):
 
 
 def test_compile_never_replaces_the_source_checkpoint_folder(in_tmp, capsys):
-    write_hf_checkpoint(in_tmp / "ckpt", tiny_arch())
+    write_hf_checkpoint(in_tmp / "ckpt", tiny_arch(), tokenizer=True)  # both targets: onnx-genai needs it
     spec = in_tmp / "specs" / "hf.yaml"
     spec.parent.mkdir()
     spec.write_text("mtpc: 1\nname: hf\nsource: {hf: ../ckpt}\n", encoding="utf-8")

@@ -127,7 +127,7 @@ def test_onnxruntime_genai_head_names_file_and_contract(projected):
 def test_onnx_genai_head_names_file_and_contract(projected):
     source, out = projected
     head = out.head(ONNX)
-    assert head.filename == "mtp_sidecar.onnx"
+    assert head.filename == "mtp_sidecar/mtp_sidecar.onnx"  # the package root holds one .onnx for onnx-genai
     assert dict(head.inputs)["inputs_embeds"] == "inputs_embeds"
     assert dict(head.outputs)["hidden_states"] == "mtp_hidden"
     assert head.contract == onnx_genai_head_contract(source.architecture, source.precision)

@@ -27,7 +27,7 @@ TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
 def package(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("int4-onnx-genai")
     text = for_installed_release(TINY.read_text("utf-8"))
-    assert "  default: {bits: null}\n" in text and "  onnx_genai:\n    layout: workflow\n" in text
+    assert "  default: {bits: null}\n" in text and "  onnx_genai:\n    layout: flat" in text
     # accuracy_level 0: float activations, so verify holds the package to its tight bound.
     spec = folder / "int4.yaml"
     spec.write_text(text.replace("  default: {bits: null}\n", "  default: {bits: 4, block_size: 32, accuracy_level: 0}\n"))

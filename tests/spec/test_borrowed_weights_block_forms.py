@@ -10,12 +10,12 @@ from mtpc.pipeline.driver import build_ir
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.gguf_writer import write_gguf
 
-TARGETS = 'targets:\n  onnx_genai: {layout: workflow}\n'
+TARGETS = "targets:\n  onnx_genai: {layout: flat}\n"
 
 
 @pytest.mark.parametrize("qtype, kind", [(QT.Q5_1, "a per-block offset"), (QT.Q4_1, "float zero points")])
 def test_a_kept_lm_head_whose_form_needs_more_is_refused(tmp_path, qtype, kind):
-    write_gguf(tmp_path / "m.gguf", tiny_arch(), seed=3, types=(("output.weight", qtype),))
+    write_gguf(tmp_path / "m.gguf", tiny_arch(), seed=3, types=(("output.weight", qtype),), tokenizer=True)
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"mtpc: 1\nname: t\nsource: {{gguf: m.gguf}}\nquantization:\n  default: {{keep: source}}\n{TARGETS}")
     with pytest.raises(MtpcError) as err:
@@ -29,7 +29,7 @@ def test_a_kept_lm_head_whose_form_needs_more_is_refused(tmp_path, qtype, kind):
 
 
 def test_the_hint_builds(tmp_path):
-    write_gguf(tmp_path / "m.gguf", tiny_arch(), seed=3, types=(("output.weight", QT.Q5_1),))
+    write_gguf(tmp_path / "m.gguf", tiny_arch(), seed=3, types=(("output.weight", QT.Q5_1),), tokenizer=True)
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "mtpc: 1\nname: t\nsource: {gguf: m.gguf}\nquantization:\n  default: {keep: source}\n"

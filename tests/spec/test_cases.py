@@ -52,7 +52,7 @@ def test_the_shipped_specs_describe_the_tiny_model():
     assert default.architecture == tiny_arch()
     assert default.targets.onnxruntime_genai.execution_provider == "cpu"
     assert default.targets.onnxruntime_genai.attention is AttentionMode.DENSE
-    assert default.targets.onnx_genai.layout == "workflow"
+    assert default.targets.onnx_genai.layout == "flat"
 
     nohead, _ = lower(load_spec(REPO / "specs" / "qwen35-tiny-nohead.yaml"))
     assert nohead.architecture == tiny_arch(mtp_num_layers=0)

@@ -117,7 +117,7 @@ def test_the_seed_decides_the_weights(tmp_path):
 
 
 def test_hf_path_is_relative_to_the_spec_file(tmp_path, monkeypatch):
-    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
+    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch(), tokenizer=True)
     monkeypatch.chdir("/")
     ir, info = lowered(tmp_path, "", "source:\n  hf: ckpt\n")
     assert ir.source == SourceRef("hf", path=str((tmp_path / "ckpt").resolve()))
@@ -127,7 +127,7 @@ def test_hf_path_is_relative_to_the_spec_file(tmp_path, monkeypatch):
 
 def test_gguf_path_is_relative_to_the_spec_file(tmp_path):
     (tmp_path / "models").mkdir()
-    write_gguf(tmp_path / "models" / "tiny.gguf", tiny_arch())
+    write_gguf(tmp_path / "models" / "tiny.gguf", tiny_arch(), tokenizer=True)
     ir, _ = lowered(tmp_path, "", "source:\n  gguf: models/tiny.gguf\n")
     assert ir.source.kind == "gguf" and ir.source.path == str((tmp_path / "models" / "tiny.gguf").resolve())
     assert ir.architecture.layer_kinds == tiny_arch().layer_kinds
@@ -163,7 +163,7 @@ def test_source_errors_are_anchored_at_the_source_node(tmp_path):
 def test_defaults_when_sections_are_omitted(tmp_path):
     ir, _ = lowered(tmp_path, "")
     assert ir.targets.onnxruntime_genai == OrtGenaiTarget()
-    assert ir.targets.onnx_genai == OnnxGenaiTarget(layout="workflow")
+    assert ir.targets.onnx_genai == OnnxGenaiTarget(layout="flat")
     assert ir.precision == Precision(io_dtype="float32")
     assert ir.quantization.default == QuantScheme(bits=None, block_size=32)
     assert ir.quantization.overrides == ()
@@ -354,7 +354,7 @@ def test_quantized_lm_head_with_onnx_genai_is_borrowed_with_a_note(tmp_path):
     ir, _ = lowered(tmp_path, "quantization:\n  default: {bits: 4}\n")
     (note,) = [n for n in ir.notes if "LM head" in n]
     assert "4-bit LM head (lm_head.MatMul.weight with lm_head.MatMul.scales)" in note
-    assert "native backend only" in note and "{match: lm_head.weight, bits: null}" in note
+    assert "native backend only" in note and "only backend that drafts with the sidecar" in note
 
 
 def test_lm_head_blocks_that_do_not_divide_the_hidden_size_are_refused_at_the_block_size(tmp_path):
@@ -395,7 +395,7 @@ def q4_embedding_gguf(tmp_path_factory):
     from gguf import GGMLQuantizationType as QT
 
     path = tmp_path_factory.mktemp("q4emb") / "q4emb.gguf"
-    return write_gguf(path, tiny_arch(), types=(("token_embd.weight", QT.Q4_0), ("output.weight", QT.Q8_0)))
+    return write_gguf(path, tiny_arch(), types=(("token_embd.weight", QT.Q4_0), ("output.weight", QT.Q8_0)), tokenizer=True)
 
 
 @pytest.mark.parametrize(
@@ -454,13 +454,16 @@ NO_TOKENIZER_NOTE = (
 )
 
 
+ORT_ONLY = "targets: {onnxruntime_genai: {}}\n"
+
+
 def test_a_source_without_tokenizer_files_gets_a_note(tmp_path):
     write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
     assert not any((tmp_path / "ckpt").glob("tokenizer*"))
-    ir, _ = lowered(tmp_path, "", "source:\n  hf: ckpt\n")
+    ir, _ = lowered(tmp_path, ORT_ONLY, "source:\n  hf: ckpt\n")
     assert ir.notes == (NO_TOKENIZER_NOTE,)
     write_gguf(tmp_path / "bare.gguf", tiny_arch())
-    assert lowered(tmp_path, "", "source:\n  gguf: bare.gguf\n")[0].notes == (NO_TOKENIZER_NOTE,)
+    assert lowered(tmp_path, ORT_ONLY, "source:\n  gguf: bare.gguf\n")[0].notes == (NO_TOKENIZER_NOTE,)
 
 
 def test_a_source_with_tokenizer_files_or_a_synthetic_one_gets_no_note(tmp_path):
@@ -468,9 +471,35 @@ def test_a_source_with_tokenizer_files_or_a_synthetic_one_gets_no_note(tmp_path)
     assert lowered(tmp_path, "", "source:\n  gguf: tok.gguf\n")[0].notes == ()
     write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
     (tmp_path / "ckpt" / "tokenizer_config.json").write_text("{}")
-    (note,) = lowered(tmp_path, "", "source:\n  hf: ckpt\n")[0].notes
+    (note,) = lowered(tmp_path, ORT_ONLY, "source:\n  hf: ckpt\n")[0].notes
     assert note.startswith("the source's tokenizer files (tokenizer_config.json) include no tokenizer.json")
     assert lowered(tmp_path, "")[0].notes == ()
+
+
+@pytest.mark.parametrize("kind", ["hf", "gguf"])
+def test_the_onnx_genai_target_needs_a_tokenizer_from_the_source(tmp_path, kind):
+    """onnx-genai's Engine::from_dir refuses a folder without tokenizer.json; onnxruntime-genai runs on token ids."""
+    if kind == "hf":
+        write_hf_checkpoint(tmp_path / "bare", tiny_arch())
+    else:
+        write_gguf(tmp_path / "bare", tiny_arch())
+    source = f"source:\n  {kind}: bare\n"
+    (diag,) = failure(tmp_path, "", source).diagnostics  # targets omitted: both are built
+    assert diag.message == ("the source gives mtpc no tokenizer.json, and onnx-genai's Engine::from_dir refuses a package "
+                            "without one, and targets omitted builds the onnx_genai target too")
+    assert (diag.span.line, diag.span.col) == (4, 3) and "list only onnxruntime_genai under targets" in diag.hint
+    err = failure(tmp_path, "targets:\n  onnxruntime_genai: {}\n  onnx_genai: {}\n", source)
+    assert err.exit_code is ExitCode.FINDINGS
+    (diag,) = err.diagnostics
+    assert diag.message.endswith("refuses a package without one: the onnx_genai target cannot be built")
+    assert (diag.span.line, diag.span.col) == (7, 3)
+    assert lowered(tmp_path, ORT_ONLY, source)[0].targets.onnx_genai is None
+    with_tokenizer = tmp_path / "with"
+    if kind == "hf":
+        write_hf_checkpoint(with_tokenizer, tiny_arch(), tokenizer=True)
+    else:
+        write_gguf(with_tokenizer, tiny_arch(), tokenizer=True)
+    assert lowered(tmp_path, "", f"source:\n  {kind}: with\n")[0].targets.onnx_genai is not None
 
 
 def test_symmetric_false_is_inherited_by_overrides(tmp_path):

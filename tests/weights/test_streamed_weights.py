@@ -38,10 +38,11 @@ SPECS = {
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("streamed")
-    write_hf_checkpoint(folder / "ckpt", tiny_arch(), seed=4, float_dtype="BF16")
-    write_gguf(folder / "mixed.gguf", tiny_arch(), seed=5, types=MIXED_TYPES)
+    # Each with a tokenizer: specs with both targets build onnx-genai's, which refuses a package without tokenizer.json.
+    write_hf_checkpoint(folder / "ckpt", tiny_arch(), seed=4, float_dtype="BF16", tokenizer=True)
+    write_gguf(folder / "mixed.gguf", tiny_arch(), seed=5, types=MIXED_TYPES, tokenizer=True)
     arch = kquant_arch()
-    write_gguf(folder / "kquant.gguf", arch, seed=6, types=q4_k_m_types(arch))
+    write_gguf(folder / "kquant.gguf", arch, seed=6, types=q4_k_m_types(arch), tokenizer=True)
     return folder
 
 
