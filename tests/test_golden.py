@@ -5,8 +5,9 @@ Text artifacts are stored as they are; each ONNX graph is stored as a summary
 that onnx itself reads off the emitted bytes (I/O, op counts, initializers).
 
 The goldens are not trusted because mtpc wrote them: the second half of this
-file checks them with the real consumers (onnxruntime-genai 0.18.0's parser and
-the upstream onnx-genai schemas).
+file checks them with the real consumers (onnxruntime-genai 0.18.0's parser,
+onnx-genai's own metadata crate and MTP validators through ong-check, and the
+upstream onnx-genai schemas).
 
 To accept an intended change: MTPC_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
 """
@@ -27,6 +28,7 @@ import pytest
 import yaml
 
 from mtpc.pipeline.driver import build
+from tests.clients import onnx_genai
 from tests.fixtures.shared import shared_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,6 +148,24 @@ def test_golden_inference_metadata_satisfies_upstream_schema(folder: Path):
     # valid against it too). A second, cheaper check: the crate itself runs below.
     schema = json.loads(shared_file("conformance/onnx-genai/workflow-layout.schema.json").read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(document)
+
+
+@pytest.mark.parametrize("folder", _golden_dirs_with("inference_metadata.yaml"), ids=lambda p: p.name)
+def test_golden_spec_compiles_to_a_package_onnx_genai_loads_with_its_head(folder: Path, tmp_path):
+    """onnx-genai's own parser and MTP validators (ong-check) on the spec's package, freshly compiled: its text
+    files are the goldens (the test above), its graphs the ones summarized there."""
+    from mtpc.output.write import write_package
+
+    onnx_genai.require()
+    spec = REPO / "specs" / f"{folder.name}.yaml"
+    write_package(build(spec).artifacts, tmp_path / folder.name)
+    report = onnx_genai.assert_loads(tmp_path / folder.name)
+    has_head = (folder / "config.json").is_file()
+    assert report["speculative"]["status"] == ("mtp" if has_head else "absent")
+    if has_head:
+        resolved = report["speculative"]["resolved"]
+        assert resolved["embedding_initializer"] == "model.embed_tokens.weight"
+        assert resolved["target_hidden_layout"] == "Bsh" and resolved["hc_mult"] == 1
 
 
 @pytest.mark.parametrize("folder", _golden_dirs_with("config.json"), ids=lambda p: p.name)
