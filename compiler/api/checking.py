@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
+from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, workflow_command
 
 PathLike = str | os.PathLike
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -57,17 +57,9 @@ class Reported:
     def github(self) -> str:
         """A GitHub Actions workflow command: an annotation on the file (relative to the working directory, as
         the checkout is) and line where known; warnings and notes do not fail the check, so they are not errors."""
-        props = f"file={_escape_property(relative_to_cwd(self.file))}"
-        if self.line is not None:
-            props += f",line={self.line}"
-            if self.col is not None:
-                props += f",col={self.col}"
-        props += ",title=mtpc check"
         message = f"{self.where}: {self.message}" if self.where and self.where not in self.message else self.message
-        if self.hint:
-            message += f"\nhint: {self.hint}"
-        command = {"error": "error", "warning": "warning"}.get(self.severity, "notice")
-        return f"::{command} {props}::{_escape_data(message)}"
+        return workflow_command(self.severity, message, title="mtpc check", hint=self.hint,
+                                file=self.file, line=self.line, col=self.col)
 
     def to_json(self) -> dict:
         doc = {"file": self.file, "path": self.where, "message": self.message, "severity": self.severity}
@@ -76,24 +68,6 @@ class Reported:
         if self.line is not None:
             doc.update(line=self.line, column=self.col)
         return doc
-
-
-def relative_to_cwd(path: str) -> str:
-    """`path` relative to the working directory when it lies inside it (as GitHub wants annotation paths), else absolute."""
-    absolute = os.path.abspath(path)
-    try:
-        relative = os.path.relpath(absolute)
-    except ValueError:  # another drive (Windows)
-        return absolute
-    return absolute if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative.replace(os.sep, "/")
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 @dataclass(frozen=True)
@@ -105,13 +79,21 @@ class CheckedTarget:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """Every target checked, with its findings; `unusable` lists the targets that could not be checked at all,
-    `skipped` the YAML files that are not mtpc specs (with `skip_non_specs`)."""
+    """Every target checked, with its findings; `unusable` says why each target that could not be checked at all
+    could not (`unusable_targets[i]` is the target `unusable[i]` is about), `skipped` lists the YAML files that
+    are not mtpc specs (with `skip_non_specs`)."""
 
     targets: tuple[CheckedTarget, ...]
     unusable: tuple[Diagnostic, ...]
     exit_code: int
     skipped: tuple[Path, ...] = ()
+    unusable_targets: tuple[Path, ...] = ()
+
+    def unusable_annotations(self) -> tuple[str, ...]:
+        """`unusable` as GitHub workflow commands: at the line a diagnostic points at (a YAML error, a source
+        path that does not exist), else on the target itself."""
+        targets = self.unusable_targets or (None,) * len(self.unusable)
+        return tuple(d.github("mtpc check", file=str(t) if t is not None else None) for d, t in zip(self.unusable, targets))
 
     @property
     def ok(self) -> bool:
@@ -239,6 +221,7 @@ def check(*targets: PathLike, offline: bool = False, skip_non_specs: bool = Fals
         raise _usage("check needs at least one spec file or package folder")
     checked: list[CheckedTarget] = []
     unusable: list[Diagnostic] = []
+    unusable_targets: list[Path] = []
     skipped: list[Path] = []
     for target in targets:
         path = Path(target)
@@ -251,8 +234,9 @@ def check(*targets: PathLike, offline: bool = False, skip_non_specs: bool = Fals
             if error.exit_code is not ExitCode.USAGE:
                 raise
             unusable.extend(error.diagnostics)
+            unusable_targets.extend(path for _ in error.diagnostics)
             continue
         checked.append(CheckedTarget(path, kind, tuple(found)))
     total = sum(f.blocking for t in checked for f in t.findings)
     code = ExitCode.USAGE if unusable else ExitCode.FINDINGS if total else ExitCode.OK
-    return CheckResult(tuple(checked), tuple(unusable), int(code), tuple(skipped))
+    return CheckResult(tuple(checked), tuple(unusable), int(code), tuple(skipped), tuple(unusable_targets))

@@ -35,7 +35,8 @@ Every finding is reported, one line each: FILE:LINE:COL: JSON-PATH: MESSAGE
 cross-field rules and the targets are checked, and a note says what was not.
 Without it, a spec whose checkpoint is absent cannot be checked (exit 2).
 --format github: ::error / ::warning / ::notice annotations, paths relative to
-the working directory, line= where known, hints kept.
+the working directory, line= and col= where known, hints kept; a target that
+cannot be checked, and a mistake in the arguments, is an ::error too.
 A target that cannot be checked (missing, not a package, not a spec file) is
 reported on stderr and the others are still checked; the exit code is then 2.
 
@@ -94,6 +95,9 @@ def run(args) -> int:
                     err(r.text())  # how it was checked, not a finding: beside the summary, unless -q
             else:
                 out(r.text())
+        if args.format == "github":  # on the pull request too, not only in the log
+            for line in result.unusable_annotations():
+                out(line)
         for d in result.unusable:
             err(d.render())
         err(f"mtpc check: {result.summary}")

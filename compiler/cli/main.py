@@ -68,7 +68,7 @@ try:  # after the handlers, on purpose
 
     from ..util.version import __version__
     from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
-    from .report import err, print_json, print_json_error
+    from .report import err, out, print_json, print_json_error
 except Interrupted as interrupt:  # only where our handlers are installed: this process is the command
     sys.stderr.write(f"mtpc: interrupted by {SIGNAL_NAMES[interrupt.signum]}\n")
     raise SystemExit(128 + interrupt.signum) from None
@@ -211,6 +211,8 @@ def _main(argv: list[str] | None) -> int:
         if fmt == "json":
             diagnostics = [Diagnostic(message).to_json()]
             print_json(args.verb, {"ok": False, "exit_code": int(ExitCode.INTERNAL), "diagnostics": diagnostics, "bug": True})
+        elif fmt == "github":
+            out(Diagnostic(message, hint="this is a bug in mtpc").github(title=f"mtpc {args.verb}"))
         err(f"mtpc: {message}")
         err("this is a bug in mtpc" + ("" if args.traceback else "; rerun with --traceback to see where it happened"))
         return _flushed(int(ExitCode.INTERNAL))
@@ -235,17 +237,26 @@ def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _wants_json(argv: list[str]) -> bool:
-    return "--format=json" in argv or any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:]))
+def _requested_format(argv: list[str]) -> str:
+    """The --format the arguments ask for, even when they cannot be parsed (so the error comes in that format)."""
+    for a, b in zip(argv, [*argv[1:], ""]):
+        if a.startswith("--format="):
+            return a.partition("=")[2]
+        if a == "--format":
+            return b
+    return "text"
 
 
 def _report_usage(error: UsageError, argv: list[str]) -> int:
     code = int(ExitCode.USAGE)
     error.parser.print_usage(sys.stderr)
     err(f"{error.parser.prog}: error: {error.message}")
-    if _wants_json(argv):
-        verb = error.parser.prog.split()[-1]
+    verb = error.parser.prog.split()[-1]
+    fmt = _requested_format(argv)
+    if fmt == "json":
         print_json_error(verb, MtpcError([Diagnostic(error.message)], ExitCode.USAGE))
+    elif fmt == "github":
+        out(Diagnostic(error.message).github(title=error.parser.prog))
     return code
 
 
@@ -254,6 +265,9 @@ def _report_error(verb: str, fmt: str, error: MtpcError) -> int:
     if fmt == "json":
         print_json_error(verb, error)
     else:
+        if fmt == "github":  # an annotation on the pull request, and the full text in the log below
+            for d in error.diagnostics:
+                out(d.github(title=f"mtpc {verb}"))
         for d in error.diagnostics:
             err(d.render())
     if error.exit_code is ExitCode.INTERNAL:

@@ -8,6 +8,7 @@ carries one or more diagnostics and the exit code the CLI should return.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
 
 
@@ -62,6 +63,17 @@ class Diagnostic:
             return source_lines[self.span.line - 1].rstrip("\n")
         return self.source_line
 
+    def github(self, title: str, file: str | None = None) -> str:
+        """This diagnostic as a GitHub Actions workflow command (`workflow_command`), at its span where it has one,
+        else on `file` (the input it is about) when given."""
+        span = self.span
+        message = f"{self.path}: {self.message}" if self.path and span is None and self.path not in self.message else self.message
+        return workflow_command(
+            self.severity, message, title=title, hint=self.hint,
+            file=span.file if span is not None else file,
+            line=span.line if span is not None else None, col=span.col if span is not None else None,
+        )
+
     def to_json(self) -> dict:
         out: dict = {"severity": self.severity, "message": self.message}
         if self.span is not None:
@@ -71,6 +83,45 @@ class Diagnostic:
         if self.hint:
             out["hint"] = self.hint
         return out
+
+
+def workflow_command(
+    severity: str, message: str, *, title: str, hint: str | None = None,
+    file: str | None = None, line: int | None = None, col: int | None = None,
+) -> str:
+    """One GitHub Actions workflow command (`::error file=F,line=L,col=C,title=T::message`): an annotation on
+    `file` (relative to the working directory when inside it, as the checkout is) and its line where known.
+    Errors are `::error`, warnings `::warning`, anything else (notes) `::notice`; the hint follows the message."""
+    props = []
+    if file is not None:
+        props.append(f"file={_escape_property(relative_to_cwd(file))}")
+        if line is not None:
+            props.append(f"line={line}")
+            if col is not None:
+                props.append(f"col={col}")
+    props.append(f"title={_escape_property(title)}")
+    if hint:
+        message += f"\nhint: {hint}"
+    command = {"error": "error", "warning": "warning"}.get(severity, "notice")
+    return f"::{command} {','.join(props)}::{_escape_data(message)}"
+
+
+def relative_to_cwd(path: str) -> str:
+    """`path` relative to the working directory when it lies inside it (as GitHub wants annotation paths), else absolute."""
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute)
+    except ValueError:  # another drive (Windows)
+        return absolute
+    return absolute if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative.replace(os.sep, "/")
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 @dataclass
