@@ -149,25 +149,37 @@ def _from_finding(package: Path, f) -> Reported:
     return Reported(str(package / f.file), f.pointer or "/", f.message, f.line, f.col, severity=f.severity, hint=f.hint)
 
 
-def check_target(path: Path, offline: bool = False) -> tuple[str, list[Reported]]:
-    """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
-    from ..checks import check_files, is_runtime_package, package_directory
+def target_kind(path: Path) -> str:
+    """"package" or "spec": what `check` and `diff` take, by one rule. A folder is a package when a runtime
+    can load it (it holds a genai_config.json or inference_metadata.yaml), a file a spec by its suffix;
+    anything else is `MtpcError` (usage) saying which it is not."""
+    from ..checks import is_runtime_package
 
-    if path.suffix.lower() not in SPEC_SUFFIXES:
-        from ..output.write import recover
-
-        recover(path)  # a compile into this folder that was killed: finish it first (a note says what was done)
     if not path.exists():
         raise _usage(f"{str(path)!r} does not exist")
     if path.is_dir():
         if not is_runtime_package(path):
             raise _usage(f"{str(path)!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package")
-        return "package", [_from_finding(path, f) for f in check_files(package_directory(path))]
+        return "package"
     if path.suffix.lower() not in SPEC_SUFFIXES:
         raise _usage(
             f"{str(path)!r} is neither a spec file ({', '.join(SPEC_SUFFIXES)}) nor a package folder",
-            hint="`mtpc check` takes spec files and compiled package folders; to look at a checkpoint, run: mtpc inspect",
+            hint="`mtpc check` and `mtpc diff` take spec files and compiled package folders; to look at a "
+            "checkpoint, run: mtpc inspect",
         )
+    return "spec"
+
+
+def check_target(path: Path, offline: bool = False) -> tuple[str, list[Reported]]:
+    """(kind, findings) for one target; `MtpcError` (usage) when it is neither a package nor a spec."""
+    from ..checks import check_files, package_directory
+
+    if path.suffix.lower() not in SPEC_SUFFIXES:
+        from ..output.write import recover
+
+        recover(path)  # a compile into this folder that was killed: finish it first (a note says what was done)
+    if target_kind(path) == "package":
+        return "package", [_from_finding(path, f) for f in check_files(package_directory(path))]
     try:
         return "spec", _check_spec(path, offline)
     except MtpcError as error:

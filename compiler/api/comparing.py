@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..util.diagnostics import ExitCode
-from .checking import PathLike, _usage
+from .checking import PathLike, _usage, target_kind
 
 if TYPE_CHECKING:
     from ..diffing.changes import Change
@@ -75,16 +75,17 @@ def _spec_diff(a: Path, b: Path) -> list:
 
 
 def diff(old: PathLike, new: PathLike) -> DiffResult:
-    """A semantic diff of two package folders or two specs (compiled in memory), as `mtpc diff` prints it."""
+    """A semantic diff of two package folders or two specs (compiled in memory), as `mtpc diff` prints it.
+
+    Each side must be what `check` takes (`checking.target_kind`): a folder that is not a package, or a
+    file that is not a spec, raises `MtpcError` (usage) as `check` would, rather than diffing its files."""
     from ..diffing.files import diff_files, directory_files
 
     a, b = Path(old), Path(new)
-    for p in (a, b):
-        if not p.exists():
-            raise _usage(f"{str(p)!r} does not exist")
-    if a.is_dir() and b.is_dir():
+    kinds = {target_kind(a), target_kind(b)}
+    if kinds == {"package"}:
         changes = diff_files(directory_files(a), directory_files(b))
-    elif a.is_file() and b.is_file():
+    elif kinds == {"spec"}:
         changes = _spec_diff(a, b)
     else:
         raise _usage("compare two package directories or two spec files",

@@ -27,7 +27,9 @@ Repeated changes collapse into one row with a count:
   ~ model.onnx:/outputs[name=present.{0..63}.*]/dtype: "float32" -> "float16" ×128
 --format json keeps every change besides the rows; --format markdown folds each
 file into <details> and stays under GitHub's 65,536-character comment limit.
-Exit code 1 when there is any difference, so `mtpc diff` can gate a script.
+Exit code 1 when there is any difference, so `mtpc diff` can gate a script; 2
+when A or B is not what `mtpc check` takes (a folder without genai_config.json
+or inference_metadata.yaml is not a package; a spec is a .yaml or .yml file).
 
 examples:
   mtpc diff out/before out/after
