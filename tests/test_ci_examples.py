@@ -49,6 +49,7 @@ def pull_request(tmp_path_factory) -> Path:
     (repo / "specs").mkdir(parents=True)
     (repo / "specs" / "changed.yaml").write_text(NOHEAD, encoding="utf-8")
     (repo / "specs" / "same.yaml").write_text(NOHEAD, encoding="utf-8")
+    (repo / "specs" / "commented.yaml").write_text(NOHEAD, encoding="utf-8")
     (repo / "specs" / "offline.yaml").write_text(
         "mtpc: 1\nname: offline\nsource: {hf: checkpoints/not-here}\n", encoding="utf-8"
     )
@@ -60,6 +61,10 @@ def pull_request(tmp_path_factory) -> Path:
     changed = NOHEAD.replace("    seed: 0\n", "    seed: 0\n    num_layers: 6\n")
     assert changed != NOHEAD
     (repo / "specs" / "changed.yaml").write_text(changed, encoding="utf-8")
+    # A comment reworded: the spec file changes, the package it builds does not.
+    commented = NOHEAD.replace("mtp:\n", "# the head follows the source\nmtp:\n", 1)
+    assert commented != NOHEAD
+    (repo / "specs" / "commented.yaml").write_text(commented, encoding="utf-8")
     (repo / "specs" / "openapi.yaml").write_text("openapi: 3.0.0\ninfo: {title: api, version: '1'}\n", encoding="utf-8")
     (repo / "specs" / "offline.yaml").write_text(
         "mtpc: 1\nname: offline\nsource: {hf: checkpoints/not-here}\nmtp: {head: off}\n", encoding="utf-8"
@@ -74,7 +79,7 @@ def test_the_check_step_passes_sound_specs_and_skips_other_yaml(pull_request):
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.startswith("::notice file=specs/offline.yaml,line=3,")  # checked without its checkpoint
     assert "openapi" not in ran.stdout + ran.stderr.replace("1 YAML file not an mtpc spec, skipped", "")
-    assert "ok (3 targets; 1 checked offline, without the checkpoint; 1 YAML file not an mtpc spec, skipped)" in ran.stderr
+    assert "ok (4 targets; 1 checked offline, without the checkpoint; 1 YAML file not an mtpc spec, skipped)" in ran.stderr
 
 
 def test_the_check_step_annotates_a_broken_spec_at_its_line_and_fails(pull_request, tmp_path):
@@ -97,6 +102,9 @@ def test_the_diff_step_writes_the_changed_specs_markdown_diff_to_the_job_summary
     assert text.startswith("## mtpc: changed specs\n")
     assert "### `specs/changed.yaml`" in text and "num_hidden_layers" in text  # 4 -> 6 layers, in the package
     assert "same.yaml" not in text and "openapi" not in text  # unchanged, and not a spec
+    # The base copy sits beside the new one under another name, and the texts differ in a comment: neither is a
+    # change in the package it builds (provenance.json's record of the spec is left out of a spec diff).
+    assert "- `specs/commented.yaml`: no change in the package it builds" in text
     assert "- `specs/offline.yaml`: not compared (" in text and "is its checkpoint on the runner?" in text
     assert git(pull_request, "status", "--porcelain") == ""  # the base copies are cleaned up
 

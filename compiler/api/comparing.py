@@ -21,6 +21,8 @@ class DiffResult:
     old: Path
     new: Path
     changes: tuple["Change", ...]
+    # What the diff left out and why (two specs whose own record in provenance.json differs).
+    notes: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -41,7 +43,7 @@ class DiffResult:
         """What `mtpc diff` prints: a severity per file, grouped rows (`mtpc.diffing.render.text` / `.markdown`)."""
         from ..diffing.report import DiffReport
 
-        return DiffReport(str(self.old), str(self.new), self.changes)
+        return DiffReport(str(self.old), str(self.new), self.changes, self.notes)
 
 
 def _spec_files(result) -> tuple[dict, set[str]]:
@@ -53,10 +55,14 @@ def _spec_files(result) -> tuple[dict, set[str]]:
     return files, unbuilt
 
 
-def _spec_diff(a: Path, b: Path) -> list:
+def _spec_diff(a: Path, b: Path) -> tuple[list, tuple[str, ...]]:
     """Both specs compiled in memory, as `check SPEC` does (graphs left unbuilt): the IRs compared as
-    `<ir>`, then the files. Graphs are built only if their inputs differ: equal graph inputs give
-    byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show."""
+    `<ir>`, then the files; (changes, notes). Graphs are built only if their inputs differ: equal graph
+    inputs give byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show.
+
+    What two specs build is compared, not the specs themselves: where each file lives, its name and its
+    text (comments and layout included) are left out, though provenance.json records the last two;
+    when nothing else differs, a note says so. A reviewer sees the spec's own change beside the diff."""
     from ..diffing.changes import diff_values, sorted_changes, to_plain
     from ..diffing.files import diff_files
     from ..pipeline.driver import build
@@ -71,7 +77,20 @@ def _spec_diff(a: Path, b: Path) -> list:
         if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
-        return sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)
+        changes = sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)
+    kept = [c for c in changes if not _is_the_specs_own_record(c)]
+    if kept or len(kept) == len(changes):
+        return kept, ()
+    # Said only when it is all that differs, where "no differences" would otherwise puzzle.
+    which = "texts" if any(c.path[1:2] != ("file",) for c in changes) else "file names"
+    return kept, (f"the specs' {which} differ: provenance.json records each spec, and a diff of two specs leaves "
+                  "that record out (it compares what they build)",)
+
+
+def _is_the_specs_own_record(change) -> bool:
+    from ..emit.provenance_record import PROVENANCE_NAME
+
+    return change.file == PROVENANCE_NAME and change.path[:1] == ("spec",)
 
 
 def diff(old: PathLike, new: PathLike) -> DiffResult:
@@ -83,11 +102,12 @@ def diff(old: PathLike, new: PathLike) -> DiffResult:
 
     a, b = Path(old), Path(new)
     kinds = {target_kind(a), target_kind(b)}
+    notes: tuple[str, ...] = ()
     if kinds == {"package"}:
         changes = diff_files(directory_files(a), directory_files(b))
     elif kinds == {"spec"}:
-        changes = _spec_diff(a, b)
+        changes, notes = _spec_diff(a, b)
     else:
         raise _usage("compare two package directories or two spec files",
                      hint="to compare a spec with a package, run: mtpc plan SPEC --against DIR")
-    return DiffResult(a, b, tuple(changes))
+    return DiffResult(a, b, tuple(changes), notes)

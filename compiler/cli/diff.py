@@ -45,18 +45,12 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def compute(old: Path, new: Path):
-    from ..api import diff
-
-    return list(diff(old, new).changes)
-
-
 def run(args) -> int:
+    from ..api import diff
     from ..diffing.render import markdown, text  # onnx (the graph diff): only when there is something to diff
     from ..util.diagnostics import ExitCode
-    from ..diffing.report import DiffReport
 
-    report = DiffReport(args.old, args.new, tuple(compute(Path(args.old), Path(args.new))))
+    report = diff(Path(args.old), Path(args.new)).report
     say = console(args)
     for name in sorted(report.by_file):
         say.detail(f"{name}: {len(report.by_file[name])} change(s)")

@@ -33,7 +33,7 @@ _CHANGED_MARK = "✏️"
 def text(report: DiffReport) -> list[str]:
     """Severity summary, one line per row (file by file, in path order), notes, the one-line summary."""
     if not report.changes:
-        return [report.summary]
+        return [report.summary, *(f"note: {n}" for n in report.extra_notes)]
     width = max(len(s) for s in SEVERITIES)
     lines = [f"severity: {report.severity}"]
     lines += [f"  {v.severity:<{width}}  {v.file}: {v.reason}" for v in report.verdicts]

@@ -4,6 +4,7 @@ not "every file removed"."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -50,3 +51,30 @@ def test_a_spec_against_a_package_says_which_verb_compares_them(tmp_path, capsys
     package = hm.write_package(tmp_path / "pkg")
     assert main(["diff", str(REPO / "specs" / "qwen35-tiny-mtp.yaml"), str(package)]) == 2
     assert "mtpc plan SPEC --against DIR" in capsys.readouterr().err
+
+
+def test_two_specs_that_build_the_same_package_are_no_difference_whatever_their_names_and_comments(tmp_path, capsys):
+    """provenance.json records each spec's file name and text; a diff of two specs compares what they build."""
+    text = (REPO / "specs" / "qwen35-tiny-nohead.yaml").read_text(encoding="utf-8")
+    a = tmp_path / "a.yaml"
+    a.write_text(text, encoding="utf-8")
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(text, encoding="utf-8")
+    assert main(["diff", str(a), str(renamed)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "no differences",
+        "note: the specs' file names differ: provenance.json records each spec, and a diff of two specs leaves that "
+        "record out (it compares what they build)",
+    ]
+    recommented = tmp_path / "recommented.yaml"
+    recommented.write_text("# reworded\n" + text.replace("\n#", "\n# (reworded)", 1), encoding="utf-8")
+    assert main(["diff", "--format", "json", str(a), str(recommented)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] and doc["changes"] == [] and "the specs' texts differ" in doc["notes"][0]
+    # What the specs build still differs where it does, provenance's record of the spec left out.
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(text.replace("head: auto", "head: off"), encoding="utf-8")
+    assert main(["diff", "--format", "json", str(a), str(changed)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert not any(c["file"] == "provenance.json" and c["path"].startswith("/spec") for c in doc["changes"])
+    assert doc["notes"] == []
