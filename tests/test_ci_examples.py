@@ -22,6 +22,8 @@ from tests.fixtures.git import GIT_ENV, git
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "docs" / "ci" / "github-actions.yml"
+# What `pip install` of mtpc's source reads (tests/test_pre_commit_hook.py builds from the same parts).
+PACKAGE_PARTS = ("compiler", "schemas", "templates", "pyproject.toml", "README.md")
 
 
 def step(name: str) -> dict:
@@ -107,6 +109,29 @@ def test_the_diff_step_writes_the_changed_specs_markdown_diff_to_the_job_summary
     assert "- `specs/commented.yaml`: no change in the package it builds" in text
     assert "- `specs/offline.yaml`: not compared (" in text and "is its checkpoint on the runner?" in text
     assert git(pull_request, "status", "--porcelain") == ""  # the base copies are cleaned up
+
+
+def test_the_install_step_installs_mtpc_from_the_source_the_workflow_names(tmp_path):
+    """mtpc has no release to install from: the step installs the copy of its source at MTPC_SOURCE."""
+    (job,) = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"].values()
+    source = job["env"]["MTPC_SOURCE"]
+    repo = tmp_path / "repo"
+    for rel in git(REPO, "ls-files", "-z", "--", *PACKAGE_PARTS).split("\0"):
+        if rel:
+            (repo / source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, repo / source / rel)
+    # A fresh environment, as the runner's, given none of mtpc's dependencies: what is checked is what the step
+    # builds and installs from MTPC_SOURCE (`mtpc --version` needs nothing else).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    path = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    ran = subprocess.run(["bash", "-e", "-c", step("Install mtpc")["run"]], cwd=repo, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PATH": path, "MTPC_SOURCE": source, "PIP_NO_DEPS": "1",
+                                           "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    version = subprocess.run([str(venv / "bin" / "mtpc"), "--version"], cwd=tmp_path, capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("mtpc "), version.stderr
+    assert "OWNER" not in step("Install mtpc")["run"]
 
 
 def test_the_shipped_specs_name_the_spec_schema_for_editors():

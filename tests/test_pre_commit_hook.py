@@ -1,9 +1,12 @@
 """The pre-commit hook, through the real `pre-commit` tool: it checks the mtpc specs a commit touches, no other YAML.
 
-A consumer repository refers to this one by a release tag, as the README shows. The test
-makes that tag itself, in a copy of this checkout committed to a throwaway git repository
-(the project's own tags are the integrator's), then runs `pre-commit run` in a second,
-temporary repository holding a sound spec, an unrelated OpenAPI file and a broken spec.
+Two forms, as docs/ci.md gives them. The one that works today is a `repo: local` hook running
+the `mtpc` installed beside pre-commit: the snippet is taken from README.md and docs/ci.md as
+written. Once mtpc tags releases, a consumer repository refers to this one by a release tag; the
+test makes that tag itself (named after pyproject's version, as releases are), in a copy of this
+checkout committed to a throwaway git repository, since the project's own tags are the
+integrator's. Each form runs `pre-commit run` in a temporary repository holding a sound spec, an
+unrelated OpenAPI file and a broken spec.
 
 pre-commit builds the hook's virtualenv (pip install of this package, from the package
 index pip is set up with) once per content of the checkout and keeps it under the test
@@ -18,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -28,7 +32,8 @@ from tests.clients.llama_cpp import cache_root
 from tests.fixtures.git import GIT_ENV, git
 
 REPO = Path(__file__).resolve().parents[1]
-TAG = "v0.1.0"
+VERSION = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
+TAG = f"v{VERSION}"  # what a release of this version is tagged (docs/ci.md)
 
 
 
@@ -75,29 +80,24 @@ paths:
 """
 
 
-def test_the_hook_ignores_other_yaml_and_reports_a_bad_spec_at_its_line(tmp_path):
-    hook_repo = hook_repository()
-    work = tmp_path / "consumer"
+def consumer_repository(root: Path, config: dict) -> Path:
+    """A repository with a sound spec, an OpenAPI file and a broken spec, and `config` as its pre-commit config."""
+    work = root / "consumer"
     work.mkdir()
     git(work, "init", "-q")
-    (work / ".pre-commit-config.yaml").write_text(
-        yaml.safe_dump({"repos": [{"repo": str(hook_repo), "rev": TAG, "hooks": [{"id": "mtpc-check"}]}]}),
-        encoding="utf-8",
-    )
+    (work / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     (work / "specs").mkdir()
     (work / "specs" / "good.yaml").write_text(GOOD_SPEC, encoding="utf-8")
     (work / "openapi.yaml").write_text(OPENAPI, encoding="utf-8")
-    bad = GOOD_SPEC.replace("head: auto", "head: sometimes")
-    assert bad != GOOD_SPEC
-    (work / "specs" / "bad.yaml").write_text(bad, encoding="utf-8")
+    (work / "specs" / "bad.yaml").write_text(BAD_SPEC, encoding="utf-8")
     git(work, "add", "-A")
-    env = {
-        **os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(cache_root() / "pre-commit" / "home"), "PRE_COMMIT_COLOR": "never",
-        # The hook environment's pip: no byte-compiling of what it installs (most of the install's time
-        # on a small machine; Python compiles what the hook imports on first use instead).
-        "PIP_NO_COMPILE": "1",
-    }
+    return work
 
+
+BAD_SPEC = GOOD_SPEC.replace("head: auto", "head: sometimes")
+
+
+def runs_the_hook_as_documented(work: Path, env: dict) -> None:
     def pre_commit(*files: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "pre_commit", "run", "--files", *files],
@@ -111,10 +111,56 @@ def test_the_hook_ignores_other_yaml_and_reports_a_bad_spec_at_its_line(tmp_path
     ran = pre_commit("openapi.yaml", "specs/good.yaml", "specs/bad.yaml")
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert re.search(r"^mtpc check\.+Failed$", ran.stdout, re.M), ran.stdout
-    line = next(i for i, text in enumerate(bad.splitlines(), 1) if "sometimes" in text)
-    col = bad.splitlines()[line - 1].index("sometimes") + 1
+    line = next(i for i, text in enumerate(BAD_SPEC.splitlines(), 1) if "sometimes" in text)
+    col = BAD_SPEC.splitlines()[line - 1].index("sometimes") + 1
     assert f"specs/bad.yaml:{line}:{col}: error:" in ran.stdout, ran.stdout
     assert "openapi" not in ran.stdout and "good.yaml" not in ran.stdout
+
+
+def pre_commit_env(**extra: str) -> dict:
+    return {
+        **os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(cache_root() / "pre-commit" / "home"), "PRE_COMMIT_COLOR": "never",
+        **extra,
+    }
+
+
+def documented_local_hooks() -> list[dict]:
+    """The `repo: local` pre-commit configs README.md and docs/ci.md show, as written."""
+    found = []
+    for doc in (REPO / "README.md", REPO / "docs" / "ci.md"):
+        blocks = re.findall(r"^( *)```yaml\n(.*?)^\1```", doc.read_text(encoding="utf-8"), flags=re.S | re.M)
+        configs = [yaml.safe_load(textwrap.dedent(block)) for _, block in blocks if "repo: local" in block]
+        assert len(configs) == 1, doc
+        found += configs
+    return found
+
+
+def test_the_documented_local_hook_runs_the_installed_mtpc(tmp_path):
+    """README's and docs/ci.md's snippet works today: no release tag needed, the mtpc on PATH runs."""
+    first, second = documented_local_hooks()
+    assert first == second  # one hook, documented twice
+    work = consumer_repository(tmp_path, first)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # this checkout's mtpc, as installed
+    runs_the_hook_as_documented(work, pre_commit_env(PATH=path))
+
+
+def test_the_documented_snippets_name_no_release_that_does_not_exist():
+    """Every `rev:` or `@vX.Y.Z` the docs give is a placeholder or a tag this repository has (`git tag`)."""
+    tags = set(git(REPO, "tag", "--list").split())
+    texts = {p: p.read_text(encoding="utf-8") for p in (REPO / "README.md", REPO / ".pre-commit-hooks.yaml", *(REPO / "docs").rglob("*.*"))}
+    for path, text in texts.items():
+        assert "OWNER" not in text, path
+        named = set(re.findall(r"(?:rev:\s*|@)(v\d+\.\d+\.\d+)\b", text))
+        assert named <= tags, (path, named - tags)
+
+
+def test_the_hook_ignores_other_yaml_and_reports_a_bad_spec_at_its_line(tmp_path):
+    """The tagged form, once releases exist: pre-commit installs the tagged mtpc in an environment of its own."""
+    hook_repo = hook_repository()
+    work = consumer_repository(tmp_path, {"repos": [{"repo": str(hook_repo), "rev": TAG, "hooks": [{"id": "mtpc-check"}]}]})
+    # The hook environment's pip: no byte-compiling of what it installs (most of the install's time
+    # on a small machine; Python compiles what the hook imports on first use instead).
+    runs_the_hook_as_documented(work, pre_commit_env(PIP_NO_COMPILE="1"))
 
 
 def test_the_hook_claims_yaml_and_leaves_the_choice_of_specs_to_mtpc():
