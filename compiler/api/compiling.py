@@ -67,6 +67,15 @@ def default_output(name: str) -> Path:
     return Path("out") / name
 
 
+def protected_paths(spec: PathLike, ir=None) -> list[tuple[str, PathLike]]:
+    """What no package write may replace, whatever `force` says: the folder holding the spec, or (once the
+    IR says where it is) the source checkpoint. `compile` and `plan --against` refuse by this one list."""
+    protected: list[tuple[str, PathLike]] = [("spec", spec)]
+    if ir is not None and ir.source.path is not None:
+        protected.append(("source checkpoint", ir.source.path))
+    return protected
+
+
 def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
     spec: PathLike,
     output: PathLike | None = None,
@@ -98,14 +107,12 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
     if not spec_path.is_file():
         raise _usage(f"spec {os.fspath(spec)!r} is not a file")
     say = progress or (lambda message: None)
-    protected = [("spec", spec_path)]
     if output is not None:
         # Refuse before the build, which can take minutes; the source checkpoint is known only after it.
-        check_destination(output, force=force, protected=protected)
+        check_destination(output, force=force, protected=protected_paths(spec_path))
     with build(spec_path, progress=say, jobs=jobs, tune_report=tune_report) as result:
         target = Path(output) if output is not None else default_output(result.ir.name)
-        if result.ir.source.path is not None:
-            protected.append(("source checkpoint", result.ir.source.path))
+        protected = protected_paths(spec_path, result.ir)
         total = sum(a.nbytes or 0 for a in result.artifacts)
         say(f"writing {len(result.artifacts)} files to {target}")
         meter = progress.weights(total) if hasattr(progress, "weights") else None

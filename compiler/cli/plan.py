@@ -22,7 +22,11 @@ by path), with its severity. A pass that left the IR as it was says "no change".
 --format markdown prints the same comment `mtpc diff --format markdown` would.
 Nothing is written. Exit code 0 whatever the plan says
 (1 or 3 when compile would refuse the spec, as compile would); use `mtpc diff`
-when a difference should fail a script.
+when a difference should fail a script. DIR is judged as compile -o DIR would
+judge it: one that compile refuses even with --force (a file, a folder holding
+the spec or the source checkpoint) is refused here too, with compile's words
+(exit 2); one that only --force would replace gets a note, and its files are
+listed as compile --force would change them.
 
 examples:
   mtpc plan specs/qwen35-tiny-mtp.yaml                   # against ./out/<spec name>
@@ -77,23 +81,24 @@ def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Ch
     return sorted(planned), changes
 
 
-def destination_refusal(against: Path) -> dict | None:
+def destination_refusal(against: Path, protected) -> dict | None:
+    """Why `compile -o AGAINST` would refuse to write there without --force (None when it would not).
+
+    A destination compile refuses whatever the flags (a file, a folder holding the spec or the source
+    checkpoint) raises compile's own `MtpcError`: plan refuses it the same way, rather than listing
+    files compile would never touch."""
     from ..output.write import check_destination
 
-    """Why `compile -o AGAINST` would refuse to write there (None when it would not), and whether --force helps."""
     try:
-        check_destination(against)
+        check_destination(against, protected=protected)
     except MtpcError as refusal:
-        try:
-            check_destination(against, force=True)
-        except MtpcError:
-            return {"reason": "; ".join(d.message for d in refusal.diagnostics), "force_helps": False}
+        check_destination(against, force=True, protected=protected)  # raises when --force would not help
         return {"reason": "; ".join(d.message for d in refusal.diagnostics), "force_helps": True}
     return None
 
 
 def run(args) -> int:
-    from ..api.compiling import default_output
+    from ..api.compiling import default_output, protected_paths
     from ..diffing.render import markdown
     from ..diffing.report import DiffReport
     from ..diffing.changes import to_plain
@@ -102,16 +107,18 @@ def run(args) -> int:
     from ..pipeline.driver import build
 
     spec = existing_file(args.spec, "spec")
+    if args.against:  # refused before the build, as compile refuses it (the checkpoint is known after)
+        destination_refusal(Path(args.against), protected_paths(spec))
     snapshots: list[tuple[str, object]] = []
     observer = (lambda name, result: snapshots.append((name, to_plain(result.ir)))) if args.print_ir_after_all else None
     # The graphs are built only if their bytes are compared (DIR holds a file of that name).
     result = build(spec, defer=True, defer_graphs=True, progress=console(args), observer=observer, tune_report=args.tune_report)
     against = Path(args.against) if args.against else default_output(result.ir.name)
     with result:  # hashing the streamed files reads the weights; close the store after
+        refusal = destination_refusal(against, protected_paths(spec, result.ir))
         files, changes = file_plan(result.artifacts, against)
     report = DiffReport(str(against), str(spec), tuple(sorted(changes, key=lambda c: c.file)), tuple(result.ir.notes))
     verdicts = {v.file: v for v in report.verdicts}
-    refusal = destination_refusal(against)
     passes = [{"pass": name, "modified": r.modified, "changes": list(r.changes)} for name, r in result.pass_results]
     model = _model(result.ir)
     if args.format == "json":
@@ -147,8 +154,7 @@ def run(args) -> int:
     for note in result.ir.notes:
         out(f"note: {note}")
     if refusal is not None:
-        cure = "without --force" if refusal["force_helps"] else "even with --force"
-        out(f"note: compile -o {against} would refuse {cure}: {refusal['reason']}")
+        out(f"note: compile -o {against} would refuse without --force: {refusal['reason']}")
     if any(a == CHANGE for _, a in files):
         out(f"severity: {report.severity}")
     out(f"files (against {against}):")

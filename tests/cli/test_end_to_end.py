@@ -250,9 +250,9 @@ def test_plan_says_when_compile_would_refuse_the_destination(tmp_path, capsys):
     assert f"note: compile -o {foreign} would refuse without --force: " in capsys.readouterr().out
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    assert main(["plan", "--format", "json", str(TINY), "--against", str(a_file)]) == 0
-    refusal = json.loads(capsys.readouterr().out)["compile_would_refuse"]
-    assert refusal["force_helps"] is False and "is not a directory" in refusal["reason"]
+    # Refused whatever the flags: plan refuses it as compile does (tests/output/test_write.py).
+    assert main(["plan", "--format", "json", str(TINY), "--against", str(a_file)]) == 2
+    assert "is not a directory" in json.loads(capsys.readouterr().out)["diagnostics"][0]["message"]
     assert main(["plan", "--format", "json", str(TINY), "--against", str(tmp_path / "new")]) == 0
     assert json.loads(capsys.readouterr().out)["compile_would_refuse"] is None
 

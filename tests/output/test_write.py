@@ -209,6 +209,40 @@ def test_compile_never_replaces_the_source_checkpoint_folder(in_tmp, capsys):
     assert tree(in_tmp) == before
 
 
+def test_plan_refuses_what_compile_refuses_whatever_the_flags_in_compiles_words(in_tmp, capsys):
+    """A folder holding the checkpoint or the spec, or a file: compile refuses it even with --force, so plan says
+    exactly that (exit 2, the same line) instead of listing its files as "(remove)"."""
+    write_hf_checkpoint(in_tmp / "ckpt", tiny_arch())
+    spec = in_tmp / "specs" / "hf.yaml"
+    spec.parent.mkdir()
+    spec.write_text("mtpc: 1\nname: hf\nsource: {hf: ../ckpt}\n", encoding="utf-8")
+    (in_tmp / "a_file").write_text("x", encoding="utf-8")
+    before = tree(in_tmp)
+    for destination in ("ckpt", "specs", ".", "a_file"):
+        assert main(["compile", "-q", str(spec), "-o", destination, "--force"]) == 2
+        compile_says = capsys.readouterr().err.splitlines()
+        assert main(["plan", "-q", str(spec), "--against", destination]) == 2, destination
+        plan = capsys.readouterr()
+        assert plan.err.splitlines() == compile_says and "(remove)" not in plan.out and plan.out == "", destination
+        assert main(["plan", "-q", "--format", "json", str(spec), "--against", destination]) == 2
+        doc = json.loads(capsys.readouterr().out)
+        assert [d["message"] for d in doc["diagnostics"]] == [line.removeprefix("error: ") for line in compile_says]
+    assert tree(in_tmp) == before
+
+
+def test_plan_notes_a_refusal_that_force_would_lift_and_lists_the_files_as_force_would_change_them(in_tmp, capsys):
+    (in_tmp / "foreign").mkdir()
+    (in_tmp / "foreign" / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["plan", "-q", str(TINY), "--against", "foreign"]) == 0
+    out = capsys.readouterr().out
+    assert "note: compile -o foreign would refuse without --force: foreign exists and is not an mtpc package" in out
+    assert "  - notes.txt  (remove)" in out  # what `compile --force` would do
+    assert main(["plan", "--format", "json", str(TINY), "--against", "foreign"]) == 0
+    assert json.loads(capsys.readouterr().out)["compile_would_refuse"]["force_helps"] is True
+    assert main(["compile", "-q", str(TINY), "-o", "foreign", "--force"]) == 0
+    assert not (in_tmp / "foreign" / "notes.txt").exists()
+
+
 # What an interrupted write leaves, and what a later run does about it (the real kills are in test_interrupted_runs.py).
 
 
