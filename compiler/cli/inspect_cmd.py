@@ -15,8 +15,12 @@ HELP = "describe a GGUF file or Hugging Face checkpoint: architecture, dims, lay
 EPILOG = """\
 Reads metadata only (the GGUF header, or config.json and the safetensors
 headers), so it answers instantly whatever the checkpoint's size. Exits 1
-when a checkpoint's tensors contradict its config.json (what compile would
-refuse), 2 when the checkpoint cannot be read.
+with a finding for what compile would refuse: a checkpoint's tensors that
+contradict its config.json, or a declared MTP head that is broken (some of its
+tensors missing, a GGUF head block that is not in the file, more than one
+block, unknown head tensors); 2 when the checkpoint cannot be read. A head
+whose weights are all absent from an HF folder (transformers drops them when
+it re-saves a model) is not a finding: compile builds text only, with a note.
 
 examples:
   mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf
@@ -121,12 +125,19 @@ def run(args) -> int:
 
 
 def _findings(ref: SourceRef, info) -> list[str]:
-    """What `compile` would refuse in the tensors (shapes against the config), from headers only.
+    """What `compile` would refuse in the checkpoint, from headers only: a declared MTP head that is broken
+    (`sources/mtp_head.py`'s verdict: half present, a GGUF head block that is not there, more than one block,
+    unknown head tensors), and an HF folder's tensor shapes against its config.json. A head whose weights are
+    simply absent (transformers dropped them) is not one: compile builds text only, and `mtp_note` says why.
 
     A GGUF's tensors are checked against its metadata by `describe` itself (a `SourceError`).
     """
-    if ref.kind != "hf":
-        return []
-    from ..sources.hf import reader as hf
+    found = []
+    unusable = info.architecture.unusable_head
+    if unusable is not None and not unusable.absent:
+        found.append(f"the MTP head cannot be built: {unusable.reason}")
+    if ref.kind == "hf":
+        from ..sources.hf import reader as hf
 
-    return hf.check(ref, info)
+        found += hf.check(ref, info)
+    return found

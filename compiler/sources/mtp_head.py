@@ -6,6 +6,9 @@ compile faithfully. A head whose tensors are half there, or that carries tensors
 known layout has, is broken: building a text-only package from it silently would hide
 a damaged download. A head whose tensors are all missing is the common case of a
 model re-saved by transformers (which drops `mtp.*`): the weights simply are not there.
+Except in a GGUF: its block count includes the head block, so a file declaring one and
+holding none of its tensors names a block it does not have (llama.cpp refuses to load it
+with its MTP head), and that is broken too. `inspect` reports a broken head as a finding.
 
 The verdict is data (`UnusableHead` in the IR); `passes/head_detection.py` turns it into
 a note or a refusal according to `mtp.head`.
@@ -28,12 +31,16 @@ def head_verdict(
     expected: Iterable[str],
     present: Iterable[str],
     unknown: Iterable[str],
+    block: str | None = None,
 ) -> tuple[int, UnusableHead | None]:
     """(usable MTP blocks, why the declared head cannot be built or None).
 
     `expected`: the head tensors one block needs (names as the file spells them);
     `present`: the head tensors the file holds; `unknown`: head-looking tensors that
     belong to no known place (an unknown name, or a head tensor outside the head block).
+    `block`: the name of the block the declaration counts among the file's own (a GGUF's
+    `blk.N`, within its block_count): a declared block with none of its tensors is then a
+    file that names a block it does not hold, broken like a half head, not a head left out.
     """
     expected, present, unknown = set(expected), set(present), sorted(set(unknown))
     if declared > SUPPORTED_BLOCKS:
@@ -51,6 +58,11 @@ def head_verdict(
     missing = sorted(expected - present)
     if not missing:
         return declared, None
+    if len(missing) == len(expected) and block is not None:
+        return 0, UnusableHead(
+            f"{declared_key} is {declared}, naming {block} as the head block, but the file holds none of that block's tensors",
+            absent=False,
+        )
     if len(missing) == len(expected):
         return 0, UnusableHead(
             f"{declared_key} is {declared} but the weights hold none of the head's tensors "

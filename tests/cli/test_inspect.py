@@ -63,3 +63,63 @@ def test_inspect_rejects_what_is_not_a_checkpoint(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "weights.bin")]) == 2
     assert main(["inspect", str(tmp_path)]) == 2
     assert "neither a .gguf file nor a checkpoint directory" in capsys.readouterr().err
+
+
+# A head the checkpoint declares but that is broken is a finding (exit 1), in the words compile refuses it with
+# (`sources/mtp_head.py` is the one verdict); a head whose weights transformers dropped is a note (exit 0).
+
+ARCH = tiny_arch()
+HEAD = f"blk.{ARCH.num_layers}."
+
+
+def _inspect(capsys, path) -> tuple[int, str, dict]:
+    code = main(["inspect", str(path)])
+    text = capsys.readouterr()
+    assert main(["inspect", "--format", "json", str(path)]) == code
+    return code, text.err, json.loads(capsys.readouterr().out)
+
+
+def _head_tensors_of(path) -> list[str]:
+    from mtpc.sources.gguf.layout import open_header
+
+    return [n for n in open_header(str(path)).tensors if n.startswith(HEAD)]
+
+
+@pytest.mark.parametrize(
+    "omit, says",
+    [
+        ((f"{HEAD}nextn.hnorm.weight",), f"its MTP head is incomplete: 1 of its 14 tensors are missing: {HEAD}nextn.hnorm.weight"),
+        ("all", f"qwen35.nextn_predict_layers is 1, naming {HEAD[:-1]} as the head block, but the file holds none of "
+                "that block's tensors"),
+    ],
+    ids=["a-tensor-missing", "the-named-block-missing"],
+)
+def test_inspect_of_a_gguf_with_a_broken_head_is_a_finding(tmp_path, capsys, omit, says):
+    whole = write_gguf(tmp_path / "whole.gguf", ARCH, seed=3)
+    omit = tuple(_head_tensors_of(whole)) if omit == "all" else omit
+    path = write_gguf(tmp_path / "m.gguf", ARCH, seed=3, omit=omit)
+    code, err, doc = _inspect(capsys, path)
+    assert code == 1
+    assert err.splitlines() == [f"error: the MTP head cannot be built: {says}"]
+    assert doc["ok"] is False and doc["has_mtp_head"] is False
+    assert doc["findings"] == [f"the MTP head cannot be built: {says}"]
+
+
+def test_inspect_of_an_hf_folder_with_half_a_head_is_a_finding(tmp_path, capsys):
+    from tests.sources.test_mtp_head import _rewrite_hf
+
+    ckpt = _rewrite_hf(write_hf_checkpoint(tmp_path / "hf", ARCH, seed=1), drop=("mtp.fc.weight", "mtp.norm.weight"))
+    code, err, doc = _inspect(capsys, ckpt)
+    assert code == 1
+    says = "its MTP head is incomplete: 2 of its 15 tensors are missing: mtp.fc.weight, mtp.norm.weight"
+    assert err.splitlines() == [f"error: the MTP head cannot be built: {says}"]
+    assert doc["findings"] == [f"the MTP head cannot be built: {says}"]
+
+
+def test_inspect_of_an_hf_folder_whose_head_transformers_dropped_is_a_note(tmp_path, capsys):
+    from tests.sources.test_mtp_head import _rewrite_hf
+
+    ckpt = _rewrite_hf(write_hf_checkpoint(tmp_path / "hf", ARCH, seed=1, with_mtp=False), mtp_num_hidden_layers=1)
+    code, err, doc = _inspect(capsys, ckpt)
+    assert code == 0 and err == "" and doc["findings"] == []
+    assert doc["facts"]["mtp_note"].endswith("(transformers drops them when it re-saves a model)")

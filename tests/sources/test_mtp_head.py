@@ -141,6 +141,23 @@ def test_gguf_missing_head_tensor_is_refused_by_name(tmp_path):
     )
 
 
+def test_gguf_declaring_a_head_block_it_does_not_hold_is_refused(tmp_path):
+    """The block count includes the head block: a GGUF naming one with none of its tensors is broken, not re-saved."""
+    whole = gguf_source.describe(SourceRef("gguf", str(write_gguf(tmp_path / "whole.gguf", ARCH, seed=3))))
+    head_tensors = tuple(t.name for t in whole.tensors if t.name.startswith("mtp."))
+    assert head_tensors
+    from mtpc.sources.gguf.layout import open_header
+
+    omit = tuple(n for n in open_header(str(tmp_path / "whole.gguf")).tensors if n.startswith(HEAD))
+    write_gguf(tmp_path / "m.gguf", ARCH, seed=3, omit=omit)
+    assert _refusal(_spec(tmp_path, "gguf: m.gguf")) == (
+        "[head-detection] the source's MTP head cannot be built: qwen35.nextn_predict_layers is 1, naming "
+        f"{HEAD[:-1]} as the head block, but the file holds none of that block's tensors"
+    )
+    ir, _ = build_ir(_spec(tmp_path, "gguf: m.gguf", head="off"))  # the way out the refusal names
+    assert not ir.heads
+
+
 def test_gguf_two_nextn_blocks_are_refused(tmp_path):
     write_gguf(tmp_path / "m.gguf", ARCH, seed=3, nextn_blocks=2)
     assert _refusal(_spec(tmp_path, "gguf: m.gguf")) == (

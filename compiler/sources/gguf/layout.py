@@ -159,6 +159,7 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
         expected=expected,
         present=head_like & known,
         unknown=head_like - known,
+        block=prefix[:-1],
     )
     arch = replace(arch, mtp_num_layers=usable, unusable_head=unusable)
     notes: list[str] = []
