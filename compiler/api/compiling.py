@@ -47,11 +47,13 @@ if TYPE_CHECKING:
 class PackageFile:
     path: str  # inside the package, "/"-separated
     bytes: int
+    sha256: str  # of the bytes written, hashed as they streamed (what manifest.json records)
 
 
 @dataclass(frozen=True)
 class CompileResult:
-    """A package written to `output`: its files (sorted by path) and the notes compile has for the user."""
+    """A package written to `output`: its files (sorted by path; manifest.json among them, listing the others)
+    and the notes compile has for the user."""
 
     output: Path
     files: tuple[PackageFile, ...]
@@ -117,7 +119,7 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
         say(f"writing {len(result.artifacts)} files to {target}")
         meter = progress.weights(total) if hasattr(progress, "weights") else None
         try:
-            write_package(result.artifacts, target, force=force, protected=protected, progress=meter)
+            written = write_package(result.artifacts, target, force=force, protected=protected, progress=meter)
         except BaseException:
             if meter is not None:
                 meter.close(finished=False)  # the error on its way says what happened, not a byte count
@@ -126,5 +128,5 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
             meter.close()
     measured = measured_requantization_note(result.ir.weights, result.context.requantization_error)
     notes = tuple(result.ir.notes) + ((measured,) if measured else ())
-    files = tuple(PackageFile(a.relpath, (target / a.relpath).stat().st_size) for a in result.artifacts)
+    files = tuple(PackageFile(r.name, r.bytes, r.sha256) for r in written)
     return CompileResult(target, files, notes)

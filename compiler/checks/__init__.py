@@ -21,6 +21,7 @@ measured by its size, never read.
 - `onnx_genai_sidecar`: the MTP sidecar's declaration (`config.json`) against both graphs;
 - `quantization`: `quantization.json`'s summary against its own weight list;
 - `completeness`: every file the package's runtimes need is there;
+- `manifest`: every file `manifest.json` lists is there, as long as it was written, with its sha256;
 - `positions`: the line a finding's JSON pointer sits on, in a JSON or YAML file.
 
 A finding is an error (the check fails) or a warning (reported; the package runs, with a gap:
@@ -35,11 +36,13 @@ from ..emit.genai_config import CONFIG_NAME as GENAI_CONFIG
 from ..emit.inference_metadata import CONFIG_FILE as HF_CONFIG, METADATA_FILE as INFERENCE_METADATA
 from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
 from ..emit.provenance_record import PROVENANCE_NAME
+from ..emit.manifest import MANIFEST_NAME
 from .genai_config import (
     check_genai_config, check_head_folder, check_runtime_keys, check_shared_initializers, runtime_profile,
 )
 from .onnx_genai import LAYOUT_SCHEMAS, check_onnx_genai
 from .completeness import check_onnxruntime_genai_files
+from .manifest import check_manifest
 from .quantization import check_quantization_report
 from .package import Checker, Files, Finding, PackageFile, artifact_files, check_tokenizer, folder, package_directory
 
@@ -58,6 +61,7 @@ SCHEMAS: dict[tuple[str, str | None], str] = {
     (HF_CONFIG, None): "speculator_config.schema.json",
     (QUANTIZATION_REPORT, None): "quantization.schema.json",
     (PROVENANCE_NAME, None): "provenance.schema.json",
+    (MANIFEST_NAME, None): "manifest.schema.json",
 }
 
 
@@ -134,4 +138,6 @@ def check_files(files: Files) -> list[Finding]:
     for rel in sorted(files):
         if rel.endswith(".onnx"):
             c.graph(rel, "", rel)
+    # Last: a file the manifest lists that another check has already said is missing is said once.
+    check_manifest(c, schema_for(MANIFEST_NAME))
     return c.result()

@@ -13,7 +13,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import Callable, Iterator
 
 import yaml
 
@@ -68,15 +68,29 @@ class PackageFile:
     interface: object | None = None
     # What the bytes parse to, when whoever made them parsed them already (`Artifact.document`).
     document: object | None = None
+    # The bytes a piece at a time (a file on disk, for hashing one as large as the weights); None: `read` them.
+    read_chunks: Callable[[], Iterator[bytes]] | None = None
+
+    def chunks(self) -> Iterator[bytes]:
+        return self.read_chunks() if self.read_chunks is not None else iter([self.read()])
 
 
 Files = dict[str, PackageFile]
+
+_CHUNK = 1 << 20
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            yield block
 
 
 def package_directory(root: str | Path) -> Files:
     root = Path(root)
     return {
-        p.relative_to(root).as_posix(): PackageFile(p.read_bytes, lambda p=p: p.stat().st_size)
+        p.relative_to(root).as_posix(): PackageFile(p.read_bytes, lambda p=p: p.stat().st_size,
+                                                    read_chunks=lambda p=p: _file_chunks(p))
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }

@@ -29,6 +29,10 @@ tokenizer is a warning for onnxruntime-genai (token ids still work), an error
 beside inference_metadata.yaml (onnx-genai refuses it). onnx-genai metadata is
 checked as onnx-genai routes it (commit ac9c7dd): without a pipeline, what its
 Engine::from_dir refuses; with one, a warning that the MTP head is never used.
+Every file the package's manifest.json lists (compile writes it, with each
+file's size and sha256) must be there, as long and with the same sha256: a file
+missing, truncated or altered since is a finding naming it (this reads every
+file once); a package written without a tokenizer does not list one to miss.
 Every finding is reported, one line each: FILE:LINE:COL: JSON-PATH: MESSAGE
 (the line of the key in a JSON or YAML file; FILE:JSON-PATH: for graphs).
 --offline: a spec's hf or gguf checkpoint is not opened; the schema, the

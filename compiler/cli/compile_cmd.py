@@ -74,15 +74,13 @@ def _jobs(text: str) -> int:
 
 def run(args) -> int:
     from ..api import compile as compile_package
-    from ..diffing.files import digest, file_chunks
     from ..util.progress import human_size
 
     say = console(args)
     result = compile_package(args.spec, args.output, force=args.force, progress=say, jobs=args.jobs, tune_report=args.tune_report)
     if args.format == "json":
-        files = [
-            {"path": f.path, "bytes": f.bytes, "sha256": digest(file_chunks(result.output / f.path))} for f in result.files
-        ]
+        # Hashed as the files were written: nothing is read back.
+        files = [{"path": f.path, "bytes": f.bytes, "sha256": f.sha256} for f in result.files]
         print_json("compile", {"ok": True, "output": str(result.output), "files": files, "notes": list(result.notes)})
         return result.exit_code
     for note in result.notes:

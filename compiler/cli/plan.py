@@ -10,6 +10,7 @@ from ..util.diagnostics import MtpcError
 if TYPE_CHECKING:  # imported by `run`: every `mtpc` run builds this verb's parser (`mtpc --help` too)
     from ..diffing.report import DiffReport
     from ..diffing.changes import Change
+    from ..emit.manifest import FileRecord
 from .report import console, verb_parser, existing_file, out, print_json
 
 HELP = "show what compile would create, change or remove, and what each pass did"
@@ -48,30 +49,52 @@ def add_parser(sub) -> None:
 
 
 def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Change]]":
-    """(relpath, action) for every file compile would touch, sorted by path, and what changes in them."""
+    """(relpath, action) for every file compile would touch, sorted by path, and what changes in them.
+
+    manifest.json, which compile writes last from the files' hashes, is planned like the rest: when DIR has
+    one, every file is hashed (as compile would hash it) and the manifest compile would write compared with it."""
     from ..diffing.changes import ADDED, CHANGED, Change, REMOVED
-    from ..diffing.files import diff_files, digest, file_chunks
+    from ..diffing.files import diff_files, file_chunks
+    from ..emit.manifest import MANIFEST_NAME, FileRecord, manifest_document, render
 
     planned: list[tuple[str, str]] = []
     changes: list[Change] = []
     names = set()
+    records: list[FileRecord] = []
+    manifest_there = (against / MANIFEST_NAME).is_file()
     for art in artifacts:
         names.add(art.relpath)
         existing = against / art.relpath
         if not existing.is_file():
             planned.append((art.relpath, CREATE))
             changes.append(Change(art.relpath, (), ADDED))
+            if manifest_there:
+                records.append(_record(art.relpath, art.iter_bytes()))
             continue
-        old, new = digest(file_chunks(existing)), digest(art.iter_bytes())
-        if old == new:
+        new = _record(art.relpath, art.iter_bytes())
+        records.append(new)
+        old = _record(art.relpath, file_chunks(existing))
+        if old.sha256 == new.sha256:
             planned.append((art.relpath, UNCHANGED))
             continue
         planned.append((art.relpath, CHANGE))
         if art.content is None and art.interface is None:  # streamed weights: hashed once above, never held whole
-            changes.append(Change(art.relpath, (), CHANGED, old, new))
+            changes.append(Change(art.relpath, (), CHANGED, f"sha256:{old.sha256}", f"sha256:{new.sha256}"))
         else:
             # A deferred graph is a small file once built (above, to hash it): compared by meaning.
             changes.extend(diff_files({art.relpath: lambda p=existing: file_chunks(p)}, {art.relpath: lambda a=art: iter([a.read()])}))
+    names.add(MANIFEST_NAME)
+    if not manifest_there:
+        planned.append((MANIFEST_NAME, CREATE))
+        changes.append(Change(MANIFEST_NAME, (), ADDED))
+    else:
+        manifest = render(manifest_document(records))
+        existing = (against / MANIFEST_NAME).read_bytes()
+        if manifest == existing:
+            planned.append((MANIFEST_NAME, UNCHANGED))
+        else:
+            planned.append((MANIFEST_NAME, CHANGE))
+            changes.extend(diff_files({MANIFEST_NAME: lambda: iter([existing])}, {MANIFEST_NAME: lambda: iter([manifest])}))
     if against.is_dir():
         for p in sorted(against.rglob("*")):
             rel = p.relative_to(against).as_posix()
@@ -79,6 +102,18 @@ def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Ch
                 planned.append((rel, REMOVE))
                 changes.append(Change(rel, (), REMOVED))
     return sorted(planned), changes
+
+
+def _record(name: str, chunks) -> "FileRecord":
+    import hashlib
+
+    from ..emit.manifest import FileRecord
+
+    digest, size = hashlib.sha256(), 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+    return FileRecord(name, size, digest.hexdigest())
 
 
 def destination_refusal(against: Path, protected) -> dict | None:

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import yaml
 
+from ..emit.manifest import MANIFEST_NAME
 from ..emit.provenance_record import PROVENANCE_NAME
 from ..schema.validation import read_yaml
 from .changes import ADDED, CHANGED, REMOVED, ByName, Change, diff_values, sequence_changes, sorted_changes
@@ -67,7 +68,7 @@ def diff_files(old: FileSet, new: FileSet) -> list[Change]:
             changes.extend(_graph_changes(rel, b"".join(old[rel]()), b"".join(new[rel]())))
         elif rel.endswith(TEXT_SUFFIXES):
             changes.extend(_line_changes(rel, b"".join(old[rel]()), b"".join(new[rel]())))
-        elif rel.endswith(STRUCTURED_SUFFIXES):
+        elif rel.endswith(STRUCTURED_SUFFIXES) and rel != MANIFEST_NAME:  # the manifest: by hash, see report.py
             a, b = b"".join(old[rel]()), b"".join(new[rel]())
             if a == b:
                 continue

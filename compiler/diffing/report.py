@@ -21,6 +21,7 @@ from functools import cached_property
 from .groups import Group, group_changes
 from .changes import ADDED, CHANGED, Change, REMOVED, summary
 from .files import TEXT_SUFFIXES
+from ..emit.manifest import MANIFEST_NAME
 from .onnx_summary import INTERFACE, data_file_note
 
 NONE, MINOR, MODERATE, MAJOR = "none", "minor", "moderate", "major"
@@ -130,13 +131,17 @@ class DiffReport:
 
     @cached_property
     def file_notes(self) -> dict[str, str]:
-        """Per changed weight file, where the meaning of its change is."""
+        """Per changed weight file, where the meaning of its change is; for the manifest, that it follows the files."""
         changed = set(self.by_file)
-        return {
+        notes = {
             f: data_file_note(f, changed)
             for f, cs in self.by_file.items()
             if f.endswith(".onnx.data") and any(not c.path and c.kind == CHANGED for c in cs)
         }
+        if any(not c.path and c.kind == CHANGED for c in self.by_file.get(MANIFEST_NAME, ())):
+            # Each of its rows would repeat a change the file it is about shows: compared by hash, it says only that.
+            notes[MANIFEST_NAME] = "it lists every file's size and sha256, so it changes with them: their rows say how"
+        return notes
 
     @property
     def summary(self) -> str:

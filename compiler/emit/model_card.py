@@ -113,6 +113,7 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         lines.append(f"- `{onnx_genai_head.filename}` (+ `.data`): the MTP head for onnx-genai, declared in "
                      "`config.json` (`speculator_config`)")
     lines.append("- `quantization.json`: how each weight is stored, and the spec rule that chose it")
+    lines.append("- `manifest.json`: every other file with its size and sha256, as written")
     ort_target = ir.targets.onnxruntime_genai
     if ort_target is not None and ort_target.attention is AttentionMode.PAGED:
         # A paged package is driven by onnxruntime-genai's paged engine on its execution provider;
@@ -165,7 +166,7 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         "## Check",
         "",
         "```sh",
-        "mtpc check .                       # schemas and cross-file contracts",
+        "mtpc check .                       # schemas, cross-file contracts, every file against manifest.json",
         "mtpc verify . --spec SPEC          # run it against the numpy reference (SPEC: the spec it was compiled from)",
         "```",
         "",

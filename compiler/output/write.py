@@ -1,6 +1,8 @@
 """Write a package atomically: everything goes into a temporary sibling
 directory, which replaces the destination only once every file is written.
-A failure leaves the destination exactly as it was (or absent).
+A failure leaves the destination exactly as it was (or absent). Each file is
+hashed as it is written, and `manifest.json` (every file with its size and
+sha256, `mtpc.emit.manifest`) is written last, before the swap.
 
 Only something that is safe to lose is replaced: nothing, an empty folder, or
 an earlier mtpc package (recognised by its model card). Anything else needs
@@ -14,6 +16,7 @@ dead writer left, and the next write (or `mtpc check`) finishes or undoes it
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from contextlib import contextmanager
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ..util.diagnostics import ExitCode, MtpcError
 from ..emit.artifact import Artifact
+from ..emit.manifest import MANIFEST_NAME, SCHEMA as MANIFEST_SCHEMA, FileRecord, manifest_document, render as render_manifest
+from ..schema.validation import errors as schema_errors
 from .journal import (  # noqa: F401  (KILL_POINTS, is_package and recover are this module's API too)
     KILL_POINTS, _begin, _signals_deferred, _test_point, _Write, is_package, recover,
 )
@@ -66,19 +71,24 @@ def _writing(shown: str) -> Iterator[None]:
         raise _usage_error(f"cannot write output directory {shown}: {error.strerror or error}") from error
 
 
-def _write_file(target: Path, art: Artifact, shown: str, progress: "WriteProgress | None" = None) -> None:
+def _write_file(target: Path, art: Artifact, shown: str, progress: "WriteProgress | None" = None) -> FileRecord:
+    """Write one artifact; its size and sha256, hashed as its bytes go by (a weights file is never read back)."""
     if progress is not None:
         progress.file_started(art.relpath)
     with _writing(shown):
         target.parent.mkdir(parents=True, exist_ok=True)
         f = open(target, "wb")
+    digest, size = hashlib.sha256(), 0
     try:
         # The chunks may come straight from the source checkpoint: a failure to read them is not ours to rename.
         for chunk in art.iter_bytes():
             with _writing(shown):
                 f.write(chunk)
+            digest.update(chunk)
+            n = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+            size += n
             if progress is not None:
-                progress.advance(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk))
+                progress.advance(n)
     except BaseException:
         try:
             f.close()
@@ -87,6 +97,16 @@ def _write_file(target: Path, art: Artifact, shown: str, progress: "WriteProgres
         raise
     with _writing(shown):
         f.close()
+    return FileRecord(art.relpath, size, digest.hexdigest())
+
+
+def _manifest(records: list[FileRecord]) -> Artifact:
+    """manifest.json for the files written, checked against its schema like every artifact (a failure is our bug)."""
+    document = manifest_document(records)
+    problems = schema_errors(MANIFEST_SCHEMA, document)
+    if problems:
+        raise MtpcError.single(f"{MANIFEST_NAME} does not satisfy its schema: {problems[0].message}", exit_code=ExitCode.INTERNAL)
+    return Artifact(MANIFEST_NAME, render_manifest(document), schema=MANIFEST_SCHEMA)
 
 
 def _swap_in(write: _Write, shown: str) -> None:
@@ -123,8 +143,9 @@ def write_package(
     force: bool = False,
     protected: Iterable[tuple[str, str | os.PathLike]] = (),
     progress: "WriteProgress | None" = None,
-) -> None:
-    """Write `artifacts` as the folder `out_dir`; see `check_destination` for what it may replace.
+) -> tuple[FileRecord, ...]:
+    """Write `artifacts` as the folder `out_dir`, then `manifest.json` listing them; see `check_destination`
+    for what it may replace. Returns every file written (the manifest too) with its size and sha256.
 
     `progress` (a `mtpc.util.progress.ByteProgress`) hears of each file and of every chunk written."""
     shown = os.fspath(out_dir)
@@ -133,13 +154,18 @@ def write_package(
     with _writing(shown):
         out.parent.mkdir(parents=True, exist_ok=True)
     write = None
+    records: list[FileRecord] = []
     try:
         with _signals_deferred(), _writing(shown):
             write = _begin(out)
         for i, art in enumerate(artifacts):
-            _write_file(write.path("tmp") / art.relpath, art, shown, progress)
+            if art.relpath == MANIFEST_NAME:
+                raise MtpcError.single(f"an emitter wrote {MANIFEST_NAME}, which the writer makes", exit_code=ExitCode.INTERNAL)
+            records.append(_write_file(write.path("tmp") / art.relpath, art, shown, progress))
             if i == 0:
                 _test_point("mid-write")
+        manifest = _manifest(records)
+        records.append(_write_file(write.path("tmp") / MANIFEST_NAME, manifest, shown))
         _test_point("before-swap")
     except BaseException:
         if write is not None:
@@ -159,6 +185,7 @@ def write_package(
             write.close()
         except OSError:
             pass  # the package is in place; what is left of the earlier one goes at the next `recover`
+    return tuple(sorted(records, key=lambda r: r.name))
 
 
 def _abandon(write: _Write) -> None:

@@ -13,6 +13,8 @@ import pytest
 import mtpc
 from mtpc.util.diagnostics import ExitCode, MtpcError
 
+from tests.fixtures.package_files import remanifest
+
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "specs" / "qwen35-tiny-mtp.yaml"
 NOHEAD = REPO / "specs" / "qwen35-tiny-nohead.yaml"
@@ -102,6 +104,8 @@ def test_check_offline_and_warnings_through_the_api(tmp_path):
 
     pkg = mtpc.compile(TINY, tmp_path / "pkg").output
     (pkg / "tokenizer_config.json").unlink()
+    assert not mtpc.check(pkg).ok  # written with it: its manifest.json lists it
+    remanifest(pkg)  # as if compiled from a source that shipped no tokenizer_config.json
     warned = mtpc.check(pkg)
     assert warned.ok and [f.severity for f in warned.findings] == ["warning"]
     assert warned.findings[0].file == str(pkg / "tokenizer_config.json")

@@ -17,6 +17,7 @@ from mtpc.checks import check_package, schema_for
 from mtpc.pipeline.driver import build
 from mtpc.output.write import write_package
 from tests.cli import handmade as hm
+from tests.fixtures.package_files import remanifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -184,6 +185,12 @@ def test_compiled_package_with_a_truncated_data_file(compiled, tmp_path):
     last = max(ends, key=ends.get)
     past = sum(end > 1000 for end in ends.values())
     assert lines(package) == [
+        f"model.onnx.data:/: has 1000 bytes, manifest.json records {ends[last]}: truncated or changed since it was written",
+        f"model.onnx.data:/: model.onnx initializer {last!r} ends at byte {ends[last]}, the file has 1000 bytes "
+        f"(truncated?); {past} of the {len(ends)} model.onnx initializers in it run past the end",
+    ]  # the second holds without a manifest too: (manifest.json removed)
+    (package / "manifest.json").unlink()
+    assert lines(package) == [
         f"model.onnx.data:/: model.onnx initializer {last!r} ends at byte {ends[last]}, the file has 1000 bytes "
         f"(truncated?); {past} of the {len(ends)} model.onnx initializers in it run past the end"
     ]
@@ -229,7 +236,8 @@ def test_compiled_head_one_byte_short(compiled, tmp_path):
     ends = extents(package / "mtp" / "mtp.onnx", "mtp.onnx.data")
     last = max(ends, key=ends.get)
     assert lines(package) == [
-        f"mtp/mtp.onnx.data:/: mtp/mtp.onnx initializer {last!r} ends at byte {ends[last]}, the file has {size} bytes (truncated?)"
+        f"mtp/mtp.onnx.data:/: has {size} bytes, manifest.json records {size + 1}: truncated or changed since it was written",
+        f"mtp/mtp.onnx.data:/: mtp/mtp.onnx initializer {last!r} ends at byte {ends[last]}, the file has {size} bytes (truncated?)",
     ]
 
 
@@ -515,7 +523,7 @@ def _edited_shared(paged, tmp_path, edit, config="genai_config.json") -> Path:
     cfg = json.loads((pkg / config).read_text())
     edit(cfg["model"])
     (pkg / config).write_text(json.dumps(cfg))
-    return pkg
+    return remanifest(pkg)  # a package compile wrote so, whose configs are what is checked here
 
 
 def _both(edit_entry):
@@ -614,4 +622,5 @@ def test_corrupt_main_graph_is_the_only_finding(compiled, tmp_path):
     shutil.copytree(compiled, pkg)
     (pkg / "model.onnx").write_bytes(b"not a model")
     found = lines(pkg)
-    assert len(found) == 1 and found[0].startswith("model.onnx:/: cannot be read as an ONNX model")
+    assert len(found) == 2 and found[0].startswith("model.onnx:/: cannot be read as an ONNX model")
+    assert found[1].startswith("model.onnx:/: has 11 bytes, manifest.json records ")  # and nothing that follows from it

@@ -2,7 +2,10 @@
 
 The package is the shipped tiny spec compiled once; each case copies it and breaks one
 thing, as a user's copy or a careless edit would. Line numbers are found in the file's
-text by plain search, independently of the checker's own position index.
+text by plain search, independently of the checker's own position index. Such a copy also
+fails against its manifest.json (tests/checks/test_manifest.py); where a case is about what
+another check says, the manifest is rewritten to match (`remanifest`), as if compile had
+written the package that way.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from mtpc.checks.positions import locate, positions
 from mtpc.cli.main import main
 from mtpc.pipeline.driver import build
 from mtpc.output.write import write_package
+
+from tests.fixtures.package_files import remanifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,6 +93,7 @@ def test_a_missing_tokenizer_is_a_warning_that_names_the_file(copy, capsys):
     """og.Tokenizer needs both files; the package still runs on token ids (a source without a tokenizer builds one)."""
     pkg = copy()
     (pkg / "tokenizer_config.json").unlink()
+    remanifest(pkg)  # written without it (else its manifest.json would miss it: an error)
     code, out, err = check(capsys, pkg)
     assert code == 0
     assert out == [
@@ -103,6 +109,7 @@ def test_no_tokenizer_at_all_is_a_warning_with_a_hint_for_onnxruntime_genai_and_
     pkg = copy()
     (pkg / "tokenizer_config.json").unlink()
     (pkg / "tokenizer.json").unlink()
+    remanifest(pkg)
     code, out, _ = check(capsys, "--format", "github", pkg)
     assert code == 1 and len(out) == 2, out
     warning, error = sorted(out, key=lambda line: not line.startswith("::warning"))
@@ -119,8 +126,10 @@ def test_truncated_external_data_names_the_data_file(copy, capsys):
     os.truncate(data, size - 1)
     code, out, _ = check(capsys, pkg)
     assert code == 1
-    assert len(out) == 1 and out[0].startswith(f"{pkg}/mtp_sidecar/mtp_sidecar.onnx.data:/: mtp_sidecar/mtp_sidecar.onnx initializer ")
-    assert f"the file has {size - 1} bytes (truncated?)" in out[0]
+    assert len(out) == 2 and out[1].startswith(f"{pkg}/mtp_sidecar/mtp_sidecar.onnx.data:/: mtp_sidecar/mtp_sidecar.onnx initializer ")
+    assert f"the file has {size - 1} bytes (truncated?)" in out[1]
+    assert out[0] == (f"{pkg}/mtp_sidecar/mtp_sidecar.onnx.data:/: has {size - 1} bytes, manifest.json records {size}: "
+                      "truncated or changed since it was written")
 
 
 def test_a_graph_no_config_names_has_its_external_data_checked_too(copy, capsys):
@@ -138,6 +147,7 @@ def test_a_bad_key_in_genai_config_is_located_to_its_line_with_a_did_you_mean(co
     doc = json.loads(config.read_text(encoding="utf-8"))
     doc["model"]["decoder"]["num_hiden_layers"] = doc["model"]["decoder"]["num_hidden_layers"]
     config.write_text(json.dumps(doc, indent=4), encoding="utf-8")
+    remanifest(pkg)
     line = line_of(config, '"num_hiden_layers"')
     col = config.read_text(encoding="utf-8").splitlines()[line - 1].index('"num_hiden_layers"') + 1
     monkeypatch.chdir(pkg.parent)  # GitHub annotations name files relative to the working directory (the checkout)
@@ -163,7 +173,7 @@ def test_a_json_parse_error_carries_its_line(copy, capsys):
     config.write_text("\n".join(lines), encoding="utf-8")
     code, out, _ = check(capsys, "--format", "github", pkg)
     assert code == 1
-    (annotation,) = [a for a in out if "mtp/genai_config.json" in a]
+    (annotation,) = [a for a in out if "mtp/genai_config.json" in a and "manifest.json" not in a]
     assert "cannot be parsed" in annotation
     assert f"file={pkg}/mtp/genai_config.json,line=" in annotation
     line = int(annotation.split(",line=")[1].split(",")[0])

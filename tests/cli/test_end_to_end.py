@@ -12,7 +12,7 @@ import pytest
 
 from mtpc.cli.main import main
 from tests.cli.test_main import run_mtpc
-from tests.fixtures.package_files import files_of
+from tests.fixtures.package_files import files_of, remanifest
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 TINY = SPECS / "qwen35-tiny-mtp.yaml"
@@ -173,6 +173,7 @@ def test_verify_catches_a_wrong_onnx_genai_head(package, tmp_path, capsys):
     shutil.copytree(package, mixed)
     for name in ("mtp_sidecar/mtp_sidecar.onnx", "mtp_sidecar/mtp_sidecar.onnx.data"):
         shutil.copyfile(other / name, mixed / name)
+    remanifest(mixed)  # as if compile had mixed them up: the manifest alone would say which files changed
     capsys.readouterr()
     assert main(["verify", "-q", str(mixed), "--spec", str(TINY), "--new-tokens", "4"]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
@@ -260,6 +261,8 @@ def test_plan_says_when_compile_would_refuse_the_destination(tmp_path, capsys):
 def test_markdown_diff_says_file_added_and_removed(tmp_path, capsys):
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir(), new.mkdir()
+    for package in (old, new):
+        (package / "genai_config.json").write_text("{}")  # what makes a folder a package, to diff
     (old / "gone.json").write_text("{}")
     (new / "fresh.json").write_text("{}")
     assert main(["diff", "--format", "markdown", str(old), str(new)]) == 1

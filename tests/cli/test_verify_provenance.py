@@ -66,6 +66,7 @@ def test_a_package_without_provenance_says_it_cannot_tell(package, tmp_path, cap
     old = tmp_path / "old"
     shutil.copytree(package, old)
     (old / "provenance.json").unlink()
+    (old / "manifest.json").unlink()  # an mtpc that wrote no provenance wrote no manifest either
     code, text = _verify(old, TINY, capsys)
     assert code == 0
     assert "warning: the package has no readable provenance.json" in text

@@ -22,6 +22,7 @@ from mtpc.sources.random_weights import seeded_store
 from mtpc.weights import TensorInfo
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
+from tests.fixtures.package_files import remanifest
 from tests.graphs.tiny import make_ir
 
 TINY = Path(__file__).resolve().parents[2] / "specs" / "qwen35-tiny-mtp.yaml"
@@ -208,6 +209,7 @@ def test_one_damaged_matmul_nbits_weight_fails_verify(int4_package, tmp_path, ca
     assert offset + length <= len(data)
     data[offset : offset + length] = bytes(b ^ 0xFF for b in data[offset : offset + length])  # q -> 15 - q
     (damaged / location).write_bytes(bytes(data))
+    remanifest(damaged)  # as if compile had written these weights: the manifest alone would flag the edit
 
     code, report = verify_json(damaged, spec, capsys)
     assert code == 1 and not report["ok"]
@@ -237,6 +239,7 @@ def test_a_few_damaged_matmul_nbits_scales_fail_verify(int4_package, tmp_path, c
     part[:32] *= 1.5
     data[offset : offset + length] = part.tobytes()
     (damaged / location).write_bytes(bytes(data))
+    remanifest(damaged)  # as if compile had written these weights: the manifest alone would flag the edit
 
     code, report = verify_json(damaged, spec, capsys)
     assert code == 1 and not report["ok"], report["checks"]

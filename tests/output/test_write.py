@@ -3,6 +3,7 @@ as it was, the package folder's permissions, and how write errors read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -29,6 +30,14 @@ def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def written(files: dict[str, bytes]) -> dict[str, bytes]:
+    """What a write of `files` leaves: them, and manifest.json listing each with its size and sha256 (by hashlib)."""
+    doc = {"format_version": 1, "files": [
+        {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in sorted(files.items())
+    ]}
+    return {**files, "manifest.json": (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()}
+
+
 def make_tree(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +62,7 @@ def test_absent_and_empty_destinations_are_written(in_tmp):
     write_package(NEW, "a/pkg")
     (in_tmp / "empty").mkdir()
     write_package(NEW, "empty")
-    expected = {"README.md": CARD.encode(), "sub/b.bin": b"\x01\x02"}
+    expected = written({"README.md": CARD.encode(), "sub/b.bin": b"\x01\x02"})
     assert tree(in_tmp / "a" / "pkg") == expected and tree(in_tmp / "empty") == expected
     assert sorted(p.name for p in in_tmp.iterdir()) == ["a", "empty"]
 
@@ -61,7 +70,7 @@ def test_absent_and_empty_destinations_are_written(in_tmp):
 def test_an_earlier_package_is_replaced_whole(in_tmp):
     make_tree(in_tmp / "pkg", {"README.md": CARD, "stale.onnx": "old graph"})
     write_package([Artifact("README.md", CARD.encode()), Artifact("new.txt", b"new")], "pkg")
-    assert tree(in_tmp / "pkg") == {"README.md": CARD.encode(), "new.txt": b"new"}
+    assert tree(in_tmp / "pkg") == written({"README.md": CARD.encode(), "new.txt": b"new"})
     assert sorted(p.name for p in in_tmp.iterdir()) == ["pkg"]
 
 
@@ -83,7 +92,7 @@ def test_a_folder_that_is_no_package_is_kept_unless_forced(in_tmp, files):
     assert tree(in_tmp / "out" / "x") == {k: v.encode() for k, v in files.items()}
     assert sorted(p.name for p in (in_tmp / "out").iterdir()) == ["x"]
     write_package(NEW, "out/x", force=True)
-    assert tree(in_tmp / "out" / "x") == {"README.md": CARD.encode(), "sub/b.bin": b"\x01\x02"}
+    assert tree(in_tmp / "out" / "x") == written({"README.md": CARD.encode(), "sub/b.bin": b"\x01\x02"})
 
 
 def test_a_file_is_never_replaced(in_tmp):
