@@ -74,10 +74,12 @@ def _jobs(text: str) -> int:
 
 def run(args) -> int:
     from ..api import compile as compile_package
+    from ..util import interrupts
     from ..util.progress import human_size
 
     say = console(args)
     result = compile_package(args.spec, args.output, force=args.force, progress=say, jobs=args.jobs, tune_report=args.tune_report)
+    interrupts.test_point("reporting")
     if args.format == "json":
         # Hashed as the files were written: nothing is read back.
         files = [{"path": f.path, "bytes": f.bytes, "sha256": f.sha256} for f in result.files]

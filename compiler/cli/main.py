@@ -5,13 +5,16 @@ Each verb lives in its own module with `add_parser(subparsers)` and
 a `MtpcError` is the user's to fix (rendered without a traceback), an
 unreadable file is a usage problem, anything else is a bug in mtpc.
 
-Signals: the console script imports this module, so its top stays light and,
-when this process is the command, installs the SIGINT/SIGTERM handlers before
-anything else; `main` (which also installs them for in-process callers, and
-restores what was there) imports the verbs, which pull in onnx and numpy (most
-of a second), only after that. So an interrupt at any time ends the run the
-same way: one line on stderr, exit 130 or 143, and nothing left behind (an
-interrupted write removes its temporary folder, see `mtpc.output.write`).
+Signals (`mtpc.util.interrupts`): the console script imports this module, so its
+top stays light and, when this process is the command, installs the SIGINT/SIGTERM
+handlers before anything else; `main` (which also installs them for in-process
+callers, and restores what was there) imports the verbs, which pull in onnx and
+numpy (most of a second), only after that. From then on an interrupt ends the run
+one way, wherever it lands: one line on stderr, exit 130 or 143, and nothing half
+written (an interrupted write removes its temporary folder, see `mtpc.output.write`;
+a compile interrupted once its package is in place keeps it, and the line says
+so). Once `main` has decided how it exits, the command leaves at once, so no
+signal can land in the interpreter's shutdown.
 """
 
 from __future__ import annotations
@@ -20,33 +23,8 @@ import os
 import signal
 import sys
 
-SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised where the program is so every `finally` and cleanup on the way out runs."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _on_signal(signum: int, frame) -> None:
-    # The first signal ends the run; later ones are ignored so the cleanup it triggers is not cut short.
-    for other in SIGNAL_NAMES:
-        signal.signal(other, signal.SIG_IGN)
-    raise Interrupted(signum)
-
-
-def _install_signal_handlers() -> dict:
-    """Our handlers for SIGINT and SIGTERM; returns the previous ones (main() may be called in-process)."""
-    previous = {}
-    try:
-        for signum in SIGNAL_NAMES:
-            previous[signum] = signal.signal(signum, _on_signal)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        pass
-    return previous
+from ..util import interrupts
+from ..util.interrupts import SIGNAL_NAMES, Interrupted  # noqa: F401  (this module's API too)
 
 
 def _run_as_the_mtpc_command() -> bool:
@@ -59,8 +37,9 @@ def _run_as_the_mtpc_command() -> bool:
 
 # First, before anything else is imported, when this process is the command; `main` installs them
 # again (and restores what was there) for a program that calls it in-process.
-if _run_as_the_mtpc_command():
-    _install_signal_handlers()
+_COMMAND = _run_as_the_mtpc_command()
+if _COMMAND:
+    interrupts.install()
 
 try:  # after the handlers, on purpose
     import argparse
@@ -71,7 +50,8 @@ try:  # after the handlers, on purpose
     from .report import err, out, print_json, print_json_error
 except Interrupted as interrupt:  # only where our handlers are installed: this process is the command
     sys.stderr.write(f"mtpc: interrupted by {SIGNAL_NAMES[interrupt.signum]}\n")
-    raise SystemExit(128 + interrupt.signum) from None
+    sys.stderr.flush()
+    os._exit(128 + interrupt.signum)
 
 # Imported by `main` once the signal handlers are in place (see the module's docstring).
 VERB_MODULES = ("compile_cmd", "plan", "check", "diff", "inspect_cmd", "schema_cmd", "verify", "tune")
@@ -101,7 +81,8 @@ exit codes (every verb):
      without); a package verify or tune could not run here (--static-only accepts verify's static
      checks); a package without an MTP head given to tune; an unreadable or empty prompts file
   3  internal error (a bug in mtpc; rerun with --traceback and report it)
-  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM; an interrupted compile leaves nothing behind
+  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM; one line says what an interrupted compile
+     leaves: the folder as it was, or once the new package is in place, that package, complete
   141  stdout or stderr was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE
 
 examples:
@@ -134,22 +115,43 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    previous = {}
+    """Run one verb; its exit code. As the `mtpc` command, the process exits here (see the module's docstring)."""
+    previous = {} if _COMMAND and interrupts.installed() else interrupts.install()
     try:
-        previous = _install_signal_handlers()
-        return _main(argv)
-    except Interrupted as interrupt:
-        return _report_interrupt(interrupt.signum)
-    except BrokenPipeError:
-        return _broken_pipe()
+        try:
+            code = _main(argv)
+            interrupts.decide()
+            interrupts.raise_if_received()  # an interrupt whose exception was lost on the way: it still ends the run
+        except Interrupted as interrupt:
+            interrupts.decide()
+            code = _report_interrupt(interrupt.signum)
+        except BrokenPipeError:
+            interrupts.decide()
+            code = _broken_pipe()
+        interrupts.test_point("exiting")  # a signal from here on is not delivered (tests)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if not _COMMAND:
+            interrupts.restore(previous)
+    if _COMMAND:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """The command's end: what it printed flushed, then out, without an interpreter shutdown (a second or so of
+    freeing modules and joining idle threads, where a Ctrl-C would be answered by no one)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # its reader is gone: what was left to say is lost
+            code = EXIT_BROKEN_PIPE
+    os._exit(code)
 
 
 def _report_interrupt(signum: int) -> int:
+    outcome = interrupts.outcome()
     try:
-        err(f"mtpc: interrupted by {SIGNAL_NAMES.get(signum, signum)}")
+        err(f"mtpc: interrupted by {SIGNAL_NAMES.get(signum, signum)}" + (f" ({outcome})" if outcome else ""))
         sys.stderr.flush()
     except BrokenPipeError:
         _silence(sys.stderr)
@@ -177,7 +179,9 @@ def _broken_pipe() -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    interrupts.test_point("startup")
+    parser = build_parser()  # imports every verb's module
+    interrupts.raise_if_swallowed()  # a Ctrl-C lost inside those imports' callbacks ends the run here
     try:
         args = _parse(parser, argv)
     except SystemExit as exit_:  # argparse: 0 after --help / --version

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..emit.model_card import CARD_NAME, CARD_SIGNATURE
+from ..util.interrupts import KILL_POINTS, test_point  # noqa: F401  (KILL_POINTS: this module's API too)
 
 # The signature sits near the top of the card; reading more of an arbitrary README.md would only cost time.
 _CARD_HEAD_BYTES = 4096
@@ -44,16 +45,9 @@ def is_package(folder: Path) -> bool:
     return any(line.startswith(CARD_SIGNATURE) for line in head.splitlines())
 
 
-# Test-only: MTPC_TEST_KILL_AT=<point>[:<SIGNAL>] makes the writer signal itself (SIGKILL unless named) at one
-# of the points below, so tests can interrupt a real compile exactly there (tests/output/test_interrupted_runs.py).
-# Unset, as it always is outside tests, it costs one comparison per point.
-_KILL_AT = os.environ.get("MTPC_TEST_KILL_AT")
-KILL_POINTS = ("mid-write", "before-swap", "between-renames", "after-swap", "mid-discard")
-
-
-def _test_point(name: str) -> None:
-    if _KILL_AT is not None and _KILL_AT.partition(":")[0] == name:
-        os.kill(os.getpid(), getattr(signal, _KILL_AT.partition(":")[2] or "SIGKILL"))
+# Test-only kill points (MTPC_TEST_KILL_AT, see mtpc.util.interrupts): the write's are "mid-write", "before-swap",
+# "between-renames", "after-swap" and "mid-discard".
+_test_point = test_point
 
 
 @contextmanager

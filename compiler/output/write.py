@@ -11,7 +11,8 @@ never replaced.
 
 An interrupted write loses nothing: a journal beside the output says what a
 dead writer left, and the next write (or `mtpc check`) finishes or undoes it
-(`journal`).
+(`journal`). SIGINT or SIGTERM before the swap leaves the destination as it was;
+from the swap on, the signal waits for the swap, and the new package stays.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from ..util import interrupts
 from ..util.diagnostics import ExitCode, MtpcError
 from ..emit.artifact import Artifact
 from ..emit.manifest import MANIFEST_NAME, SCHEMA as MANIFEST_SCHEMA, FileRecord, manifest_document, render as render_manifest
@@ -155,6 +157,7 @@ def write_package(
         out.parent.mkdir(parents=True, exist_ok=True)
     write = None
     records: list[FileRecord] = []
+    interrupts.settle(f"{shown} is as it was")
     try:
         with _signals_deferred(), _writing(shown):
             write = _begin(out)
@@ -162,16 +165,18 @@ def write_package(
             if art.relpath == MANIFEST_NAME:
                 raise MtpcError.single(f"an emitter wrote {MANIFEST_NAME}, which the writer makes", exit_code=ExitCode.INTERNAL)
             records.append(_write_file(write.path("tmp") / art.relpath, art, shown, progress))
+            interrupts.raise_if_swallowed()
             if i == 0:
                 _test_point("mid-write")
         manifest = _manifest(records)
         records.append(_write_file(write.path("tmp") / MANIFEST_NAME, manifest, shown))
         _test_point("before-swap")
+        interrupts.raise_if_swallowed()  # the last moment an interrupt leaves the destination as it was
     except BaseException:
         if write is not None:
             _abandon(write)
         raise
-    # An interrupt from here on is answered once the swap and its cleanup are done.
+    # An interrupt from here on is answered once the swap and its cleanup are done, with the new package in place.
     with _signals_deferred():
         try:
             _swap_in(write, shown)
@@ -179,6 +184,7 @@ def write_package(
             if write.state == "writing":  # else the swap failed half-way and said where things are; `recover` finishes it
                 _abandon(write)
             raise
+        interrupts.settle(f"{shown} holds the new package, complete")
         _test_point("after-swap")
         try:
             write.discard(write.path("old"))

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import TextIO
 
+from . import interrupts
+
 # Seconds between two plain progress lines (CI logs); a test sets it to 0 for a line per chunk.
 INTERVAL_ENV = "MTPC_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 10.0
@@ -75,6 +77,7 @@ class Console:
         _safe_write(self.stream, f"mtpc: {stamp}{message}\n")
 
     def __call__(self, message: str) -> None:
+        interrupts.raise_if_swallowed()  # each phase is a point where an interrupt lost in a callback is answered
         if not self.quiet:
             self._line(message)
 
@@ -115,6 +118,7 @@ class ByteProgress:
         self._file = (relpath, time.monotonic(), self.done)
 
     def advance(self, n: int) -> None:
+        interrupts.raise_if_swallowed()
         self.done += n
         if self._bar is not None:
             self._bar.update(n)

@@ -1,8 +1,10 @@
 """Interrupted runs lose nothing: real `python -m mtpc` processes killed (SIGKILL) at named points of the
-package write, then the next `compile` or `check` of the same folder; SIGINT and SIGTERM (exit 130/143, one
-line, no temporary folder); and a reader of stderr that goes away (exit 141, quietly).
+package write, then the next `compile` or `check` of the same folder; SIGINT and SIGTERM at every point of a
+compile, from the first line of mtpc's code to its last (exit 130/143, one line that says what the folder holds,
+no temporary folder), delivered plainly or from inside a weakref callback, where Python swallows what a signal
+handler raises (as when Ctrl-C lands in an import); and a reader of stderr that goes away (exit 141, quietly).
 
-The points come from `MTPC_TEST_KILL_AT` (test-only, see compiler/output/write.py). The processes of one phase run
+The points come from `MTPC_TEST_KILL_AT` (test-only, see mtpc.util.interrupts). The processes of one phase run
 side by side, so the whole file takes a few seconds."""
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ SCENARIOS = [
 
 
 def test_sigkill_at_any_point_then_compile_or_check_leaves_one_whole_package(tmp_path, packages, capsys, monkeypatch):
-    assert set(output.KILL_POINTS) == {point for point, *_ in SCENARIOS}
+    assert set(output.KILL_POINTS) >= {point for point, *_ in SCENARIOS}
     dirs = []
     for i, (point, earlier, *_) in enumerate(SCENARIOS):
         d = tmp_path / f"{i}-{point}"
@@ -102,17 +104,57 @@ def test_check_of_a_first_compile_killed_removes_what_it_left(tmp_path, capsys, 
     assert os.listdir(tmp_path) == []
 
 
-def test_sigint_and_sigterm_while_writing_exit_130_143_and_leave_no_temporary_folder(tmp_path, packages):
-    cases = [("mid-write:SIGINT", 130, "old"), ("mid-write:SIGTERM", 143, "old"), ("between-renames:SIGTERM", 143, "new")]
-    dirs = [tmp_path / str(i) for i in range(len(cases))]
+AS_IT_WAS = " (pkg is as it was)"
+COMPLETE = " (pkg holds the new package, complete)"
+# (where, what stderr's one line adds, what pkg holds afterwards: "old" as it was, "new" the new package whole).
+# Before the swap the folder is as it was; from the swap on the signal waits for it, and the new package stays.
+WINDOWS = [
+    ("startup", "", "old"),  # handlers in place, the verbs (onnx, numpy) still to import
+    ("mid-write", AS_IT_WAS, "old"),
+    ("before-swap", AS_IT_WAS, "old"),
+    ("between-renames", COMPLETE, "new"),
+    ("after-swap", COMPLETE, "new"),
+    ("mid-discard", COMPLETE, "new"),
+    ("reporting", COMPLETE, "new"),  # the package in place, compile printing what it wrote
+]
+
+
+@pytest.mark.parametrize("how", ["", ":finalizer"], ids=["plain", "swallowed"])
+def test_sigint_and_sigterm_anywhere_in_a_compile_end_it_one_way(tmp_path, packages, how):
+    """Every window, both signals, delivered plainly or where Python swallows the handler's exception (the case
+    that made a Ctrl-C in an import or in the last fraction of a second be lost, or end the run with a traceback
+    and exit 0): exit 130 or 143, one line saying what the folder holds, which is the old or the whole new package,
+    and no temporary folder or journal left beside it."""
+    assert set(output.KILL_POINTS) == {point for point, *_ in WINDOWS} | {"exiting"}
+    if how:  # swallowed: where the run must notice it (the imports, each file, the swap, the end)
+        cases = [(point, "SIGINT", says, holds) for point, says, holds in WINDOWS
+                 if point in ("startup", "mid-write", "before-swap", "reporting")]
+    else:  # SIGTERM takes SIGINT's path: a few windows of it are enough
+        cases = [(point, "SIGINT", says, holds) for point, says, holds in WINDOWS]
+        cases += [(point, "SIGTERM", says, holds) for point, says, holds in WINDOWS if point in ("startup", "before-swap", "after-swap")]
+    dirs = [tmp_path / f"{point}-{signame}" for point, signame, *_ in cases]
     for d in dirs:
         shutil.copytree(packages["old"], d / "pkg")
-    results = finish([start(d, "compile", "-q", str(NEW_SPEC), "-o", "pkg", kill_at=kill_at) for d, (kill_at, *_) in zip(dirs, cases)])
-    for (kill_at, code, holds), d, got in zip(cases, dirs, results):
-        assert got == (code, f"mtpc: interrupted by {kill_at.partition(':')[2]}\n"), kill_at
-        assert os.listdir(d) == ["pkg"], kill_at
-        # Mid-swap the signal waits for the swap to end: the folder then holds the whole new package.
-        assert tree(d / "pkg") == tree(packages[holds]), kill_at
+    results = finish([start(d, "compile", "-q", str(NEW_SPEC), "-o", "pkg", kill_at=f"{point}:{signame}{how}")
+                      for d, (point, signame, *_) in zip(dirs, cases)])
+    for (point, signame, says, holds), d, got in zip(cases, dirs, results):
+        where = f"{point}:{signame}{how}"
+        assert got == (128 + getattr(signal, signame), f"mtpc: interrupted by {signame}{says}\n"), where
+        assert os.listdir(d) == ["pkg"], where
+        assert tree(d / "pkg") == tree(packages[holds]), where
+
+
+def test_a_signal_after_the_run_has_decided_how_it_exits_changes_nothing(tmp_path, packages):
+    """The last instant: its output written and its exit code decided, the command leaves without an interpreter
+    shutdown, so a signal then is not delivered (no kill without a message, no traceback)."""
+    ways = {"plain": "", "swallowed": ":finalizer"}
+    for name in ways:
+        (tmp_path / name).mkdir()
+    results = finish([start(tmp_path / name, "compile", "-q", str(NEW_SPEC), "-o", "pkg", kill_at=f"exiting:SIGINT{how}")
+                      for name, how in ways.items()])
+    assert results == [(0, "")] * 2
+    for name in ways:
+        assert tree(tmp_path / name / "pkg") == tree(packages["new"])
 
 
 def _catches_sigterm(pid: int) -> bool:
