@@ -104,5 +104,6 @@ def run(args) -> int:
                 out(line)
         for d in result.unusable:
             err(d.render())
-        err(f"mtpc check: {result.summary}")
+        if not say.quiet:  # -q: nothing on stderr but errors (the findings are on stdout)
+            err(f"mtpc check: {result.summary}")
     return int(code)

@@ -190,7 +190,10 @@ def _main(argv: list[str] | None) -> int:
         return _flushed(_report_usage(error, argv))
     fmt = getattr(args, "format", "text")
     try:
-        code = int(args.run(args))
+        from ..util.progress import quiet_notes
+
+        with quiet_notes(bool(getattr(args, "quiet", False))):
+            code = int(args.run(args))
         _flush()
         return code
     except MtpcError as error:

@@ -76,7 +76,7 @@ def verb_parser(sub, name: str, help: str, epilog: str, formats: tuple[str, ...]
         "--format", choices=formats, default="text", help=f"output format: {', '.join(formats)} (json carries format_version)"
     )
     p.add_argument("--traceback", action="store_true", help="show the Python traceback of an internal error")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress or notes on stderr (errors still are)")
+    p.add_argument("-q", "--quiet", action="store_true", help="nothing on stderr but errors: no progress, notes or summary")
     p.add_argument(
         "-v", "--verbose", action="count", default=0,
         help="more on stderr: elapsed time on each progress line and a line per file or step",

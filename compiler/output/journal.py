@@ -19,7 +19,6 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -171,10 +170,9 @@ def _begin(out: Path) -> _Write:
 
 
 def _note(message: str) -> None:
-    try:
-        sys.stderr.write(f"mtpc: note: {message}\n")
-    except OSError:
-        pass  # stderr's reader is gone: the run goes on, and its end reports that (exit 141)
+    from ..util.progress import note
+
+    note(message)  # on stderr, unless the verb runs with -q
 
 
 def recover(out_dir: str | os.PathLike, note=_note) -> None:

@@ -58,6 +58,31 @@ def _safe_write(stream: TextIO, text: str) -> None:
         pass  # stderr's reader is gone: the run goes on, and its end reports that (exit 141)
 
 
+# Notes that come from below the verbs (a recovered write, `mtpc.output.journal`) follow the verb's -q: `quiet_notes`.
+_notes_quiet = False
+
+
+def note(message: str) -> None:
+    """`mtpc: note: ...` on stderr, unless the run is quiet (`-q`)."""
+    if not _notes_quiet:
+        _safe_write(sys.stderr, f"mtpc: note: {message}\n")
+
+
+class quiet_notes:
+    """Within the block, `note` says nothing when `quiet`: a verb run with -q."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+
+    def __enter__(self) -> None:
+        global _notes_quiet
+        self.previous, _notes_quiet = _notes_quiet, self.quiet
+
+    def __exit__(self, *exc) -> None:
+        global _notes_quiet
+        _notes_quiet = self.previous
+
+
 class Console:
     """A verb's stderr: `console(message)` is a progress line, `detail` a `-v` line; `weights` measures bytes.
 

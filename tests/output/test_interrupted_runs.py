@@ -84,7 +84,7 @@ def test_sigkill_at_any_point_then_compile_or_check_leaves_one_whole_package(tmp
     for (point, earlier, verb, holds, note), d in zip(SCENARIOS, dirs):
         where = f"{point}{'' if earlier else ' of a first compile'}, then {verb}"
         monkeypatch.chdir(d)
-        argv = ["compile", "-q", str(NEW_SPEC), "-o", "pkg"] if verb == "compile" else ["check", "pkg"]
+        argv = ["compile", str(NEW_SPEC), "-o", "pkg"] if verb == "compile" else ["check", "pkg"]  # the note: not with -q
         assert main(argv) == 0, where
         err = capsys.readouterr().err
         assert err.splitlines()[0] == f"mtpc: note: {note}", where
