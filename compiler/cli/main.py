@@ -83,7 +83,8 @@ exit codes (every verb):
   3  internal error (a bug in mtpc; rerun with --traceback and report it)
   130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM; one line says what an interrupted compile
      leaves: the folder as it was, or once the new package is in place, that package, complete
-  141  stdout or stderr was closed early (`mtpc diff a b | head`), as for a process killed by SIGPIPE
+  141  stdout or stderr was closed before all was written (`mtpc diff a b | head`), as for a process
+     killed by SIGPIPE
 
 examples:
   mtpc compile specs/qwen35-tiny-mtp.yaml -o out/tiny

@@ -22,7 +22,7 @@ def print_json(command: str, payload: dict, *, ok: bool | None = None) -> None:
     if not isinstance(ok, bool):
         raise ValueError(f"the JSON result of {command!r} must say whether it is ok")
     doc = {"format_version": FORMAT_VERSION, "command": command, **payload, "ok": ok}
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    out(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, default=str))
 
 
 def print_json_error(command: str, error: MtpcError) -> None:
@@ -32,7 +32,33 @@ def print_json_error(command: str, error: MtpcError) -> None:
 
 
 def out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    """A line (or a whole document) on stdout. A reader that goes away before it is all written raises
+    BrokenPipeError here, whatever its size (`main` answers with exit 141)."""
+    text = line + "\n"
+    if len(text) < _WHOLE_WRITE:
+        sys.stdout.write(text)  # buffered; a closed pipe shows when the buffer is flushed
+        return
+    # Python's text layer hands a long text to the byte buffer in one call and ignores how much of it was
+    # written: when the reader leaves mid-way the rest is dropped without an error (exit 0 or 1, not 141).
+    # Written here piece by piece until all of it is taken, or the pipe says it is closed.
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a replaced stdout (a test's, an IDE's): its own write is all there is
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    data = memoryview(text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+    while data:
+        written = buffer.write(data)
+        if written is None:  # a non-blocking stdout that is full: wait until it takes more
+            import select
+
+            select.select([], [buffer], [])
+            continue
+        data = data[written:]
+
+
+# Texts shorter than the text layer's own chunk (8 KiB) go through it unharmed.
+_WHOLE_WRITE = 4096
 
 
 def err(line: str) -> None:
