@@ -11,7 +11,8 @@ script gets exactly what the command line would report, without parsing it:
     checked = mtpc.check("out/tiny", "specs/qwen35-tiny-nohead.yaml")
     assert checked.ok, [f.text() for f in checked.findings]
 
-    changed = mtpc.diff("out/tiny", "out/other")
+    mtpc.compile("specs/qwen35-tiny-nohead.yaml", "out/nohead")
+    changed = mtpc.diff("out/tiny", "out/nohead")
     print(changed.summary)
     for change in changed.changes:
         print(change.render())
