@@ -21,12 +21,15 @@ class TargetProblem:
 
     `key` is the setting's path under `targets.onnxruntime_genai` as a spec spells it;
     `at` says whether a positioned report points at that key's value or at the key.
+    `cause`: the spec setting outside the target that makes this one a problem (precision.io_dtype),
+    where a spec that leaves `key` to its default has its mistake (spec/rules.py reports it there).
     """
 
     key: tuple[str, ...]
     message: str
     hint: str | None = None
     at: str = "value"
+    cause: tuple[str, ...] | None = None
 
     @property
     def path(self) -> str:
@@ -89,6 +92,7 @@ class OrtGenaiProfile:
                     f"{' or '.join(sorted(self.bfloat16_execution_providers))}, not '{provider}': "
                     f"onnxruntime has no bfloat16 kernels for these graphs on {provider}",
                     "use io_dtype float16 (or float32) on cpu",
+                    cause=("precision", "io_dtype"),
                 )
             )
         if target.attention is AttentionMode.PAGED:

@@ -87,18 +87,42 @@ def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
 
 def _bfloat16_without_ort_cuda(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     """bfloat16 graphs need an execution provider with bfloat16 kernels; only an onnxruntime_genai
-    target names one (its own profile checks which), and onnx-genai's runtime is not ours to choose."""
+    target names one (its own profile checks which), and onnx-genai's runtime is not ours to choose.
+
+    One mistake, one error, where the spec has it: with targets or an execution provider left to
+    their defaults, the only value written is io_dtype, so every reason is said there, together
+    (the profile's finding about the default provider is left to this rule)."""
     if filled["precision"]["io_dtype"] != "bfloat16":
         return []
     where = ("precision", "io_dtype")
-    if filled["targets"].get("onnxruntime_genai") is None:
+    ort, onnx_genai = filled["targets"].get("onnxruntime_genai"), filled["targets"].get("onnx_genai")
+    if ort is None:
         return [spec.diagnostic(where, "precision.io_dtype 'bfloat16' needs an onnxruntime_genai target on cuda",
                                 hint="use io_dtype float16 or float32")]
-    if filled["targets"].get("onnx_genai") is not None:
-        return [spec.diagnostic(where, "precision.io_dtype 'bfloat16' cannot be built with an onnx_genai target: "
-                                "its execution provider is not chosen by the spec, and CPU has no bfloat16 kernels",
+    reasons = []
+    default_provider = spec.get(TARGET_PATH + ("execution_provider",)) is None
+    if default_provider and any(p.cause == where for p in _profile_problems(ort, "bfloat16")):
+        reasons.append(f"onnxruntime_genai runs on {ort['execution_provider']} (its default execution_provider), "
+                       "which has no bfloat16 kernels for these graphs")
+    if onnx_genai is not None:
+        reasons.append("onnx_genai's execution provider is not the spec's to choose, and CPU has none either"
+                       if reasons else "its execution provider is not chosen by the spec, and CPU has no bfloat16 kernels")
+    if not reasons:
+        return []
+    if not default_provider:  # written cuda (or another provider, which its own finding names): onnx_genai alone is in the way
+        return [spec.diagnostic(where, "precision.io_dtype 'bfloat16' cannot be built with an onnx_genai target: " + reasons[0],
                                 hint="drop the onnx_genai target, or use io_dtype float16")]
-    return []
+    written = spec.get(("targets",)) is not None
+    for_what = "these targets" if written else "the default targets"
+    cure = ("set targets.onnxruntime_genai.execution_provider: cuda" + (" and drop the onnx_genai target" if onnx_genai else "")
+            if written else "build for CUDA alone: targets: {onnxruntime_genai: {execution_provider: cuda}}")
+    return [spec.diagnostic(where, f"precision.io_dtype 'bfloat16' cannot be built for {for_what}: " + "; ".join(reasons),
+                            hint=f"use io_dtype float16 (or float32), or {cure}")]
+
+
+def _profile_problems(written: dict, io_dtype: str):
+    target = ort_target(written)
+    return ort_genai_profile(target.version).target_problems(target, io_dtype)
 
 
 def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
@@ -111,6 +135,8 @@ def _onnxruntime_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     out = [
         spec.diagnostic(at + problem.key, problem.message, hint=problem.hint, at=problem.at)
         for problem in profile.target_problems(target, filled["precision"]["io_dtype"])
+        # A default the spec does not write, wrong only because of a value it does: reported there, by that value's rule.
+        if problem.cause is None or spec.get(at + problem.key) is not None
     ]
     if target.attention is AttentionMode.PAGED:
         if spec.get(("targets", "onnx_genai")) is not None:

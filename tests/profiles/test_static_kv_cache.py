@@ -64,6 +64,9 @@ def test_the_skipped_head_is_noted_and_leaves_nothing_behind(static_auto, static
     recorded = [json.loads(files.pop("provenance.json")) for files in (auto_files, off_files)]
     assert recorded[0]["spec"] != recorded[1]["spec"]
     assert {k: v for k, v in recorded[0].items() if k != "spec"} == {k: v for k, v in recorded[1].items() if k != "spec"}
+    # The manifests then differ in provenance.json's entry alone.
+    listed = [{f["name"]: f for f in json.loads(files.pop("manifest.json"))["files"]} for files in (auto_files, off_files)]
+    assert listed[0].pop("provenance.json") != listed[1].pop("provenance.json") and listed[0] == listed[1]
     assert sorted(auto_files) == sorted(off_files)
     for relpath in sorted(auto_files):
         assert auto_files[relpath] == off_files[relpath], f"{relpath} differs from the head: off package"
