@@ -50,6 +50,19 @@ class Report:
         self.checks.append({"check": what, "ok": ok, "detail": detail})
 
 
+def _why_tokens_differ(report: Report) -> str:
+    """The cause of a greedy divergence that this precision's tolerance allows: the real one where it is known.
+
+    A package built from another spec or checkpoint (its provenance says so), or logits already outside their
+    bounds, explain it; only when the logits agree within the bounds is it the precision (a near tie)."""
+    if report.provenance:
+        return "the package was not built from this spec and checkpoint: see the provenance warnings"
+    off = [c["check"] for c in report.checks if not c["ok"] and "logits" in c["check"]]
+    if off:
+        return f"the logits already differ beyond their bounds: {', '.join(off)}"
+    return "expected with this precision: the logits agree within their bounds, and a near tie can go either way"
+
+
 def is_paged(cfg: dict) -> bool:
     decoder = (cfg.get("model") or {}).get("decoder") or {}
     return "dynamic_batching" in (cfg.get("engine") or {}) or "block_table" in (decoder.get("inputs") or {})
@@ -175,7 +188,8 @@ def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, pr
     if strict:
         report.agree("greedy tokens vs reference", agree, f"{report.greedy} vs {report.reference_greedy}")
     elif not agree:
-        report.notes.append(f"greedy tokens differ from the reference (expected with this precision): {report.greedy} vs {report.reference_greedy}")
+        report.notes.append(f"greedy tokens differ from the reference ({_why_tokens_differ(report)}): "
+                            f"{report.greedy} vs {report.reference_greedy}")
 
     head_dir = _head_folder(root, cfg)
     if head_dir is None:

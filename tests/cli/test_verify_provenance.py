@@ -71,3 +71,24 @@ def test_a_package_without_provenance_says_it_cannot_tell(package, tmp_path, cap
     assert code == 0
     assert "warning: the package has no readable provenance.json" in text
     assert text.rstrip().splitlines()[-1] == "verify: ok (but see the provenance warnings above)"
+
+
+def test_tokens_that_differ_because_the_checkpoint_changed_say_so_not_that_it_is_the_precision(tmp_path, capsys):
+    """An int4 package (whose greedy tokens may differ from the float reference within tolerance) verified after its
+    checkpoint was retrained in place: the divergence is the checkpoint's, and the note says that."""
+    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch(), seed=0)
+    spec = tmp_path / "hf.yaml"
+    spec.write_text("mtpc: 1\nname: hf\nsource:\n  hf: ckpt\nquantization: {default: {bits: 4}}\n"
+                    "targets:\n  onnxruntime_genai: {}\n")
+    assert main(["compile", "-q", str(spec), "-o", str(tmp_path / "pkg")]) == 0
+    code, text = _verify(tmp_path / "pkg", spec, capsys, "--format", "json")
+    doc = json.loads(text)
+    assert code == 0 and not [n for n in doc["notes"] if n.startswith("greedy tokens differ")]  # as built: they agree
+    write_hf_checkpoint(tmp_path / "ckpt", tiny_arch(), seed=1)
+    code, text = _verify(tmp_path / "pkg", spec, capsys, "--format", "json")
+    doc = json.loads(text)
+    assert code == 1
+    (note,) = [n for n in doc["notes"] if n.startswith("greedy tokens differ")]
+    assert note.startswith("greedy tokens differ from the reference (the package was not built from this spec and "
+                           "checkpoint: see the provenance warnings): ")
+    assert "precision" not in note
