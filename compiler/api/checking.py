@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, workflow_command
+from ..util.suggest import path_hint
 
 PathLike = str | os.PathLike
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -156,7 +157,7 @@ def target_kind(path: Path) -> str:
     from ..checks import is_runtime_package
 
     if not path.exists():
-        raise _usage(f"{str(path)!r} does not exist")
+        raise _usage(f"{str(path)!r} does not exist", hint=path_hint(path))
     if path.is_dir():
         if not is_runtime_package(path):
             raise _usage(f"{str(path)!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package")

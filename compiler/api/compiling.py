@@ -106,7 +106,9 @@ def compile(  # noqa: A001 - the verb's name, as `mtpc.compile`
                      hint="leave -o out to write to ./out/<spec name>")
     spec_path = Path(spec)
     if not spec_path.exists():
-        raise _usage(f"spec {os.fspath(spec)!r} does not exist")
+        from ..util.suggest import path_hint
+
+        raise _usage(f"spec {os.fspath(spec)!r} does not exist", hint=path_hint(spec))
     if not spec_path.is_file():
         raise _usage(f"spec {os.fspath(spec)!r} is not a file")
     say = progress or (lambda message: None)

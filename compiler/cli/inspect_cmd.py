@@ -40,7 +40,9 @@ def source_ref(path: Path) -> "SourceRef":
     from ..ir import SourceRef
 
     if not path.exists():
-        raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE)
+        from ..util.suggest import path_hint
+
+        raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE, hint=path_hint(path))
     if path.is_file() and path.suffix.lower() == ".gguf":
         return SourceRef("gguf", str(path.resolve()))
     if is_runtime_package(path):

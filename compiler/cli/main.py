@@ -62,16 +62,36 @@ EXIT_BROKEN_PIPE = 141
 class UsageError(Exception):
     """argparse's complaint, carried out of the parser so `main` can also answer it in JSON."""
 
-    def __init__(self, parser: argparse.ArgumentParser, message: str):
+    def __init__(self, parser: argparse.ArgumentParser, message: str, hint: str | None = None):
         super().__init__(message)
-        self.parser, self.message = parser, message
+        self.parser, self.message, self.hint = parser, message, hint
 
 
 class Parser(argparse.ArgumentParser):
-    """Raises `UsageError` where argparse would print and exit; its sub-parsers (the verbs) inherit this."""
+    """Raises `UsageError` where argparse would print and exit; its sub-parsers (the verbs) inherit this.
+    A mistyped verb, option or choice gets a "did you mean" with the nearest real one."""
 
     def error(self, message: str):
-        raise UsageError(self, message)
+        raise UsageError(self, message, _did_you_mean(self, message))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str | None:
+    import re
+
+    from ..util.suggest import closest
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if choice:  # a verb, or the value of an option with choices (`--format jsno`)
+        near = closest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        return f"did you mean {near!r}?" if near else None
+    unknown = re.match(r"unrecognized arguments: (.*)$", message)
+    if unknown:  # an option the verb does not have (`--fromat`)
+        options = [o for o in parser._option_string_actions if o.startswith("--")]
+        for word in unknown.group(1).split():
+            near = closest(word.partition("=")[0], options) if word.startswith("--") else None
+            if near:
+                return f"did you mean {near!r}?"
+    return None
 
 EPILOG = """\
 exit codes (every verb):
@@ -259,12 +279,15 @@ def _report_usage(error: UsageError, argv: list[str]) -> int:
     code = int(ExitCode.USAGE)
     error.parser.print_usage(sys.stderr)
     err(f"{error.parser.prog}: error: {error.message}")
+    if error.hint:
+        err(f"     = hint: {error.hint}")
     verb = error.parser.prog.split()[-1]
     fmt = _requested_format(argv)
+    diagnostic = Diagnostic(error.message, hint=error.hint)
     if fmt == "json":
-        print_json_error(verb, MtpcError([Diagnostic(error.message)], ExitCode.USAGE))
+        print_json_error(verb, MtpcError([diagnostic], ExitCode.USAGE))
     elif fmt == "github":
-        out(Diagnostic(error.message).github(title=error.parser.prog))
+        out(diagnostic.github(title=error.parser.prog))
     return code
 
 

@@ -85,7 +85,9 @@ def existing_dir(path: str, what: str) -> Path:
 def _existing(path: str, what: str, is_kind, kind: str) -> Path:
     p = Path(path)
     if not p.exists():
-        raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE)
+        from ..util.suggest import path_hint
+
+        raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE, hint=path_hint(path))
     if not is_kind(p):
         raise MtpcError.single(f"{what} {path!r} is not {kind}", exit_code=ExitCode.USAGE)
     return p

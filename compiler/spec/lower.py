@@ -33,7 +33,7 @@ from . import borrowed_weights, rules
 from .defaults import apply_defaults
 from .loader import by_position
 from .loaded import LoadedSpec
-from ..util.suggest import closest
+from ..util.suggest import closest, path_hint
 from .synthetic_settings import synthetic_spec
 from .targets import targets_of
 
@@ -95,12 +95,13 @@ def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
     wanted, right_kind = ("folder", path.is_dir()) if kind == "hf" else ("file", path.is_file())
     if not right_kind:
         problem = f"is not a {wanted}" if path.exists() else "does not exist"
+        near = None if path.exists() else path_hint(value, spec.folder)
         raise MtpcError(
             [
                 spec.diagnostic(
                     ("source", kind),
                     f"{kind} source '{value}' {problem}",
-                    hint=f"the {kind} source is a {wanted}, relative to the folder of the spec file",
+                    hint=(f"{near} " if near else "") + f"the {kind} source is a {wanted}, relative to the folder of the spec file",
                 )
             ],
             ExitCode.USAGE,
