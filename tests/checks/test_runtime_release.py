@@ -20,6 +20,8 @@ from mtpc.output.write import write_package
 from mtpc.pipeline.driver import build
 from mtpc.profiles import ort_genai_0_17
 
+from tests.fixtures.package_files import remanifest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -79,6 +81,7 @@ def test_a_release_without_a_profile_is_a_finding_at_the_provenance_line(package
     shutil.copytree(packages["0.18.0"], package)
     path = package / "provenance.json"
     path.write_text(path.read_text(encoding="utf-8").replace('"version": "0.18.0"', '"version": "0.16.0"'), encoding="utf-8")
+    remanifest(package)  # as if written so: what is checked here is the release, not the edit (test_manifest.py)
     found = check_package(package)
     assert [(f.file, f.pointer) for f in found] == [("provenance.json", "/runtime_profiles/onnxruntime_genai/version")]
     assert "onnxruntime-genai 0.16.0, which mtpc has no profile of (it knows 0.17.1, 0.18.0)" in found[0].message
