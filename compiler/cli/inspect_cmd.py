@@ -137,7 +137,7 @@ def _findings(ref: SourceRef, info) -> list[str]:
     found = []
     unusable = info.architecture.unusable_head
     if unusable is not None and not unusable.absent:
-        found.append(f"the MTP head cannot be built: {unusable.reason}")
+        found.append(f"{ref.path}: the MTP head cannot be built: {unusable.reason}")
     if ref.kind == "hf":
         from ..sources.hf import reader as hf
 

@@ -100,9 +100,9 @@ def test_inspect_of_a_gguf_with_a_broken_head_is_a_finding(tmp_path, capsys, omi
     path = write_gguf(tmp_path / "m.gguf", ARCH, seed=3, omit=omit)
     code, err, doc = _inspect(capsys, path)
     assert code == 1
-    assert err.splitlines() == [f"error: the MTP head cannot be built: {says}"]
+    assert err.splitlines() == [f"error: {path}: the MTP head cannot be built: {says}"]
     assert doc["ok"] is False and doc["has_mtp_head"] is False
-    assert doc["findings"] == [f"the MTP head cannot be built: {says}"]
+    assert doc["findings"] == [f"{path}: the MTP head cannot be built: {says}"]
 
 
 def test_inspect_of_an_hf_folder_with_half_a_head_is_a_finding(tmp_path, capsys):
@@ -112,8 +112,8 @@ def test_inspect_of_an_hf_folder_with_half_a_head_is_a_finding(tmp_path, capsys)
     code, err, doc = _inspect(capsys, ckpt)
     assert code == 1
     says = "its MTP head is incomplete: 2 of its 15 tensors are missing: mtp.fc.weight, mtp.norm.weight"
-    assert err.splitlines() == [f"error: the MTP head cannot be built: {says}"]
-    assert doc["findings"] == [f"the MTP head cannot be built: {says}"]
+    assert err.splitlines() == [f"error: {ckpt}: the MTP head cannot be built: {says}"]
+    assert doc["findings"] == [f"{ckpt}: the MTP head cannot be built: {says}"]
 
 
 def test_inspect_of_an_hf_folder_whose_head_transformers_dropped_is_a_note(tmp_path, capsys):

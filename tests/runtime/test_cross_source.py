@@ -91,6 +91,9 @@ def test_headless_gguf_with_head_auto_equals_head_off_byte_for_byte(workdir, arc
     recorded = [json.loads(files.pop("provenance.json")) for files in (auto, off)]
     assert [r.pop("spec")["file"] for r in recorded] == ["no-nextn-auto.yaml", "no-nextn-off.yaml"]
     assert recorded[0] == recorded[1]
+    # The manifests then differ in provenance.json's entry alone.
+    listed = [{f["name"]: f for f in json.loads(files.pop("manifest.json"))["files"]} for files in (auto, off)]
+    assert listed[0].pop("provenance.json") != listed[1].pop("provenance.json") and listed[0] == listed[1]
     assert auto == off
 
 
