@@ -36,13 +36,17 @@ RUNS = {
     "inspect": ["inspect", str(REPO / "tests" / "cases")],  # not a checkpoint: its error is what is printed
     "schema": ["schema", "spec"],
     "verify": ["verify", "--static-only", "{root}/tiny", "--spec", str(TINY)],
+    "tune": ["tune", "{root}/tiny", "--new-tokens", "8", "--sweeps", "3", "--max-draft", "1"],
 }
 FORMATS = {"compile": ("text", "json"), "plan": ("text", "json", "markdown"), "check": ("text", "json", "github"),
            "diff": ("text", "json", "markdown"), "inspect": ("text", "json"), "schema": ("text", "json"),
-           "verify": ("text", "json")}
+           "verify": ("text", "json"), "tune": ("text", "json")}
 
 
 def test_a_reader_gone_before_anything_is_written_is_141_for_every_verb_and_format(packages):
+    from mtpc.cli.main import VERB_MODULES
+
+    assert {m.removesuffix("_cmd") for m in VERB_MODULES} == set(RUNS)  # every verb
     procs = {}
     for verb, argv in RUNS.items():
         for fmt in FORMATS[verb]:

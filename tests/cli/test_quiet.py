@@ -46,10 +46,14 @@ CASES = {
     "inspect": (["inspect", "{work}/ckpt"], 0),
     "schema": (["schema", "spec"], 0),
     "verify": (["verify", "{work}/pkg", "--spec", str(TINY), "--new-tokens", "2"], 0),
+    "tune": (["tune", "{work}/pkg", "--new-tokens", "8", "--sweeps", "3", "--max-draft", "1"], 0),
 }
 
 
 def test_every_verb_is_silent_on_stderr_with_q(work):
+    from mtpc.cli.main import VERB_MODULES
+
+    assert {m.removesuffix("_cmd") for m in VERB_MODULES} == {name.split()[0] for name in CASES}  # every verb
     procs = {
         name: subprocess.Popen([sys.executable, "-m", "mtpc", *[a.format(work=work) for a in argv], "-q"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=work)
