@@ -113,8 +113,11 @@ def test_compile_puts_the_measured_table_in_the_card(sure_report_file, tune_work
     plain = tune_workdir / "sure-plain"
     assert main(["compile", "-q", str(tune_workdir / "sure.yaml"), "-o", str(plain)]) == 0
     for path in out.rglob("*"):
-        if path.is_file() and path.name != "README.md":
+        if path.is_file() and path.name not in ("README.md", "manifest.json"):
             assert path.read_bytes() == (plain / path.relative_to(out)).read_bytes(), path
+    # The manifests then differ in the card's entry alone.
+    listed = [{f["name"]: f for f in json.loads((p / "manifest.json").read_text("utf-8"))["files"]} for p in (out, plain)]
+    assert listed[0].pop("README.md") != listed[1].pop("README.md") and listed[0] == listed[1]
     assert main(["check", str(out)]) == 0
     # plan with the same report sees nothing to change; without it, only the card.
     capsys.readouterr()
