@@ -137,6 +137,39 @@ def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(ggu
     assert [c.render() for c in slow.report.changes] == [c.render() for c in fast.report.changes]
 
 
+_RUNTIME = {"ort": "{execution_provider: cpu}", "og": "{layout: workflow}", "mtp": ""}
+
+
+@pytest.mark.parametrize("setting", [{"ort": "{execution_provider: cpu, max_draft_tokens: 3}"},
+                                     {"og": "{layout: flat}"},
+                                     {"mtp": "mtp: {num_speculative_tokens: 2}\n"}], ids=["draft", "layout", "speculative"])
+def test_diff_of_two_specs_that_differ_in_a_runtime_setting_builds_no_graph(gguf_spec, setting, monkeypatch):
+    """A runtime setting no graph reads (what one decides for a graph, the passes write into the decoder
+    configs): the documents that carry it differ, and no graph is built to say that the graphs do not."""
+    import mtpc
+    from mtpc.emit import graph_files, onnx_graphs
+
+    def spec(name: str, settings: dict) -> Path:
+        path = gguf_spec.parent / f"{name}.yaml"
+        path.write_text(f"mtpc: 1\nname: rt\nsource: {{gguf: m.gguf}}\n{settings['mtp']}quantization:\n"
+                        f"  default: {{keep: source}}\n  overrides: [{{match: embed_tokens.weight, bits: null}}]\n"
+                        f"targets:\n  onnxruntime_genai: {settings['ort']}\n  onnx_genai: {settings['og']}\n")
+        return path
+
+    spec_a, spec_b = spec("runtime_a", _RUNTIME), spec("runtime_b", {**_RUNTIME, **setting})
+    built = []
+    emit = onnx_graphs.emit_onnx_graphs
+    monkeypatch.setattr(onnx_graphs, "emit_onnx_graphs", lambda ir, ctx: built.append(1) or emit(ir, ctx))
+    fast = mtpc.diff(spec_a, spec_b)
+    assert built == []
+    assert "<ir>" in {c.file for c in fast.changes}
+    monkeypatch.setattr(graph_files, "same_graph_inputs", lambda a, b: False)  # every graph is built and read
+    slow = mtpc.diff(spec_a, spec_b)
+    assert built == [1, 1]
+    assert slow.changes == fast.changes
+    assert not any(c.file.endswith(".onnx") for c in slow.changes)
+
+
 def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
     made = []
 
