@@ -44,19 +44,23 @@ class DiffResult:
         return DiffReport(str(self.old), str(self.new), self.changes)
 
 
-def _spec_files(result) -> tuple[dict, set[str]]:
+def _spec_files(result, *, with_deferred: bool) -> tuple[dict, set[str]]:
     """The files of a spec's package held in memory (graphs without their weights), and which of them are
-    graphs left unbuilt (built when read). Weight data and the deferred tokenizer are not compared."""
+    graphs left unbuilt (built when read). Weight data is not compared; the files made from the source on
+    demand (its tokenizer's) only when `with_deferred`."""
     files = {a.relpath: (lambda a=a: iter([a.content])) for a in result.artifacts if a.content is not None}
     unbuilt = {a.relpath for a in result.artifacts if a.content is None and a.interface is not None}
-    files.update({a.relpath: (lambda a=a: a.iter_bytes()) for a in result.artifacts if a.relpath in unbuilt})
+    made = {a.relpath for a in result.artifacts if a.deferred and a.interface is None} if with_deferred else set()
+    files.update({a.relpath: (lambda a=a: a.iter_bytes()) for a in result.artifacts if a.relpath in unbuilt | made})
     return files, unbuilt
 
 
 def _spec_diff(a: Path, b: Path) -> list:
     """Both specs compiled in memory, as `check SPEC` does (graphs left unbuilt): the IRs compared as
     `<ir>`, then the files. Graphs are built only if their inputs differ: equal graph inputs give
-    byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show."""
+    byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show. The files
+    made from the source on demand (a tokenizer: a GGUF's vocabulary converted, an HF folder's files
+    checked) are made only if the two builds read different sources: one description, the same files."""
     from ..diffing.changes import diff_values, sorted_changes, to_plain
     from ..diffing.files import diff_files
     from ..pipeline.driver import build
@@ -67,7 +71,9 @@ def _spec_diff(a: Path, b: Path) -> list:
         ir_old, ir_new = (to_plain(side.ir) for side in (old, new))
         ir_old.pop("spec_path", None)
         ir_new.pop("spec_path", None)
-        (files_old, unbuilt_old), (files_new, unbuilt_new) = _spec_files(old), _spec_files(new)
+        one_source = old.info is new.info
+        files_old, unbuilt_old = _spec_files(old, with_deferred=not one_source)
+        files_new, unbuilt_new = _spec_files(new, with_deferred=not one_source)
         if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
