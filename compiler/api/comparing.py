@@ -44,23 +44,27 @@ class DiffResult:
         return DiffReport(str(self.old), str(self.new), self.changes)
 
 
-def _spec_files(result, *, with_deferred: bool) -> tuple[dict, set[str]]:
-    """The files of a spec's package held in memory (graphs without their weights), and which of them are
-    graphs left unbuilt (built when read). Weight data is not compared; the files made from the source on
-    demand (its tokenizer's) only when `with_deferred`."""
+def _spec_files(result, *, with_deferred: bool) -> tuple[dict, set[str], dict[str, object]]:
+    """The files of a spec's package held in memory (graphs without their weights), which of them are
+    graphs left unbuilt (built when read), and the documents of those whose text is made on demand
+    (compared as documents, their text unmade). Weight data is not compared; the files made from the
+    source on demand (its tokenizer's) only when `with_deferred`."""
+    documents = {a.relpath: a.document for a in result.artifacts if a.content is None and a.document is not None}
     files = {a.relpath: (lambda a=a: iter([a.content])) for a in result.artifacts if a.content is not None}
     unbuilt = {a.relpath for a in result.artifacts if a.content is None and a.interface is not None}
-    made = {a.relpath for a in result.artifacts if a.deferred and a.interface is None} if with_deferred else set()
-    files.update({a.relpath: (lambda a=a: a.iter_bytes()) for a in result.artifacts if a.relpath in unbuilt | made})
-    return files, unbuilt
+    made = {a.relpath for a in result.artifacts if a.deferred and a.interface is None and a.relpath not in documents}
+    lazy = unbuilt | documents.keys() | (made if with_deferred else set())
+    files.update({a.relpath: (lambda a=a: a.iter_bytes()) for a in result.artifacts if a.relpath in lazy})
+    return files, unbuilt, documents
 
 
 def _spec_diff(a: Path, b: Path) -> list:
     """Both specs compiled in memory, as `check SPEC` does (graphs left unbuilt): the IRs compared as
     `<ir>`, then the files. Graphs are built only if their inputs differ: equal graph inputs give
-    byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show. The files
-    made from the source on demand (a tokenizer: a GGUF's vocabulary converted, an HF folder's files
-    checked) are made only if the two builds read different sources: one description, the same files."""
+    byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show. A document
+    whose text is made on demand is diffed as the document. The files made from the source on demand (a
+    tokenizer: a GGUF's vocabulary converted, an HF folder's files checked) are made only if the two
+    builds read different sources: one description, the same files."""
     from ..diffing.changes import diff_values, sorted_changes, to_plain
     from ..diffing.files import diff_files
     from ..pipeline.driver import build
@@ -72,12 +76,13 @@ def _spec_diff(a: Path, b: Path) -> list:
         ir_old.pop("spec_path", None)
         ir_new.pop("spec_path", None)
         one_source = old.info is new.info
-        files_old, unbuilt_old = _spec_files(old, with_deferred=not one_source)
-        files_new, unbuilt_new = _spec_files(new, with_deferred=not one_source)
+        files_old, unbuilt_old, documents_old = _spec_files(old, with_deferred=not one_source)
+        files_new, unbuilt_new, documents_new = _spec_files(new, with_deferred=not one_source)
         if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
-        return sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)
+        return sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new,
+                                                                                (documents_old, documents_new))
 
 
 def diff(old: PathLike, new: PathLike) -> DiffResult:

@@ -143,12 +143,13 @@ def build(
             progress(f"emitting {name}")
             artifacts.extend(emitter(ir, ctx))
         if not defer:
-            artifacts = [replace(a, content=a.read(), chunks=None, deferred=False) if a.deferred else a for a in artifacts]
+            artifacts = [a.made() if a.deferred else a for a in artifacts]
         if table is not None:
             from ..tuning.report import check_report_fits
 
-            small = {a.relpath: a.content for a in artifacts if a.content is not None}
-            check_report_fits(table, small.get, tune_report)
+            # The package's small files, a document's text made if need be (`plan` leaves them unmade).
+            small = {a.relpath: a for a in artifacts if a.content is not None or a.document is not None}
+            check_report_fits(table, lambda name: small[name].read() if name in small else None, tune_report)
         seen: set[str] = set()
         for i, art in enumerate(artifacts):
             if art.relpath in seen:

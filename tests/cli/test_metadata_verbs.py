@@ -51,6 +51,16 @@ def _loaded(*argv: str, cwd: Path | None = None, watched: tuple[str, ...] = HEAV
     return result["code"], result["loaded"]
 
 
+def main_quiet(*argv: str) -> int:
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from mtpc.cli.main import main
+
+    with redirect_stdout(StringIO()):
+        return main(list(argv))
+
+
 @pytest.fixture(scope="module")
 def gguf_spec(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("meta")
@@ -168,6 +178,47 @@ def test_diff_of_two_specs_that_differ_in_a_runtime_setting_builds_no_graph(gguf
     assert built == [1, 1]
     assert slow.changes == fast.changes
     assert not any(c.file.endswith(".onnx") for c in slow.changes)
+
+
+def test_the_metadata_yaml_is_rendered_only_when_its_bytes_are_needed(gguf_spec, monkeypatch, tmp_path):
+    """check SPEC, plan against no package and diff read its document; compile renders it, once, and its
+    bytes read back as that document (the driver keeps it for the checks)."""
+    import mtpc
+    from mtpc.emit import inference_metadata
+
+    rendered = []
+    real = inference_metadata._render
+    monkeypatch.setattr(inference_metadata, "_render", lambda *a, **k: rendered.append(1) or real(*a, **k))
+    spec = gguf_spec.parent / "metadata.yaml"
+    spec.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: workflow}\n")
+    with build(spec, defer=True, defer_graphs=True) as deferred:
+        document = {a.relpath: a for a in deferred.artifacts}["inference_metadata.yaml"].document
+    assert main_quiet("plan", "-q", str(spec), "--against", str(tmp_path / "none")) == 0
+    mtpc.diff(spec, spec)
+    assert rendered == [] and document["schema_version"] == "v1"
+    with build(spec) as compiled:
+        made = {a.relpath: a for a in compiled.artifacts}["inference_metadata.yaml"]
+        assert made.content is not None and made.document == document
+        assert yaml.safe_load(made.content) == document
+    assert rendered == [1]
+
+
+@pytest.mark.parametrize("other", ["targets:\n  onnx_genai: {layout: flat}\n",
+                                   "mtp: {num_speculative_tokens: 3}\ntargets:\n  onnx_genai: {layout: workflow}\n"])
+def test_diff_of_metadata_documents_is_the_diff_of_their_text(gguf_spec, monkeypatch, other):
+    """`diff SPEC SPEC` compares the metadata's documents, unrendered: the same changes as its rendered text."""
+    import mtpc
+    from mtpc.diffing import files
+
+    spec_a, spec_b = gguf_spec.parent / "doc_a.yaml", gguf_spec.parent / "doc_b.yaml"
+    spec_a.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: workflow}\n")
+    spec_b.write_text(gguf_spec.read_text() + other)
+    by_document = mtpc.diff(spec_a, spec_b).changes
+    real = files.diff_files
+    monkeypatch.setattr(files, "diff_files", lambda old, new, documents=None: real(old, new))  # the text, parsed
+    by_text = mtpc.diff(spec_a, spec_b).changes
+    assert any(c.file == "inference_metadata.yaml" for c in by_text)
+    assert by_document == by_text
 
 
 def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
