@@ -78,6 +78,28 @@ class Artifact:
         return b"".join(self.iter_bytes())
 
 
+def from_document(relpath: str, document: object, render: Callable[[object], bytes], parse: Callable[[bytes], object],
+                  *, schema: str | None = None) -> Artifact:
+    """A file known by its document, its text made when its bytes are read (written, or compared by bytes with
+    a file on disk). The checks and `diff SPEC SPEC` read the document: a large document's text (a 64-layer
+    model's inference_metadata.yaml, its quantization.json) costs every metadata verb to make and parse back.
+    The text is made once, and must read back as the document (a bug in mtpc otherwise)."""
+    made: list[bytes] = []
+
+    def text() -> Iterator[bytes]:
+        if not made:
+            data = render(document)
+            if parse(data) != document:
+                from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
+
+                raise MtpcError([Diagnostic(f"{relpath} does not read back as the document it was rendered from")],
+                                ExitCode.INTERNAL)
+            made.append(data)
+        yield made[0]
+
+    return Artifact(relpath, chunks=text, deferred=True, schema=schema).with_document(document)
+
+
 def _quiet(message: str) -> None:
     pass
 

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import AttentionMode, DecoderConfig, HeadContract, LayerKind, ModelIR, TensorSpec
 from ..profiles.onnx_genai import PROFILE
 from ..schema.validation import dump_yaml, read_yaml
-from .artifact import Artifact, EmitContext
+from .artifact import Artifact, EmitContext, from_document
 from .speculator import SpeculatorConfig, contract_findings, speculator_findings
 
 METADATA_FILE = "inference_metadata.yaml"
@@ -80,16 +79,9 @@ def emit_inference_metadata(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     # The checks read the document; its text (a 64-layer model's ports, dumped through PyYAML's Python
     # representer and read back through its constructor) is made when the file is written or compared by
     # its bytes.
-    rendered: list[bytes] = []
-
-    def text() -> Iterator[bytes]:
-        if not rendered:
-            made = _render("inference_metadata.flat.yaml.j2", doc=doc, speculator=speculator, commit=PROFILE.commit[:7])
-            _check_read_back(METADATA_FILE, read_yaml(made), doc)
-            rendered.append(made.encode("utf-8"))
-        yield rendered[0]
-
-    artifacts = [Artifact(METADATA_FILE, chunks=text, deferred=True, schema=SCHEMA).with_document(doc)]
+    render = lambda d: _render("inference_metadata.flat.yaml.j2", doc=d, speculator=speculator,  # noqa: E731
+                               commit=PROFILE.commit[:7]).encode("utf-8")
+    artifacts = [from_document(METADATA_FILE, doc, render, lambda data: read_yaml(data.decode("utf-8")), schema=SCHEMA)]
     if speculator is not None:
         config = {"speculator_config": speculator.to_dict()}
         data = json.dumps(config, indent=2) + "\n"

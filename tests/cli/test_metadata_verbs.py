@@ -388,7 +388,7 @@ def test_a_schema_violation_the_checks_now_validate_alone_is_still_a_bug_in_mtpc
             out = []
             for art in emitter(ir, ctx):
                 if art.relpath == victim:
-                    doc = json.loads(art.content)
+                    doc = json.loads(art.read())
                     doc["not_a_field_of_the_schema"] = {"a": "mapping, where the schema allows only plain values"}
                     art = dataclasses.replace(art, content=json.dumps(doc).encode())
                 out.append(art)
