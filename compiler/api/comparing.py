@@ -65,23 +65,23 @@ def _spec_diff(a: Path, b: Path) -> list:
     whose text is made on demand is diffed as the document. The files made from the source on demand (a
     tokenizer: a GGUF's vocabulary converted, an HF folder's files checked) are made only if the two
     builds read different sources: one description, the same files."""
-    from ..diffing.changes import diff_values, sorted_changes, to_plain
+    from dataclasses import replace
+
+    from ..diffing.changes import diff_trees, sorted_changes
     from ..diffing.files import diff_files
     from ..pipeline.driver import build
     from ..emit.graph_files import same_graph_inputs
 
     with build(a, defer=True, defer_graphs=True) as old, build(b, defer=True, defer_graphs=True) as new:
         # Where the spec file lives is not a difference in what it means.
-        ir_old, ir_new = (to_plain(side.ir) for side in (old, new))
-        ir_old.pop("spec_path", None)
-        ir_new.pop("spec_path", None)
+        ir_old, ir_new = (replace(side.ir, spec_path=None) for side in (old, new))
         one_source = old.info is new.info
         files_old, unbuilt_old, documents_old = _spec_files(old, with_deferred=not one_source)
         files_new, unbuilt_new, documents_new = _spec_files(new, with_deferred=not one_source)
         if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
-        return sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new,
+        return sorted_changes(diff_trees(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new,
                                                                                 (documents_old, documents_new))
 
 
