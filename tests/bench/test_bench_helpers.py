@@ -36,7 +36,7 @@ def test_the_metadata_verbs_table_says_met_or_missed_and_whether_outputs_agree()
     def run(wall, out=b"x"):
         return {"wall_s": wall, "cpu_s": wall / 2, "exit": 0, "stdout": out}
 
-    runs = {}
+    runs = {("main", "-", "--help"): [run(0.1)], ("this", "-", "--help"): [run(0.2)]}
     for kind in ("gguf", "hf"):
         for verb in ("inspect", "check", "plan", "diff"):
             runs[("main", kind, verb)] = [run(1.0), run(3.0), run(2.0)]
@@ -46,6 +46,7 @@ def test_the_metadata_verbs_table_says_met_or_missed_and_whether_outputs_agree()
             or line.startswith("| H")}
     assert rows[("GGUF", "inspect")].endswith("| 2.000 | 1.000 | 0.250 | 0.125 | <= 0.3 | met | yes |")
     assert rows[("HF", "diff")].endswith("| NO |")  # one run printed something else
+    assert "|  | --help | 0.100 | 0.050 | 0.200 | 0.100 | <= 0.15 | missed | yes |" in text
 
 
 def _measured(wall: float, rss: int, size: int) -> dict:
