@@ -14,9 +14,9 @@ of the two must build no graph. The verbs, each a fresh process of `python -m mt
   (issue 10): it shows how busy the machine was in the same runs.
 
 Every repetition runs every (source, verb) once, the order rotated from one repetition to the next,
-so a busy spell on the shared machine falls on all of them; medians count. Wall seconds and CPU
-seconds (user + system of the child, from `wait4`) are both reported: CPU time is what a wait for
-a core does not change. Bytecode is cached (one untimed warm-up run of each), as an installed
+so a busy spell on the shared machine falls on all of them; medians count (the verdict is the median
+wall time's). Wall seconds, the fastest run's, and CPU seconds (user + system of the child, from
+`wait4`) are reported: CPU time is what a wait for a core does not change. Bytecode is cached (one untimed warm-up run of each), as an installed
 mtpc runs.
 
 `--against COMMIT` runs that commit's code too (its `compiler/`, `schemas/` and `templates/` from
@@ -146,6 +146,7 @@ def summary(measured: dict) -> dict[tuple[str, str, str], dict]:
     for case, runs in measured["runs"].items():
         outputs = {(r["exit"], r["stdout"]) for r in runs}
         out[case] = {"wall_s": median(r["wall_s"] for r in runs), "cpu_s": median(r["cpu_s"] for r in runs),
+                     "fastest_s": min(r["wall_s"] for r in runs),
                      "exit": runs[0]["exit"], "stable": len(outputs) == 1, "stdout": runs[0]["stdout"]}
     return out
 
@@ -156,15 +157,16 @@ def table(measured: dict) -> str:
     lines = []
     if len(codes) == 2:
         base, this = codes
-        lines += [f"| source | verb | {base} wall | {base} CPU | this wall | this CPU | goal | | same output |",
-                  "|---|---|---:|---:|---:|---:|---|---|---|"]
+        lines += [f"| source | verb | {base} wall | {base} CPU | this wall | this fastest | this CPU | goal | "
+                  "| same output |", "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
     else:
         this = codes[0]
-        lines += ["| source | verb | wall s | CPU s | goal | |", "|---|---|---:|---:|---|---|"]
+        lines += ["| source | verb | wall s | fastest s | CPU s | goal | |", "|---|---|---:|---:|---:|---|---|"]
     for kind, verb in [HELP] + [(kind, verb) for kind in ("gguf", "hf") for verb in VERBS]:
         r = rows[(this, kind, verb)]
         goal = HELP_GOAL_S if verb == "--help" else GOAL_S
-        cells = [f"{r['wall_s']:.3f}", f"{r['cpu_s']:.3f}", f"<= {goal}", "met" if r["wall_s"] <= goal else "missed"]
+        cells = [f"{r['wall_s']:.3f}", f"{r['fastest_s']:.3f}", f"{r['cpu_s']:.3f}", f"<= {goal}",
+                 "met" if r["wall_s"] <= goal else "missed"]
         if len(codes) == 2:
             b = rows[(base, kind, verb)]
             same = (b["exit"], b["stdout"]) == (r["exit"], r["stdout"]) and b["stable"] and r["stable"]

@@ -44,9 +44,9 @@ def test_the_metadata_verbs_table_says_met_or_missed_and_whether_outputs_agree()
     text = verbs_table({"runs": runs, "load": (1.0, 2.0), "codes": ["main", "this"]})
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in text.splitlines() if line.startswith("| G")
             or line.startswith("| H")}
-    assert rows[("GGUF", "inspect")].endswith("| 2.000 | 1.000 | 0.250 | 0.125 | <= 0.3 | met | yes |")
+    assert rows[("GGUF", "inspect")].endswith("| 2.000 | 1.000 | 0.250 | 0.200 | 0.125 | <= 0.3 | met | yes |")
     assert rows[("HF", "diff")].endswith("| NO |")  # one run printed something else
-    assert "|  | --help | 0.100 | 0.050 | 0.200 | 0.100 | <= 0.15 | missed | yes |" in text
+    assert "|  | --help | 0.100 | 0.050 | 0.200 | 0.200 | 0.100 | <= 0.15 | missed | yes |" in text
 
 
 def _measured(wall: float, rss: int, size: int) -> dict:
