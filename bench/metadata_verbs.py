@@ -5,8 +5,7 @@
 Two sources of Qwen3.5-27B's shape, neither holding a weight byte (bench/sparse_source.py): a
 Q4_0 GGUF and a Hugging Face folder of bfloat16 safetensors shards with its 248k-token
 `tokenizer.json`. One spec per source as a 27B user writes it: int4 (block 32) with the embedding,
-the LM head and `mtp.fc` kept float, float16 I/O, both targets (onnxruntime-genai cpu and onnx-genai's
-workflow layout); a second spec differs only in `max_draft_tokens`, a runtime setting, so `diff`
+the LM head and `mtp.fc` kept float, float16 I/O, both targets (onnxruntime-genai cpu and onnx-genai); a second spec differs only in `max_draft_tokens`, a runtime setting, so `diff`
 of the two must build no graph. The verbs, each a fresh process of `python -m mtpc`:
 
 - `inspect SOURCE`, `check SPEC`, `plan SPEC -q --against <missing folder>`, `diff SPEC SPEC2`;
@@ -57,7 +56,7 @@ quantization:
     - {{match: mtp.fc.weight, bits: null}}
 targets:
   onnxruntime_genai: {{version: "0.18.0", execution_provider: cpu, max_draft_tokens: {draft}}}
-  onnx_genai: {{layout: workflow}}
+  onnx_genai: {{layout: flat}}
 """
 
 

@@ -147,12 +147,13 @@ def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(ggu
     assert [c.render() for c in slow.report.changes] == [c.render() for c in fast.report.changes]
 
 
-_RUNTIME = {"ort": "{execution_provider: cpu}", "og": "{layout: workflow}", "mtp": ""}
+_RUNTIME = {"ort": "{execution_provider: cpu}", "og": "{layout: flat}", "mtp": ""}
 
 
 @pytest.mark.parametrize("setting", [{"ort": "{execution_provider: cpu, max_draft_tokens: 3}"},
-                                     {"og": "{layout: flat}"},
-                                     {"mtp": "mtp: {num_speculative_tokens: 2}\n"}], ids=["draft", "layout", "speculative"])
+                                     {"mtp": "mtp: {num_speculative_tokens: 2}\n"},
+                                     {"ort": "{execution_provider: cpu, max_draft_tokens: 2}",
+                                      "mtp": "mtp: {num_speculative_tokens: 3}\n"}], ids=["draft", "speculative", "both"])
 def test_diff_of_two_specs_that_differ_in_a_runtime_setting_builds_no_graph(gguf_spec, setting, monkeypatch):
     """A runtime setting no graph reads (what one decides for a graph, the passes write into the decoder
     configs): the documents that carry it differ, and no graph is built to say that the graphs do not."""
@@ -190,7 +191,7 @@ def test_the_metadata_yaml_is_rendered_only_when_its_bytes_are_needed(gguf_spec,
     real = inference_metadata._render
     monkeypatch.setattr(inference_metadata, "_render", lambda *a, **k: rendered.append(1) or real(*a, **k))
     spec = gguf_spec.parent / "metadata.yaml"
-    spec.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: workflow}\n")
+    spec.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: flat}\n")
     with build(spec, defer=True, defer_graphs=True) as deferred:
         document = {a.relpath: a for a in deferred.artifacts}["inference_metadata.yaml"].document
     assert main_quiet("plan", "-q", str(spec), "--against", str(tmp_path / "none")) == 0
@@ -203,22 +204,26 @@ def test_the_metadata_yaml_is_rendered_only_when_its_bytes_are_needed(gguf_spec,
     assert rendered == [1]
 
 
-@pytest.mark.parametrize("other", ["targets:\n  onnx_genai: {layout: flat}\n",
-                                   "mtp: {num_speculative_tokens: 3}\ntargets:\n  onnx_genai: {layout: workflow}\n"])
+@pytest.mark.parametrize("other", ["precision: {io_dtype: float16}\n", "mtp: {head: off}\n",
+                                   "mtp: {num_speculative_tokens: 3}\n"])
 def test_diff_of_metadata_documents_is_the_diff_of_their_text(gguf_spec, monkeypatch, other):
     """`diff SPEC SPEC` compares the metadata's documents, unrendered: the same changes as its rendered text."""
     import mtpc
     from mtpc.diffing import files
 
     spec_a, spec_b = gguf_spec.parent / "doc_a.yaml", gguf_spec.parent / "doc_b.yaml"
-    spec_a.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: workflow}\n")
-    spec_b.write_text(gguf_spec.read_text() + other)
+    spec_a.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: flat}\n")
+    spec_b.write_text(gguf_spec.read_text() + other + "targets:\n  onnx_genai: {layout: flat}\n")
     by_document = mtpc.diff(spec_a, spec_b).changes
     real = files.diff_files
     monkeypatch.setattr(files, "diff_files", lambda old, new, documents=None: real(old, new))  # the text, parsed
     by_text = mtpc.diff(spec_a, spec_b).changes
-    assert any(c.file == "inference_metadata.yaml" for c in by_text)
-    assert by_document == by_text
+    changed = {c.file for c in by_text}
+    if "io_dtype" in other:  # every weight's stored dtype
+        assert "quantization.json" in changed
+    if "head" in other:  # the ports the head reads
+        assert "inference_metadata.yaml" in changed
+    assert by_document == by_text and by_text
 
 
 def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):

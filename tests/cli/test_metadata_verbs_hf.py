@@ -29,7 +29,7 @@ from tests.fixtures.checkpoints import write_hf_checkpoint
 HEADERS_ONLY = ("numpy", "tokenizers")
 SPEC = ("mtpc: 1\nname: {name}\nsource: {{hf: {folder}}}\nquantization:\n  default: {{bits: 4, block_size: 32}}\n"
         "targets:\n  onnxruntime_genai: {{execution_provider: cpu, max_draft_tokens: {draft}}}\n"
-        "  onnx_genai: {{layout: workflow}}\n")
+        "  onnx_genai: {{layout: flat}}\n")
 
 
 def _checkpoint(folder: Path, normalized: bool = False) -> Path:
