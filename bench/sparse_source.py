@@ -1,6 +1,8 @@
-"""A 27B-shaped Qwen3.5 GGUF with an MTP head, as a sparse file: full metadata, no weight bytes.
+"""A 27B-shaped Qwen3.5 GGUF with an MTP head, as a sparse file: full metadata, no weight bytes;
+or the same model as a Hugging Face folder of sparse bf16 safetensors shards.
 
     python bench/sparse_source.py OUT.gguf [--dense]
+    python bench/sparse_source.py OUT_FOLDER --hf
 
 The header, every key a Qwen3.5-27B GGUF carries (its 248,320-token byte-level BPE
 vocabulary with merges included) and every tensor's info are written for real; the
@@ -11,6 +13,13 @@ pseudo-random bytes instead (a real 15 GB file for the keep: source compile benc
 its Q4_0/Q8_0 scales are random float16 bits, so the values are nonsense but the bytes
 are real and must be read).
 
+`--hf` writes the folder a `Qwen3_5ForConditionalGeneration` release holds: `config.json`,
+`generation_config.json`, `tokenizer.json` and `tokenizer_config.json` (the same 248,320-token
+vocabulary with merges), and 54 GB of bfloat16 weights in 5 GB shards listed by
+`model.safetensors.index.json`, each shard a real header over a hole. A vision tower's tensors
+sit beside the text model's, as in the release, under `model.visual.` (their shapes are
+approximate: mtpc only steps over them).
+
 Shapes follow Qwen3.5-27B's config.json: hidden 5120, 64 layers (3 linear-attention to 1
 full), intermediate 17408, 24 heads x 256 over 4 KV heads, 16 key / 48 value linear heads
 x 128, vocab 248,320, one MTP layer. Projections Q4_0 (Q8_0 for eh_proj, alpha and beta,
@@ -20,6 +29,7 @@ as in real MTP GGUFs), norms F32, embedding and output Q8_0.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from fnmatch import fnmatchcase
@@ -34,8 +44,11 @@ from gguf import GGMLQuantizationType as QT, GGUFWriter, TokenType  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
 from mtpc.ir import Architecture, LayerKind, LinearAttentionDims, Rope, TokenIds  # noqa: E402
+from mtpc.sources.tokenizer_json import added_token, byte_level_bpe, dump  # noqa: E402
 from mtpc.weights import canonical_shapes  # noqa: E402
+from tests.fixtures.checkpoints import hf_config  # noqa: E402
 from tests.fixtures.gguf_writer import MIXED_TYPES, _bytes_to_unicode, add_metadata, gguf_name  # noqa: E402
+from tests.fixtures.safetensors_writer import write_sparse_safetensors  # noqa: E402
 
 TYPES = MIXED_TYPES + (("token_embd.weight", QT.Q8_0), ("output.weight", QT.Q8_0))
 
@@ -133,11 +146,85 @@ def write(path: Path, arch: Architecture, *, dense: bool = False) -> Path:
     return path
 
 
+SHARD_BYTES = 5 * 10**9  # transformers' save_pretrained default
+VISION_BLOCKS, VISION_WIDTH, VISION_MLP, PATCH = 27, 1152, 4304, 2 * 3 * 16 * 16
+
+
+def hf_name(canonical: str) -> str:
+    """What a Qwen3_5ForConditionalGeneration checkpoint calls a canonical tensor."""
+    if canonical.startswith("mtp.") or canonical == "lm_head.weight":
+        return canonical
+    if canonical.endswith("linear_attn.decay_scale"):
+        canonical = canonical[: -len("decay_scale")] + "A_log"
+    return "model.language_model." + canonical
+
+
+def vision_shapes() -> dict[str, tuple[int, ...]]:
+    w, m = VISION_WIDTH, VISION_MLP
+    shapes: dict[str, tuple[int, ...]] = {"model.visual.patch_embed.proj.weight": (w, 3, 2, 16, 16),
+                                          "model.visual.patch_embed.proj.bias": (w,),
+                                          "model.visual.pos_embed.weight": (2304, w)}
+    for i in range(VISION_BLOCKS):
+        p = f"model.visual.blocks.{i}."
+        shapes.update({p + "attn.qkv.weight": (3 * w, w), p + "attn.qkv.bias": (3 * w,), p + "attn.proj.weight": (w, w),
+                       p + "attn.proj.bias": (w,), p + "mlp.linear_fc1.weight": (m, w), p + "mlp.linear_fc1.bias": (m,),
+                       p + "mlp.linear_fc2.weight": (w, m), p + "mlp.linear_fc2.bias": (w,), p + "norm1.weight": (w,),
+                       p + "norm1.bias": (w,), p + "norm2.weight": (w,), p + "norm2.bias": (w,)})
+    merged = 4 * w
+    shapes.update({"model.visual.merger.norm.weight": (w,), "model.visual.merger.norm.bias": (w,),
+                   "model.visual.merger.linear_fc1.weight": (merged, merged), "model.visual.merger.linear_fc1.bias": (merged,),
+                   "model.visual.merger.linear_fc2.weight": (5120, merged), "model.visual.merger.linear_fc2.bias": (5120,)})
+    return shapes
+
+
+def write_hf(folder: Path, arch: Architecture) -> Path:
+    """The checkpoint folder (see the module's docstring); returns it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(hf_config(arch), indent=2, sort_keys=True))
+    generation = {"bos_token_id": arch.tokens.bos, "eos_token_id": list(arch.tokens.eos), "pad_token_id": arch.tokens.pad}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2, sort_keys=True))
+    tokens, types, merges = vocabulary(arch)
+    control = {i for i, t in enumerate(types) if t == int(TokenType.CONTROL)}
+    vocab = {t: i for i, t in enumerate(tokens) if i not in control}
+    added = [added_token(i, tokens[i], special=True) for i in sorted(control)]
+    (folder / "tokenizer.json").write_bytes(dump(byte_level_bpe(vocab, merges, added)))
+    config = {"bos_token": tokens[arch.tokens.bos], "eos_token": tokens[arch.tokens.eos[0]],
+              "pad_token": tokens[arch.tokens.pad], "model_max_length": arch.context_length,
+              "tokenizer_class": "Qwen2Tokenizer"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    shapes = {hf_name(n): s for n, s in canonical_shapes(arch).items()} | vision_shapes()
+    shards: list[dict[str, tuple[int, ...]]] = [{}]
+    size = 0
+    for name, shape in sorted(shapes.items()):
+        nbytes = 2 * int(np.prod(shape))
+        if size and size + nbytes > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][name] = shape
+        size += nbytes
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards, start=1):
+        filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        total += write_sparse_safetensors(folder / filename, shard)
+        weight_map.update(dict.fromkeys(shard, filename))
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True))
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--dense", action="store_true", help="write real (pseudo-random) data bytes: ~15 GB")
+    parser.add_argument("--hf", action="store_true", help="write a Hugging Face folder of sparse bf16 shards instead")
     args = parser.parse_args()
+    if args.hf:
+        folder = write_hf(args.out, architecture_27b())
+        files = list(folder.iterdir())
+        claimed = sum(f.stat().st_size for f in files)
+        on_disk = sum(os.stat(f).st_blocks * 512 for f in files)
+        print(f"{folder}: {len(files)} files, {claimed / 1e9:.1f} GB claimed, {on_disk / 1e6:.1f} MB on disk")
+        return
     path = write(args.out, architecture_27b(), dense=args.dense)
     print(f"{path}: {path.stat().st_size / 1e9:.1f} GB claimed, {os.stat(path).st_blocks * 512 / 1e6:.1f} MB on disk")
 

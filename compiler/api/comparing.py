@@ -46,38 +46,49 @@ class DiffResult:
         return DiffReport(str(self.old), str(self.new), self.changes, self.notes)
 
 
-def _spec_files(result) -> tuple[dict, set[str]]:
-    """The files of a spec's package held in memory (graphs without their weights), and which of them are
-    graphs left unbuilt (built when read). Weight data and the deferred tokenizer are not compared."""
+def _spec_files(result, *, with_deferred: bool) -> tuple[dict, set[str], dict[str, object]]:
+    """The files of a spec's package held in memory (graphs without their weights), which of them are
+    graphs left unbuilt (built when read), and the documents of those whose text is made on demand
+    (compared as documents, their text unmade). Weight data is not compared; the files made from the
+    source on demand (its tokenizer's) only when `with_deferred`."""
+    documents = {a.relpath: a.document for a in result.artifacts if a.content is None and a.document is not None}
     files = {a.relpath: (lambda a=a: iter([a.content])) for a in result.artifacts if a.content is not None}
     unbuilt = {a.relpath for a in result.artifacts if a.content is None and a.interface is not None}
-    files.update({a.relpath: (lambda a=a: a.iter_bytes()) for a in result.artifacts if a.relpath in unbuilt})
-    return files, unbuilt
+    made = {a.relpath for a in result.artifacts if a.deferred and a.interface is None and a.relpath not in documents}
+    lazy = unbuilt | documents.keys() | (made if with_deferred else set())
+    files.update({a.relpath: (lambda a=a: a.iter_bytes()) for a in result.artifacts if a.relpath in lazy})
+    return files, unbuilt, documents
 
 
 def _spec_diff(a: Path, b: Path) -> tuple[list, tuple[str, ...]]:
     """Both specs compiled in memory, as `check SPEC` does (graphs left unbuilt): the IRs compared as
     `<ir>`, then the files; (changes, notes). Graphs are built only if their inputs differ: equal graph
     inputs give byte-identical graphs (`mtpc.emit.graph_files.graph_inputs`), which have nothing to show.
+    A document whose text is made on demand is diffed as the document. The files made from the source on
+    demand (a tokenizer: a GGUF's vocabulary converted, an HF folder's files checked) are made only if
+    the two builds read different sources: one description, the same files.
 
     What two specs build is compared, not the specs themselves: where each file lives, its name and its
     text (comments and layout included) are left out, though provenance.json records the last two;
     when nothing else differs, a note says so. A reviewer sees the spec's own change beside the diff."""
-    from ..diffing.changes import diff_values, sorted_changes, to_plain
+    from dataclasses import replace
+
+    from ..diffing.changes import diff_trees, sorted_changes
     from ..diffing.files import diff_files
     from ..pipeline.driver import build
     from ..emit.graph_files import same_graph_inputs
 
     with build(a, defer=True, defer_graphs=True) as old, build(b, defer=True, defer_graphs=True) as new:
         # Where the spec file lives is not a difference in what it means.
-        ir_old, ir_new = (to_plain(side.ir) for side in (old, new))
-        ir_old.pop("spec_path", None)
-        ir_new.pop("spec_path", None)
-        (files_old, unbuilt_old), (files_new, unbuilt_new) = _spec_files(old), _spec_files(new)
+        ir_old, ir_new = (replace(side.ir, spec_path=None) for side in (old, new))
+        one_source = old.info is new.info
+        files_old, unbuilt_old, documents_old = _spec_files(old, with_deferred=not one_source)
+        files_new, unbuilt_new, documents_new = _spec_files(new, with_deferred=not one_source)
         if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
-        changes = sorted_changes(diff_values(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new)
+        changes = sorted_changes(diff_trees(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new,
+                                                                                   (documents_old, documents_new))
     kept = [c for c in changes if not _is_the_specs_own_record(c)]
     if kept or len(kept) == len(changes):
         return kept, ()

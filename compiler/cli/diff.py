@@ -18,7 +18,8 @@ Two SPECs: both are compiled in memory; the IR after all passes is compared
 (as `<ir>`), then every emitted file held in memory (configs, metadata, graphs
 without their streamed weight data). The graphs are built only when the IRs
 differ in more than what no graph reads (the name, the quantization rules and
-which rule chose each weight's stored form): otherwise they are the same bytes.
+which rule chose each weight's stored form, the runtime settings such as
+max_draft_tokens): otherwise they are the same bytes.
 
 Each changed file gets a severity, printed first: major (a graph's interface
 changed, or a graph was added or removed), moderate (nodes added or removed,

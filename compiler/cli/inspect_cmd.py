@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 HELP = "describe a GGUF file or Hugging Face checkpoint: architecture, dims, layer kinds, storage, MTP head"
 EPILOG = """\
 Reads metadata only (the GGUF header, or config.json and the safetensors
-headers), so it answers instantly whatever the checkpoint's size. Exits 1
+headers), so it answers instantly whatever the checkpoint's size; the
+tokenizer files are listed, and read and checked by compile. Exits 1
 with a finding for what compile would refuse: a checkpoint's tensors that
 contradict its config.json, or a declared MTP head that is broken (some of its
 tensors missing, a GGUF head block that is not in the file, more than one

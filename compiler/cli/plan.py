@@ -78,10 +78,11 @@ def file_plan(artifacts, against: Path) -> "tuple[list[tuple[str, str]], list[Ch
             planned.append((art.relpath, UNCHANGED))
             continue
         planned.append((art.relpath, CHANGE))
-        if art.content is None and art.interface is None:  # streamed weights: hashed once above, never held whole
+        if art.content is None and art.interface is None and art.document is None:
+            # streamed weights (or a converted tokenizer): hashed once above, never held whole
             changes.append(Change(art.relpath, (), CHANGED, f"sha256:{old.sha256}", f"sha256:{new.sha256}"))
         else:
-            # A deferred graph is a small file once built (above, to hash it): compared by meaning.
+            # A deferred graph or document is a small file once made (above, to hash it): compared by meaning.
             changes.extend(diff_files({art.relpath: lambda p=existing: file_chunks(p)}, {art.relpath: lambda a=art: iter([a.read()])}))
     names.add(MANIFEST_NAME)
     if not manifest_there:

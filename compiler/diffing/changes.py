@@ -183,6 +183,40 @@ def _same(old: object, new: object) -> bool:
     return "nan" not in text and text == repr(new)
 
 
+def diff_trees(old: object, new: object, file: str = "", path: tuple[Segment, ...] = ()) -> list[Change]:
+    """`diff_values(to_plain(old), to_plain(new), ...)`, without making what is the same on both sides: two IRs
+    of one model share most of their fields (a 27B model's weight table and tensor list alone are 1,700
+    dataclasses). Two dataclasses of one type are compared field by field; a field that is equal with the
+    same text (what tells 1 from 1.0 and True from 1, as the walk does) has no change, nor one that is the
+    very same object on both sides (the source's tensor list that two specs of one checkpoint share; a NaN
+    in it is not a change from itself, where the walk over two plain copies would call it one)."""
+    fields = _plain_fields(type(old)) if type(old) is type(new) and hasattr(type(old), "__dataclass_fields__") else None
+    if fields is None or hasattr(old, "irrelevant_fields"):  # a value's own choice of fields: as plain trees
+        return diff_values(to_plain(old), to_plain(new), file, path)
+    out: list[Change] = []
+    for name, _ in fields:
+        a, b = getattr(old, name), getattr(new, name)
+        if type(a) in _SCALARS:
+            if type(a) is type(b) and a == b and a == a:
+                continue
+        elif a is b:
+            continue
+        elif a == b:
+            text = repr(a)
+            if "nan" not in text and text == repr(b):
+                continue
+        out.extend(diff_trees(a, b, file, path + (name,)) if hasattr(type(a), "__dataclass_fields__")
+                   else diff_values(_plain_field(old, name), _plain_field(new, name), file, path + (name,)))
+    return out
+
+
+def _plain_field(value: object, name: str) -> object:
+    """A dataclass field as `to_plain(value)` has it (an empty mapping field as an empty mapping)."""
+    field_value = getattr(value, name)
+    is_mapping = dict(_plain_fields(type(value)) or ())[name]
+    return {} if is_mapping and field_value == () else to_plain(field_value)
+
+
 def to_plain(value: object) -> object:
     """An IR (frozen dataclasses, enums, tuples) as JSON-like dicts and lists.
 

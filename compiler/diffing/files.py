@@ -54,11 +54,18 @@ def parse_structured(relpath: str, data: bytes):
     return json.loads(text) if relpath.endswith(".json") else read_yaml(text)
 
 
-def diff_files(old: FileSet, new: FileSet) -> list[Change]:
-    """Files added / removed, structured files diffed by path, others by hash. Sorted."""
+def diff_files(old: FileSet, new: FileSet, documents: tuple[Mapping[str, object], Mapping[str, object]] = ({}, {})
+               ) -> list[Change]:
+    """Files added / removed, structured files diffed by path, others by hash. Sorted.
+
+    `documents`: what some files of each side parse to, known without their bytes (an in-memory package's
+    documents, whose text is made on demand): a file both sides know so is diffed as those documents, as
+    it would be once its bytes were made and parsed."""
     changes: list[Change] = []
     for rel in sorted(old.keys() | new.keys()):
-        if rel not in new:
+        if rel in documents[0] and rel in documents[1] and rel in old and rel in new:
+            changes.extend(_structured_diff(rel)(documents[0][rel], documents[1][rel], rel))
+        elif rel not in new:
             changes.append(Change(rel, (), REMOVED))
             changes.extend(_interface(rel, old[rel], REMOVED))
         elif rel not in old:

@@ -30,26 +30,38 @@ class Artifact:
     # Lets the contract checks measure external data against its file without reading the weights.
     size: int | None = None
     # Bytes that cost real work to make and that no other file depends on (a GGUF vocabulary turned
-    # into tokenizer.json): produced only when read. The in-memory checks of a verb that writes
-    # nothing (`check SPEC`, `plan`, `diff SPEC`) leave them unread; `compile` reads them first.
+    # into tokenizer.json, a document rendered as YAML): produced only when read. The in-memory checks of
+    # a verb that writes nothing (`check SPEC`, `plan`, `diff SPEC`) leave them unread, or read their
+    # `document` where it is known; `compile` reads them first.
     deferred: bool = False
     # An ONNX graph left unbuilt (`build(..., defer_graphs=True)`): the I/O contract its graph is built to,
     # which the contract checks read in place of the graph (tests/emit/test_graph_files.py holds the two equal).
     interface: GraphContract | None = None
     # (content, what it parses to), when the artifact's maker has parsed it already (an emitter reading
-    # its YAML back, the driver validating it): the checks use it rather than parse the same bytes again.
-    # Kept with the very bytes it is the parse of, so a copy with other content does not inherit it.
-    parsed: tuple[bytes, object] | None = field(default=None, compare=False, repr=False)
+    # its YAML back, the driver validating it), or (chunks, the document they render) for bytes made on
+    # demand from a document (their maker checks that they read back as it): the checks use it rather
+    # than parse the same bytes again, or make them. Kept with the very bytes (or maker of bytes) it is
+    # the parse of, so a copy with other content does not inherit it.
+    parsed: tuple[object, object] | None = field(default=None, compare=False, repr=False)
 
     @property
     def document(self) -> object:
-        """What `content` parses to, if its maker parsed it (None: parse it yourself)."""
-        if self.parsed is not None and self.parsed[0] is self.content:
+        """What the bytes parse to, if their maker knows (None: parse them yourself)."""
+        if self.parsed is not None and self.parsed[0] is self._bytes_maker:
             return self.parsed[1]
         return None
 
     def with_document(self, document: object) -> "Artifact":
-        return replace(self, parsed=(self.content, document))
+        return replace(self, parsed=(self._bytes_maker, document))
+
+    @property
+    def _bytes_maker(self) -> object:
+        return self.content if self.content is not None else self.chunks
+
+    def made(self) -> "Artifact":
+        """This artifact with its bytes made and held (`content`), its document kept."""
+        made = replace(self, content=self.read(), chunks=None, deferred=False)
+        return made.with_document(self.document) if self.document is not None else made
 
     @property
     def nbytes(self) -> int | None:
@@ -64,6 +76,28 @@ class Artifact:
 
     def read(self) -> bytes:
         return b"".join(self.iter_bytes())
+
+
+def from_document(relpath: str, document: object, render: Callable[[object], bytes], parse: Callable[[bytes], object],
+                  *, schema: str | None = None) -> Artifact:
+    """A file known by its document, its text made when its bytes are read (written, or compared by bytes with
+    a file on disk). The checks and `diff SPEC SPEC` read the document: a large document's text (a 64-layer
+    model's inference_metadata.yaml, its quantization.json) costs every metadata verb to make and parse back.
+    The text is made once, and must read back as the document (a bug in mtpc otherwise)."""
+    made: list[bytes] = []
+
+    def text() -> Iterator[bytes]:
+        if not made:
+            data = render(document)
+            if parse(data) != document:
+                from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
+
+                raise MtpcError([Diagnostic(f"{relpath} does not read back as the document it was rendered from")],
+                                ExitCode.INTERNAL)
+            made.append(data)
+        yield made[0]
+
+    return Artifact(relpath, chunks=text, deferred=True, schema=schema).with_document(document)
 
 
 def _quiet(message: str) -> None:

@@ -13,10 +13,14 @@ Deferring is declined where another emitter reads what building records: the
 
 `graph_inputs` is what the graph files are a function of: the IR less what only the documents
 say (the spec's name and file, the notes, the spec's quantization rules and which rule chose
-each weight's stored form; the stored forms themselves stay). Two IRs with equal graph inputs
-compile to byte-identical `.onnx` files, so `diff SPEC SPEC` need not build them to know they
-do not differ (tests/emit/test_graph_files.py builds every shipped spec's graphs from an IR whose
-left-out fields are all changed, and compares the bytes).
+each weight's stored form; the stored forms themselves stay) and less the runtime settings (the
+targets, the MTP head policy and draft count). The graph builders read no target: what a target
+decides for a graph (its execution provider's kernels, paged I/O, a static KV cache, the state
+updates `max_draft_tokens` sizes) the passes have already written into the decoder configs and
+the weight table, which stay. Two IRs with equal graph inputs compile to byte-identical `.onnx`
+files, so `diff SPEC SPEC` need not build them to know they do not differ (tests/emit/
+test_graph_files.py builds every shipped spec's graphs from an IR whose left-out fields are all
+changed, and compares the bytes).
 """
 
 from __future__ import annotations
@@ -25,24 +29,30 @@ from dataclasses import fields, replace
 from functools import lru_cache
 from typing import Callable
 
-from ..ir import GraphContract, ModelIR, QuantizationPlan
+from ..ir import GraphContract, HeadPolicy, ModelIR, QuantizationPlan, Targets
 from .artifact import Artifact, EmitContext
 from .genai_config import reads_data_layouts
 
 
 def graph_inputs(ir: ModelIR) -> ModelIR:
-    """The IR as the graph builders see it (compare two with `==`): what only the documents read is blanked."""
-    return replace(ir, name="", spec_path=None, notes=(), quantization=QuantizationPlan(),
-                   weights=tuple(replace(w, rule="") for w in ir.weights))
+    """The IR as the graph builders see it (compare two with `==`): what only the documents and the
+    runtimes read is blanked."""
+    return replace(_blanked(ir), weights=tuple(replace(w, rule="") for w in ir.weights))
+
+
+def _blanked(ir: ModelIR) -> ModelIR:
+    """`ir` less every field no graph builder reads, its weight table included (compared apart)."""
+    mtp = replace(ir.mtp, head=HeadPolicy.AUTO, num_speculative_tokens=0)
+    return replace(ir, name="", spec_path=None, notes=(), quantization=QuantizationPlan(), targets=Targets(), mtp=mtp,
+                   weights=())
 
 
 def same_graph_inputs(a: ModelIR, b: ModelIR) -> bool:
-    """`graph_inputs(a) == graph_inputs(b)`, told without making either: the IRs less the documentary
-    fields, then the weights pair by pair less their rule (a model's hundreds of weights are not copied)."""
+    """`graph_inputs(a) == graph_inputs(b)`, told without making either: the IRs less the fields no graph
+    reads, then the weights pair by pair less their rule (a model's hundreds of weights are not copied)."""
     if len(a.weights) != len(b.weights):
         return False
-    blank = dict(name="", spec_path=None, notes=(), quantization=QuantizationPlan(), weights=())
-    if replace(a, **blank) != replace(b, **blank):
+    if _blanked(a) != _blanked(b):
         return False
     for x, y in zip(a.weights, b.weights):
         if type(x) is not type(y):

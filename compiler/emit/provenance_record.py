@@ -18,6 +18,7 @@ the same layout as its base model still shows up as a different source.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import struct
@@ -105,17 +106,33 @@ def file_fingerprint(path: Path, name: str) -> dict:
 
 def source_fingerprint(ref: SourceRef) -> dict:
     """What identifies the source: its files for a checkpoint, its parameters for a synthetic one."""
+    global _last_fingerprint
     if ref.kind == "synthetic":
         params = json.dumps(_fields(ref.synthetic), sort_keys=True, default=str)
         return {"kind": "synthetic", "seed": ref.seed, "model_sha256": hashlib.sha256(params.encode()).hexdigest()}
     path = Path(ref.path)
-    if path.is_file():  # a GGUF file, or an HF config.json named directly
-        if ref.kind == "hf":
-            path = path.parent
-        else:
-            return {"kind": ref.kind, "files": [file_fingerprint(path, path.name)]}
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    return {"kind": ref.kind, "files": [file_fingerprint(p, p.name) for p in files]}
+    if path.is_file() and ref.kind != "hf":  # a GGUF file
+        files = [path]
+    else:  # a checkpoint folder, or an HF config.json named directly
+        folder = path.parent if path.is_file() else path
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    # The files' identities stand for their bytes: `diff SPEC SPEC` records one checkpoint twice, and a
+    # 27B folder's fingerprint hashes some 20 MB (its tokenizer.json whole, a MiB of every shard).
+    state = (ref.kind, tuple((p.name, *_identity(p)) for p in files))
+    if _last_fingerprint is not None and _last_fingerprint[0] == state:
+        return copy.deepcopy(_last_fingerprint[1])
+    doc = {"kind": ref.kind, "files": [file_fingerprint(p, p.name) for p in files]}
+    _last_fingerprint = (state, copy.deepcopy(doc))
+    return doc
+
+
+# The last fingerprint made: (the kind and every file's name and identity, the fingerprint).
+_last_fingerprint: tuple[tuple, dict] | None = None
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _fields(value):

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from ..ir import ModelIR, QuantForm, QuantizationPlan, SourceTensor, WeightDecision, WeightRole
 from ..profiles.ort_genai import matmulnbits_accuracy_level
-from ..weights.quant import embedding_form, embedding_requested, expert_form, requantization_notes, resolved_form
+from ..weights.quant import embedding_form, expert_form, requantization_notes, resolved_form
 from ..weights import TensorInfo
 from .pipeline import PassResult
 
+# What `decide` reads of a weight besides its name (which it reads through its role and matching override).
+_KIND_FIELDS = tuple(f.name for f in fields(SourceTensor) if f.name != "name")
+# A decision's fields after its name, in order: a decision made for one weight of a kind, renamed.
+_DECISION_REST = tuple(f.name for f in fields(WeightDecision))[1:]
+assert fields(WeightDecision)[0].name == "name"
 # What keep: source re-quantizes a MatMul weight to when its source type has no exact form.
 _NEAREST = QuantForm(4, 32, False)
 # Float widenings that keep every value (the source's float dtype -> the I/O dtype).
@@ -33,8 +38,20 @@ class QuantizationPlanning:
 
     def __call__(self, ir: ModelIR) -> PassResult:
         used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
-        provider = execution_provider(ir)
-        weights = tuple(decide(t, ir.quantization, ir.precision.io_dtype, profile_accuracy(ir), provider) for t in used)
+        provider, accuracy, plan = execution_provider(ir), profile_accuracy(ir), ir.quantization
+        # A 27B model has 866 weights of a few dozen kinds: a decision depends on a weight's name only
+        # through its role and the override that matches it, so each kind is decided once.
+        decided: dict[tuple, WeightDecision] = {}
+
+        def decision(t: SourceTensor) -> WeightDecision:
+            kind = (role_of(t), plan.deciding_override(t.name), *(getattr(t, f) for f in _KIND_FIELDS))
+            made = decided.get(kind)
+            if made is None:
+                made = decided[kind] = decide(t, plan, ir.precision.io_dtype, accuracy, provider)
+            # `dataclasses.replace` costs five times this, 866 times a run.
+            return made if made.name == t.name else WeightDecision(t.name, *(getattr(made, f) for f in _DECISION_REST))
+
+        weights = tuple(decision(t) for t in used)
         notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
         if weights == ir.weights and notes == ir.notes:
             return PassResult(ir, False)
@@ -65,8 +82,8 @@ def decide(
 ) -> WeightDecision:
     """How `tensor` is stored; `profile_accuracy` is the accuracy_level a scheme that sets none gets."""
     role = role_of(tensor)
-    scheme = plan.scheme_for(tensor.name)
     index = plan.deciding_override(tensor.name)
+    scheme = plan.default if index is None else plan.overrides[index].scheme
     rule = "default" if index is None else f"override {index + 1} ({plan.overrides[index].match})"
     if scheme.keep_source:
         rule += ", keep: source"
@@ -85,7 +102,7 @@ def decide(
             # the kernels take rather than a float copy 8-16x the size; the note and compile say so.
             form = _NEAREST
     elif role is WeightRole.EMBEDDING:
-        form = embedding_form(info, scheme, embedding_requested(plan, tensor.name))
+        form = embedding_form(info, scheme, requested=index is not None)  # embedding_requested, told by the index
     elif role is WeightRole.EXPERTS:
         form = expert_form(info, scheme)
     else:

@@ -78,16 +78,18 @@ def _positioned(err: MtpcError, spec: "LoadedSpec") -> MtpcError:
 _SPEC_FIELD = re.compile(r"[a-z_]+(\.[a-z_]+)*")  # "mtp.head"; an artifact path matches no spec section
 
 
-def build_ir(spec_path: str | Path, pipeline: Pipeline | None = None) -> tuple[ModelIR, SourceInfo]:
+def build_ir(spec_path: str | Path, pipeline: Pipeline | None = None, *, source_files: bool = False
+             ) -> tuple[ModelIR, SourceInfo]:
     """Load and lower a spec and run the passes (`pipeline`, the default one if None) over it.
 
-    A pass's refusal is pointed at the spec field it names.
+    A pass's refusal is pointed at the spec field it names. `source_files`: make the source's on-demand
+    files (its tokenizer's) while lowering, a refusal pointed at the spec's `source` (see `lower`).
     """
     from ..spec.loader import load_spec
     from ..spec.lower import lower
 
     spec = load_spec(spec_path)
-    ir, info = lower(spec)
+    ir, info = lower(spec, source_files=source_files)
     try:
         ir = (pipeline or default_pipeline()).run(ir)
     except MtpcError as err:
@@ -123,7 +125,9 @@ def build(
 
         table = load_report(tune_report)  # an unreadable report is refused before the build, which can take minutes
     pipeline = default_pipeline(observer)
-    ir, info = build_ir(spec_path, pipeline)
+    # compile makes the source's tokenizer files first: a checkpoint's broken tokenizer.json is refused at
+    # the spec's `source` before any graph is built, as a broken header is.
+    ir, info = build_ir(spec_path, pipeline, source_files=not defer)
     from ..emit.provenance_record import record
 
     ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress, provenance=record(ir, spec_path))
@@ -139,12 +143,13 @@ def build(
             progress(f"emitting {name}")
             artifacts.extend(emitter(ir, ctx))
         if not defer:
-            artifacts = [replace(a, content=a.read(), chunks=None, deferred=False) if a.deferred else a for a in artifacts]
+            artifacts = [a.made() if a.deferred else a for a in artifacts]
         if table is not None:
             from ..tuning.report import check_report_fits
 
-            small = {a.relpath: a.content for a in artifacts if a.content is not None}
-            check_report_fits(table, small.get, tune_report)
+            # The package's small files, a document's text made if need be (`plan` leaves them unmade).
+            small = {a.relpath: a for a in artifacts if a.content is not None or a.document is not None}
+            check_report_fits(table, lambda name: small[name].read() if name in small else None, tune_report)
         seen: set[str] = set()
         for i, art in enumerate(artifacts):
             if art.relpath in seen:

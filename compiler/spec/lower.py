@@ -38,10 +38,13 @@ from .synthetic_settings import synthetic_spec
 from .targets import targets_of
 
 
-def lower(spec: LoadedSpec) -> tuple[ModelIR, SourceInfo]:
+def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, SourceInfo]:
+    """`source_files`: also make the files the source builds on demand (its tokenizer's) now, so that a
+    refusal of them is reported as the description's are, at the spec's `source` (compile asks; the
+    metadata verbs leave them unmade)."""
     filled = _ruled(spec)
     ref = _source_ref(spec, filled["source"])
-    info = _describe(spec, ref)
+    info = _describe(spec, ref, files=source_files)
     architecture = _override_architecture(spec, info.architecture)
     precision = Precision(io_dtype=filled["precision"]["io_dtype"])
     targets = targets_of(filled["targets"])
@@ -109,9 +112,12 @@ def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
     return SourceRef(kind, path=str(path))
 
 
-def _describe(spec: LoadedSpec, ref: SourceRef) -> SourceInfo:
+def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool) -> SourceInfo:
     try:
-        return sources.describe(ref)
+        info = sources.describe(ref)
+        if files:
+            info.tokenizer_files  # noqa: B018  (made and checked now; kept by the description)
+        return info
     except MtpcError as err:
         anchor = spec.diagnostic(("source", ref.kind), "")
         raise MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code) from err

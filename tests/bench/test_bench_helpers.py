@@ -2,7 +2,8 @@
 
 import os
 
-from bench.sparse_source import architecture_27b, write
+from bench.metadata_verbs import table as verbs_table
+from bench.sparse_source import architecture_27b, write, write_hf
 from bench.vs_builder import alternating, cpu_table, table
 from mtpc import sources
 from mtpc.ir import SourceRef
@@ -16,6 +17,36 @@ def test_the_sparse_27b_gguf_has_the_full_header_and_no_weight_bytes(tmp_path):
     arch = info.architecture
     assert (arch.hidden_size, arch.num_layers, arch.vocab_size, arch.mtp_num_layers) == (5120, 64, 248320, 1)
     assert dict(info.storage)["attn_q"] == "Q4_0" and set(info.tokenizer_names) == {"tokenizer.json", "tokenizer_config.json"}
+
+
+def test_the_sparse_27b_hf_folder_has_every_header_and_no_weight_bytes(tmp_path):
+    folder = write_hf(tmp_path / "q27", architecture_27b())
+    shards = sorted(folder.glob("*.safetensors"))
+    claimed, on_disk = sum(p.stat().st_size for p in shards), sum(os.stat(p).st_blocks * 512 for p in shards)
+    assert len(shards) > 10 and claimed > 50e9 and on_disk < 50e6
+    info = sources.describe(SourceRef("hf", str(folder)))
+    arch = info.architecture
+    assert arch == architecture_27b()
+    assert dict(info.storage)["self_attn.q_proj.weight"] == "BF16"
+    assert set(info.tokenizer_names) == {"tokenizer.json", "tokenizer_config.json"}
+    assert dict(info.facts)["safetensors_files"] == len(shards)
+
+
+def test_the_metadata_verbs_table_says_met_or_missed_and_whether_outputs_agree():
+    def run(wall, out=b"x"):
+        return {"wall_s": wall, "cpu_s": wall / 2, "exit": 0, "stdout": out}
+
+    runs = {("main", "-", "--help"): [run(0.1)], ("this", "-", "--help"): [run(0.2)]}
+    for kind in ("gguf", "hf"):
+        for verb in ("inspect", "check", "plan", "diff"):
+            runs[("main", kind, verb)] = [run(1.0), run(3.0), run(2.0)]
+            runs[("this", kind, verb)] = [run(0.2), run(0.25), run(0.5, b"y" if verb == "diff" else b"x")]
+    text = verbs_table({"runs": runs, "load": (1.0, 2.0), "codes": ["main", "this"]})
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in text.splitlines() if line.startswith("| G")
+            or line.startswith("| H")}
+    assert rows[("GGUF", "inspect")].endswith("| 2.000 | 1.000 | 0.250 | 0.200 | 0.125 | <= 0.3 | met | yes |")
+    assert rows[("HF", "diff")].endswith("| NO |")  # one run printed something else
+    assert "|  | --help | 0.100 | 0.050 | 0.200 | 0.200 | 0.100 | <= 0.15 | missed | yes |" in text
 
 
 def _measured(wall: float, rss: int, size: int) -> dict:

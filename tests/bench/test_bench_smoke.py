@@ -95,3 +95,18 @@ def test_the_bench_readme_commands_name_the_readmes_venv_and_real_scripts():
     for interpreter, script in commands:
         assert interpreter == f"{venv}/bin/python", interpreter
         assert (repo / script).is_file(), script
+
+
+def test_the_metadata_verbs_bench_runs_every_verb_on_both_27b_sources(tmp_path):
+    """bench/metadata_verbs.py once per case: every verb answers on the 27B-shaped GGUF and HF folder (diff
+    with exit 1: the specs differ), and prints the same in every run. Timings are not checked."""
+    from bench.metadata_verbs import measure, summary
+
+    rows = summary(measure(tmp_path, repeat=1))
+    exits = {(kind, verb): r["exit"] for (_, kind, verb), r in rows.items()}
+    assert exits == {("-", "--help"): 0, **{(kind, verb): int(verb == "diff") for kind in ("gguf", "hf")
+                                            for verb in ("inspect", "check", "plan", "diff")}}
+    assert all(r["stable"] for r in rows.values())
+    diffs = {kind: rows[("this", kind, "diff")]["stdout"].decode() for kind in ("gguf", "hf")}
+    for text in diffs.values():  # only the draft count and what records it differ; no graph
+        assert "max_draft_tokens" in text and ".onnx" not in text

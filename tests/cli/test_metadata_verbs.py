@@ -51,6 +51,16 @@ def _loaded(*argv: str, cwd: Path | None = None, watched: tuple[str, ...] = HEAV
     return result["code"], result["loaded"]
 
 
+def main_quiet(*argv: str) -> int:
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from mtpc.cli.main import main
+
+    with redirect_stdout(StringIO()):
+        return main(list(argv))
+
+
 @pytest.fixture(scope="module")
 def gguf_spec(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("meta")
@@ -135,6 +145,85 @@ def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(ggu
     assert built == [1, 1]
     assert slow.changes == fast.changes
     assert [c.render() for c in slow.report.changes] == [c.render() for c in fast.report.changes]
+
+
+_RUNTIME = {"ort": "{execution_provider: cpu}", "og": "{layout: flat}", "mtp": ""}
+
+
+@pytest.mark.parametrize("setting", [{"ort": "{execution_provider: cpu, max_draft_tokens: 3}"},
+                                     {"mtp": "mtp: {num_speculative_tokens: 2}\n"},
+                                     {"ort": "{execution_provider: cpu, max_draft_tokens: 2}",
+                                      "mtp": "mtp: {num_speculative_tokens: 3}\n"}], ids=["draft", "speculative", "both"])
+def test_diff_of_two_specs_that_differ_in_a_runtime_setting_builds_no_graph(gguf_spec, setting, monkeypatch):
+    """A runtime setting no graph reads (what one decides for a graph, the passes write into the decoder
+    configs): the documents that carry it differ, and no graph is built to say that the graphs do not."""
+    import mtpc
+    from mtpc.emit import graph_files, onnx_graphs
+
+    def spec(name: str, settings: dict) -> Path:
+        path = gguf_spec.parent / f"{name}.yaml"
+        path.write_text(f"mtpc: 1\nname: rt\nsource: {{gguf: m.gguf}}\n{settings['mtp']}quantization:\n"
+                        f"  default: {{keep: source}}\n  overrides: [{{match: embed_tokens.weight, bits: null}}]\n"
+                        f"targets:\n  onnxruntime_genai: {settings['ort']}\n  onnx_genai: {settings['og']}\n")
+        return path
+
+    spec_a, spec_b = spec("runtime_a", _RUNTIME), spec("runtime_b", {**_RUNTIME, **setting})
+    built = []
+    emit = onnx_graphs.emit_onnx_graphs
+    monkeypatch.setattr(onnx_graphs, "emit_onnx_graphs", lambda ir, ctx: built.append(1) or emit(ir, ctx))
+    fast = mtpc.diff(spec_a, spec_b)
+    assert built == []
+    assert "<ir>" in {c.file for c in fast.changes}
+    monkeypatch.setattr(graph_files, "same_graph_inputs", lambda a, b: False)  # every graph is built and read
+    slow = mtpc.diff(spec_a, spec_b)
+    assert built == [1, 1]
+    assert slow.changes == fast.changes
+    assert not any(c.file.endswith(".onnx") for c in slow.changes)
+
+
+def test_the_metadata_yaml_is_rendered_only_when_its_bytes_are_needed(gguf_spec, monkeypatch, tmp_path):
+    """check SPEC, plan against no package and diff read its document; compile renders it, once, and its
+    bytes read back as that document (the driver keeps it for the checks)."""
+    import mtpc
+    from mtpc.emit import inference_metadata
+
+    rendered = []
+    real = inference_metadata._render
+    monkeypatch.setattr(inference_metadata, "_render", lambda *a, **k: rendered.append(1) or real(*a, **k))
+    spec = gguf_spec.parent / "metadata.yaml"
+    spec.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: flat}\n")
+    with build(spec, defer=True, defer_graphs=True) as deferred:
+        document = {a.relpath: a for a in deferred.artifacts}["inference_metadata.yaml"].document
+    assert main_quiet("plan", "-q", str(spec), "--against", str(tmp_path / "none")) == 0
+    mtpc.diff(spec, spec)
+    assert rendered == [] and document["schema_version"] == "v1"
+    with build(spec) as compiled:
+        made = {a.relpath: a for a in compiled.artifacts}["inference_metadata.yaml"]
+        assert made.content is not None and made.document == document
+        assert yaml.safe_load(made.content) == document
+    assert rendered == [1]
+
+
+@pytest.mark.parametrize("other", ["precision: {io_dtype: float16}\n", "mtp: {head: off}\n",
+                                   "mtp: {num_speculative_tokens: 3}\n"])
+def test_diff_of_metadata_documents_is_the_diff_of_their_text(gguf_spec, monkeypatch, other):
+    """`diff SPEC SPEC` compares the metadata's documents, unrendered: the same changes as its rendered text."""
+    import mtpc
+    from mtpc.diffing import files
+
+    spec_a, spec_b = gguf_spec.parent / "doc_a.yaml", gguf_spec.parent / "doc_b.yaml"
+    spec_a.write_text(gguf_spec.read_text() + "targets:\n  onnx_genai: {layout: flat}\n")
+    spec_b.write_text(gguf_spec.read_text() + other + "targets:\n  onnx_genai: {layout: flat}\n")
+    by_document = mtpc.diff(spec_a, spec_b).changes
+    real = files.diff_files
+    monkeypatch.setattr(files, "diff_files", lambda old, new, documents=None: real(old, new))  # the text, parsed
+    by_text = mtpc.diff(spec_a, spec_b).changes
+    changed = {c.file for c in by_text}
+    if "io_dtype" in other:  # every weight's stored dtype
+        assert "quantization.json" in changed
+    if "head" in other:  # the ports the head reads
+        assert "inference_metadata.yaml" in changed
+    assert by_document == by_text and by_text
 
 
 def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
@@ -304,7 +393,7 @@ def test_a_schema_violation_the_checks_now_validate_alone_is_still_a_bug_in_mtpc
             out = []
             for art in emitter(ir, ctx):
                 if art.relpath == victim:
-                    doc = json.loads(art.content)
+                    doc = json.loads(art.read())
                     doc["not_a_field_of_the_schema"] = {"a": "mapping, where the schema allows only plain values"}
                     art = dataclasses.replace(art, content=json.dumps(doc).encode())
                 out.append(art)

@@ -201,3 +201,93 @@ def test_equal_parts_skipped_in_c_give_the_walks_own_changes(old, new, share):
         diffing_module._same = original
     key = lambda c: (repr(c.path), c.kind, repr(c.old), repr(c.new))  # noqa: E731
     assert sorted(map(key, fast)) == sorted(map(key, slow))
+
+
+# ----------------------------------------------------------------------------- dataclass trees diffed by field
+
+
+def _key(c):
+    return (repr(c.path), c.kind, repr(c.old), repr(c.new))
+
+
+def _as_walk(old, new):
+    """What `diff_trees` must give: the walk over both trees made plain, less what is under a field that is the
+    very same object on both sides (a NaN there, which the walk over two plain copies calls changed even from
+    itself, and nothing else)."""
+    import dataclasses
+
+    walk = diff_values(to_plain(old), to_plain(new), "f")
+    same = {f.name for f in dataclasses.fields(old) if getattr(old, f.name) is getattr(new, f.name)
+            and type(getattr(old, f.name)) not in (int, float, str, bool, type(None))}
+    assert all("nan" in repr(c.old) for c in walk if c.path[0] in same)
+    return sorted(_key(c) for c in walk if c.path[0] not in same)
+
+
+@dataclass(frozen=True)
+class _Leafy:
+    x: object = 0
+    pairs: tuple[tuple[str, object], ...] = ()
+    items: tuple = ()
+
+
+@dataclass(frozen=True)
+class _Choosy:
+    """A value naming fields that mean nothing in its state, as QuantScheme does."""
+
+    on: bool = False
+    size: object = 1
+
+    def irrelevant_fields(self):
+        return frozenset() if self.on else frozenset({"size"})
+
+
+@dataclass(frozen=True)
+class _Root:
+    a: object = None
+    leafy: object = None
+    choosy: object = None
+
+
+_VALUES = st.deferred(lambda: _LEAVES | st.builds(_Leafy, _LEAVES, st.lists(st.tuples(st.sampled_from("pq"), _LEAVES),
+                                                                            max_size=2).map(tuple),
+                                                  st.lists(_LEAVES, max_size=2).map(tuple))
+                      | st.builds(_Choosy, st.booleans(), _LEAVES))
+_ROOTS = st.builds(_Root, _VALUES, _VALUES, _VALUES)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_ROOTS, _ROOTS, st.booleans())
+def test_dataclass_trees_diffed_field_by_field_give_the_walks_changes(old, new, share):
+    from dataclasses import replace
+
+    from mtpc.diffing.changes import diff_trees
+
+    if share:  # most fields the same objects, as in two IRs of one model
+        new = replace(old, a=new.a)
+    assert sorted(map(_key, diff_trees(old, new, "f"))) == _as_walk(old, new)
+
+
+def test_every_pair_of_shipped_specs_irs_diffs_field_by_field_as_the_walk():
+    from dataclasses import replace
+    from pathlib import Path
+
+    from mtpc.diffing.changes import diff_trees
+    from mtpc.ir import Targets
+    from mtpc.pipeline.driver import build_ir
+
+    repo = Path(__file__).resolve().parents[2]
+    irs = [build_ir(spec)[0] for spec in sorted((repo / "specs").glob("*.yaml"))]
+    first = irs[0]
+    arch = first.architecture
+    irs += [
+        replace(first, architecture=replace(arch, rms_norm_eps=int(1)), spec_path=None),  # 1 against 1e-6
+        replace(first, architecture=replace(arch, rope=replace(arch.rope, theta=int(arch.rope.theta)))),  # 1e4 vs 1e4.0
+        replace(first, architecture=replace(arch, rms_norm_eps=float("nan"))),
+        replace(first, architecture=replace(arch, tie_word_embeddings=0)),  # False against 0
+        replace(first, targets=Targets(), heads=()),
+        replace(first, weights=first.weights[::-1]),
+        replace(first, quantization=replace(first.quantization, default=replace(first.quantization.default, bits=8))),
+    ]
+    for old in irs:
+        for new in irs:
+            assert sorted(map(_key, diff_trees(old, new, "f"))) == _as_walk(old, new)

@@ -55,8 +55,8 @@ def test_a_deferred_package_lists_the_built_files_and_its_graphs_io(spec, gguf_s
             assert art.interface == contracts[art.relpath] and art.content is None and art.deferred
         # Deferring the graphs changes no other file: configs, metadata and reports are the built ones, byte for byte.
         for art in deferred.artifacts:
-            if art.content is not None:
-                assert art.content == real[art.relpath].content, art.relpath
+            if art.content is not None or art.document is not None:
+                assert art.read() == real[art.relpath].read(), art.relpath
 
 
 def test_reading_a_deferred_graph_builds_the_graphs_once_with_the_built_bytes(monkeypatch):
@@ -96,15 +96,24 @@ def test_compile_builds_the_graphs_it_checks():
 
 
 def _documentary_fields_changed(ir):
-    """The IR with every field `graph_inputs` leaves out set to something else."""
+    """The IR with every field `graph_inputs` leaves out set to something else: what only the documents
+    say, and the runtime settings (every target setting, the head policy, the draft count)."""
     from dataclasses import replace
 
-    from mtpc.ir import QuantizationPlan, QuantOverride, QuantScheme
+    from mtpc.ir import (AttentionMode, HeadPolicy, OnnxGenaiTarget, OrtGenaiTarget, QuantizationPlan, QuantOverride,
+                         QuantScheme, Targets)
 
     plan = QuantizationPlan(default=QuantScheme(bits=8, block_size=128, symmetric=False, accuracy_level=1),
                             overrides=(QuantOverride("*", QuantScheme(bits=4, keep_source=True)),))
+    ort = OrtGenaiTarget(version="9.9.9", execution_provider="cuda", attention=AttentionMode.PAGED, block_size=16,
+                         max_batch_size=3, num_blocks=7, gpu_utilization_factor=0.5, max_draft_tokens=11,
+                         prune_lm_head=True, kv_cache="static")
+    targets = Targets(ort, OnnxGenaiTarget(layout="flat"))  # no spec could ask for these: the builders never see them
+    mtp = replace(ir.mtp, head=HeadPolicy.OFF if ir.mtp.head is not HeadPolicy.OFF else HeadPolicy.ON,
+                  num_speculative_tokens=ir.mtp.num_speculative_tokens + 3)
     return replace(ir, name="another-name", spec_path="/somewhere/else.yaml", notes=("a note no graph reads",),
-                   quantization=plan, weights=tuple(replace(w, rule=f"override {i} (x)") for i, w in enumerate(ir.weights)))
+                   quantization=plan, weights=tuple(replace(w, rule=f"override {i} (x)") for i, w in enumerate(ir.weights)),
+                   targets=targets, mtp=mtp)
 
 
 @pytest.mark.parametrize("spec", [*SPECS, "gguf"], ids=lambda s: s if isinstance(s, str) else s.name)
@@ -132,7 +141,7 @@ def test_graph_inputs_keep_what_the_graphs_are_built_from():
     from dataclasses import replace
 
     from mtpc.emit.graph_files import graph_inputs
-    from mtpc.ir import QuantForm
+    from mtpc.ir import QuantForm, SeedHidden
 
     with build(REPO / "specs" / "qwen35-tiny-mtp.yaml", defer=True, defer_graphs=True) as built:
         ir = built.ir
@@ -140,7 +149,10 @@ def test_graph_inputs_keep_what_the_graphs_are_built_from():
     stored_otherwise = replace(first, form=QuantForm(bits=8, block_size=32, has_zero_points=False))
     for changed in (replace(ir, weights=(stored_otherwise, *ir.weights[1:])),
                     replace(ir, precision=replace(ir.precision, io_dtype="float16")),
-                    replace(ir, architecture=replace(ir.architecture, rms_norm_eps=1e-5))):
+                    replace(ir, architecture=replace(ir.architecture, rms_norm_eps=1e-5)),
+                    # What a runtime setting decides for a graph is in its decoder config (max_draft_tokens: paged state updates).
+                    replace(ir, main=replace(ir.main, state_update_capacity=ir.main.state_update_capacity + 1)),
+                    replace(ir, mtp=replace(ir.mtp, seed_hidden=SeedHidden.PRE_NORM))):
         assert graph_inputs(changed) != graph_inputs(ir)
 
 

@@ -221,3 +221,29 @@ def test_a_synthetic_fingerprint_leaves_out_fields_added_later_while_they_hold_t
     assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=spec))["model_sha256"] == digest
     changed = SyntheticSpec(dataclasses.replace(arch, head_layout=HeadLayout.TRAILING_LAYER), 2, 0.1)
     assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=changed))["model_sha256"] != digest
+
+
+def test_a_checkpoint_is_fingerprinted_once_while_its_files_are_unchanged(tmp_path, monkeypatch):
+    """`diff SPEC SPEC` records one checkpoint for both specs: its files are hashed once; a file rewritten
+    in between (another size, inode or time) is hashed again."""
+    import os
+
+    from mtpc.ir import SourceRef
+
+    directory = write_hf_checkpoint(tmp_path / "ckpt", tiny_arch())
+    hashed = []
+    real = provenance.file_fingerprint
+    monkeypatch.setattr(provenance, "file_fingerprint", lambda path, name: hashed.append(name) or real(path, name))
+    monkeypatch.setattr(provenance, "_last_fingerprint", None)
+    ref = SourceRef("hf", str(directory))
+    first = provenance.source_fingerprint(ref)
+    files = len(hashed)
+    again = provenance.source_fingerprint(ref)
+    assert again == first and again is not first and len(hashed) == files
+    again["files"].clear()  # each record is its own document
+    assert provenance.source_fingerprint(ref) == first
+    config = directory / "config.json"
+    config.write_text(config.read_text() + " ")
+    os.utime(config, ns=(1, 1))
+    changed = provenance.source_fingerprint(ref)
+    assert len(hashed) == 2 * files and changed != first

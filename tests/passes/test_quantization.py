@@ -212,3 +212,28 @@ def test_compile_reports_the_measured_requantization_error(tmp_path, capsys):
     expected = np.abs(quantize_linear(source, 4, 32).dequantize() - source).max()
     assert note.endswith(f"IQ2_XXS -> int4 MatMulNBits block 32 accuracy 4: {expected:.3g} over 1 tensor")
     assert expected > 0
+
+
+@pytest.mark.parametrize("quantization", [
+    "{default: {bits: 4, block_size: 32}, overrides: [{match: embed_tokens.weight, bits: null}, "
+    "{match: lm_head.weight, bits: 8, block_size: 32}, {match: 'layers.1.*', keep: source}]}",
+    "{default: {keep: source}, overrides: [{match: embed_tokens.weight, bits: 8, block_size: 32}, "
+    "{match: '*mlp*', bits: 4, block_size: 64, accuracy_level: 1}]}",
+    "{default: {bits: null}}",
+])
+def test_each_kind_of_weight_decided_once_is_every_weight_decided_alone(tmp_path, quantization):
+    """The pass decides a kind of weight once (role, matching override, the source tensor but its name):
+    the table is what deciding every weight on its own gives."""
+    from mtpc.passes.quantization import decide, execution_provider, profile_accuracy
+
+    mixed = write_gguf(tmp_path / "mixed.gguf", ARCH, seed=1, types=(("*conv1d*", QT.F32), ("*attn_q*", QT.Q4_0),
+                                                                    ("*ffn*", QT.Q8_0), ("*", QT.F16)))
+    kinds = set()
+    for source in (f"{{gguf: {mixed.name}}}", "{synthetic: {seed: 0}}"):
+        ir, _ = _ir(tmp_path, source, quantization)
+        used = [t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp.")]
+        alone = tuple(decide(t, ir.quantization, ir.precision.io_dtype, profile_accuracy(ir), execution_provider(ir))
+                      for t in used)
+        assert ir.weights == alone
+        kinds |= {(w.rule, w.source, w.result) for w in alone}
+    assert len(kinds) > 3

@@ -6,6 +6,10 @@ checkpoint from the test fixtures, so no binary data is checked in) and `expecte
     inspect exit N
     the first line of the message, with {source} for the path `make` returned
 
+or `compile exit N` for what only compile reads (a checkpoint's tokenizer files: `inspect`, `check SPEC`
+and `plan` read metadata only): the checkpoint is compiled by a minimal spec, `{spec}` in the message,
+and nothing may be written.
+
 A new case is a new folder; nothing here changes.
 """
 
@@ -43,11 +47,17 @@ def test_bad_checkpoint(case, tmp_path, monkeypatch):
     monkeypatch.undo()  # the writer's patches end with the writing
     verb_line, message = (case / "expected").read_text().splitlines()[:2]
     verb, _, code = verb_line.split()
+    argv, spec, package = [verb, str(source)], tmp_path / "case.yaml", tmp_path / "package"
+    if verb == "compile":
+        kind = "gguf" if source.suffix == ".gguf" else "hf"
+        spec.write_text(f"mtpc: 1\nname: case\nsource: {{{kind}: '{source}'}}\n")
+        argv = [verb, "-q", str(spec), "-o", str(package)]
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        got = main([verb, str(source)])
+        got = main(argv)
     first = err.getvalue().splitlines()[0] if err.getvalue() else ""
-    assert (got, first) == (int(code), message.format(source=source)), err.getvalue()
+    assert (got, first) == (int(code), message.format(source=source, spec=spec)), err.getvalue()
+    assert not package.exists()
 
 
 def test_every_case_has_an_expectation():

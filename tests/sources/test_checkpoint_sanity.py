@@ -176,20 +176,31 @@ def test_inspect_of_a_sound_checkpoint_has_no_findings(tmp_path, capsys):
         (b'{"model": {}}', "the tokenizers library cannot load it"),
     ],
 )
-def test_a_corrupt_tokenizer_json_is_refused_before_it_is_copied(tmp_path, content, problem):
+def test_a_corrupt_tokenizer_json_is_refused_before_it_is_copied(tmp_path, content, problem, capsys):
     assert problem in tokenizer_json_problem(content)
-    directory = write_hf_checkpoint(tmp_path, ARCH)
+    directory = write_hf_checkpoint(tmp_path / "ckpt", ARCH)
     (directory / "tokenizer.json").write_bytes(content)
+    # Describing names the file (inspect, check SPEC, plan: metadata only); making the package's copy reads and
+    # loads it, and refuses it, naming the checkpoint's file.
+    info = describe(SourceRef("hf", str(directory)))
+    assert "tokenizer.json" in info.tokenizer_names
     with pytest.raises(SourceError, match=rf"tokenizer.json: .*{problem}") as caught:
-        describe(SourceRef("hf", str(directory)))
+        info.tokenizer_files
     assert str(directory / "tokenizer.json") in str(caught.value)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("mtpc: 1\nname: t\nsource: {hf: ckpt}\n")
+    capsys.readouterr()
+    assert main(["compile", str(spec), "-o", str(tmp_path / "out")]) == ExitCode.USAGE
+    assert f"{directory / 'tokenizer.json'}: " in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_corrupt_tokenizer_config_is_refused(tmp_path):
     directory = write_hf_checkpoint(tmp_path, ARCH)
     (directory / "tokenizer_config.json").write_text("{")
+    info = describe(SourceRef("hf", str(directory)))
     with pytest.raises(SourceError, match="tokenizer_config.json: not valid JSON"):
-        describe(SourceRef("hf", str(directory)))
+        info.tokenizer_files
 
 
 def test_a_sound_tokenizer_loads():

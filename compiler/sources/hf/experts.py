@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ...util.arrays import widen_bfloat16
 from ...util.diagnostics import SourceError
+from ...util.lazy_import import lazy_module
 from .safetensors import SafetensorsFile
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")  # read when a weight is: a description of the checkpoint needs none
 
 _PER_EXPERT = re.compile(r"^(?P<owner>.*\.mlp\.experts\.)(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
 _FUSED = re.compile(r"^(?P<owner>.*\.mlp\.experts\.)(?P<proj>gate_up_proj|down_proj)(?:\.weight)?$")
@@ -78,6 +82,8 @@ class ExpertTensor:
             rows = stored.shape[1] // 2
             chosen = chosen[:, self.half * rows : (self.half + 1) * rows]
         if bits is not None:
+            from ...util.arrays import widen_bfloat16
+
             return widen_bfloat16(np.ascontiguousarray(chosen))
         return np.array(chosen, dtype=np.float32)  # a copy: the source's pages may go once it is made
 

@@ -12,22 +12,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import numpy as np
-
-from ...util.arrays import Bfloat16Rows
 from ...util.diagnostics import SourceError
+from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import TensorInfo, Weight, canonical_shapes
 from ..info import SourceInfo
 from . import glm4moe
 from .config import GLM4MOE_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
+from .files import directory_of, folder_state, tokenizer_files, weight_files
 from ..mtp_head import head_verdict
-from ..tokenizer_json import TOKENIZER_FILES, tokenizer_json_problem
 from ..card_facts import hf_card_facts
 from .safetensors import SafetensorsFile
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ...util.arrays import Bfloat16Rows
+else:
+    np = lazy_module("numpy")  # read when a weight is: describing the checkpoint needs none
 
 TEXT_PREFIXES = ("model.language_model.", "model.")
 _OFFSET_NORM_SUFFIXES = (
@@ -81,52 +86,6 @@ def to_canonical_value(canonical: str, raw: np.ndarray) -> np.ndarray:
     return raw
 
 
-# ----------------------------------------------------------------------------- files
-
-
-def _directory(ref: SourceRef) -> Path:
-    if not ref.path:
-        raise SourceError("hf source needs a path (a checkpoint directory with config.json)")
-    path = Path(ref.path)
-    if path.is_file() and path.name == "config.json":
-        path = path.parent
-    if not path.is_dir():
-        raise SourceError(f"{path}: not a checkpoint directory")
-    return path
-
-
-def _weight_files(directory: Path) -> dict[str, list[str]]:
-    """file name -> HF tensor names it holds, from the index or the single file's header."""
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise SourceError(f"{index}: field weight_map is missing or empty")
-        files: dict[str, list[str]] = {}
-        for name, filename in sorted(weight_map.items()):
-            if not isinstance(filename, str) or "/" in filename or "\\" in filename:
-                raise SourceError(f"{index}: weight_map entry {name!r} names no file in this directory")
-            files.setdefault(filename, []).append(name)
-        return files
-    single = directory / "model.safetensors"
-    if single.is_file():
-        return {"model.safetensors": SafetensorsFile(single).names()}
-    raise SourceError(f"{directory}: no model.safetensors or model.safetensors.index.json")
-
-
-def _open_files(directory: Path, files: dict[str, list[str]]) -> dict[str, SafetensorsFile]:
-    opened = {}
-    for filename, names in files.items():
-        if not (directory / filename).is_file():
-            raise SourceError(f"{directory / filename}: missing (listed in model.safetensors.index.json)")
-        st = SafetensorsFile(directory / filename)
-        for name in names:
-            if name not in st:
-                raise SourceError(f"{st.path}: has no tensor {name!r} (listed in model.safetensors.index.json)")
-        opened[filename] = st
-    return opened
-
-
 class _QwenNames:
     """Qwen3.5's names and conventions (this module's functions), as `glm4moe.GlmNames` gives GLM-4.5's."""
 
@@ -161,15 +120,31 @@ def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: P
     return group_experts(entries, str(where))
 
 
+# The last description made: (the reference, the folder's state, the description). `diff SPEC SPEC`
+# lowers two specs of one checkpoint, and a description is a function of the folder's files.
+_last_description: tuple[SourceRef, tuple, SourceInfo] | None = None
+
+
 def describe(ref: SourceRef) -> SourceInfo:
-    directory = _directory(ref)
+    """config.json and the safetensors headers; no tensor data is read, the tokenizer files only named."""
+    global _last_description
+    directory = directory_of(ref)
+    state = folder_state(directory)
+    last = _last_description
+    if last is not None and last[0] == ref and last[1] == state:
+        return last[2]
+    info = _describe(directory)
+    _last_description = (ref, state, info)
+    return info
+
+
+def _describe(directory: Path) -> SourceInfo:
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise SourceError(f"{directory}: no config.json")
     cfg = Config(config_path, read_json(config_path))
     arch = glm4moe.architecture(cfg, directory) if is_glm4moe(cfg) else architecture(cfg, directory)
-    listed = _weight_files(directory)
-    files = _open_files(directory, listed)
+    listed, files = weight_files(directory)
     entries = _canonical_entries(listed, arch, directory)
     facts: list[tuple[str, object]] = [
         ("architectures", ", ".join(cfg.doc["architectures"])),
@@ -186,12 +161,11 @@ def describe(ref: SourceRef) -> SourceInfo:
     for name, value in entries.items():
         for filename, hf_name in parts_of(value):
             storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
-    tokenizer = _tokenizer_files(directory)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
     return SourceInfo(
         architecture=arch,
         storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
-        tokenizer=tokenizer,
+        tokenizer=tokenizer_files(directory),
         facts=tuple(facts),
         tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
         card=hf_card_facts(directory, cfg.doc),
@@ -213,27 +187,6 @@ def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | 
             )
 
 
-def _tokenizer_files(directory: Path) -> tuple[tuple[str, bytes], ...]:
-    """The tokenizer files, each JSON one parsed (and tokenizer.json loaded) before it may be copied."""
-    found = []
-    for fname in TOKENIZER_FILES:
-        path = directory / fname
-        if not path.is_file():
-            continue
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise SourceError(f"{path}: cannot read: {e.strerror}") from None
-        if fname == "tokenizer.json":
-            problem = tokenizer_json_problem(data)
-            if problem is not None:
-                raise SourceError(f"{path}: {problem}")
-        elif fname.endswith(".json"):
-            read_json(path)  # a SourceError naming the file when it is not a JSON object
-        found.append((fname, data))
-    return tuple(found)
-
-
 def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") -> list[str]:
     """Where the tensors contradict config.json (missing, or another shape), from the headers alone."""
     problems = []
@@ -249,16 +202,11 @@ def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") 
 
 def check(ref: SourceRef, info: SourceInfo) -> list[str]:
     """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`); no data is read."""
-    directory = _directory(ref)
-    listed = _weight_files(directory)
-    files = _open_files(directory, listed)
+    directory = directory_of(ref)
+    listed, files = weight_files(directory)
     arch = info.architecture
     entries = _canonical_entries(listed, arch, directory)
-    store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
-    try:
-        return shape_problems(directory, arch, store)
-    finally:
-        store.close()
+    return shape_problems(directory, arch, HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch)))
 
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
@@ -288,10 +236,9 @@ def _group(canonical: str) -> str:
 
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
-    directory = _directory(ref)
+    directory = directory_of(ref)
     arch = info.architecture
-    listed = _weight_files(directory)
-    files = _open_files(directory, listed)
+    listed, files = weight_files(directory)
     entries = _canonical_entries(listed, arch, directory)
     _check_dtypes(files, entries)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
@@ -322,10 +269,10 @@ class HFWeightStore:
         value = self._entries[name]
         if isinstance(value, ExpertTensor):
             filename, hf_name = value.parts[0]
-            return TensorInfo(name, value.shape(self._files), self._files[filename].value_dtype(hf_name).name)
+            return TensorInfo(name, value.shape(self._files), self._files[filename].value_dtype(hf_name))
         filename, hf_name = value
         st = self._files[filename]
-        dtype = "float32" if self._names.needs_conversion(name) else st.value_dtype(hf_name).name
+        dtype = "float32" if self._names.needs_conversion(name) else st.value_dtype(hf_name)
         return TensorInfo(name, st.shape(hf_name), dtype)
 
     def read(self, name: str) -> Weight:
@@ -343,7 +290,11 @@ class HFWeightStore:
             return self.read(name)
         filename, hf_name = value
         bits = None if self._names.needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
-        return Bfloat16Rows(bits) if bits is not None else self.read(name)
+        if bits is None:
+            return self.read(name)
+        from ...util.arrays import Bfloat16Rows
+
+        return Bfloat16Rows(bits)
 
     def read_float(self, name: str) -> np.ndarray:
         value = self.read(name)
@@ -351,6 +302,8 @@ class HFWeightStore:
 
     def read_float_rows(self, name: str) -> "np.ndarray | Bfloat16Rows":
         """`read_float`, or a bfloat16 tensor as `Bfloat16Rows` (its rows widened when sliced)."""
+        from ...util.arrays import Bfloat16Rows
+
         rows = self.read_rows(name)
         return rows if isinstance(rows, Bfloat16Rows) else self.read_float(name)
 

@@ -2,7 +2,9 @@
 
 Reading memory-maps the file once; each tensor is a view into that map, so
 nothing is loaded until used. numpy has no bfloat16: BF16 tensors are widened to
-float32 on read (exact: bf16 is the upper half of a float32).
+float32 on read (exact: bf16 is the upper half of a float32). The header alone
+needs no numpy (imported when a tensor is first read): `check SPEC` and `inspect`
+read headers only.
 """
 
 from __future__ import annotations
@@ -12,23 +14,30 @@ import math
 import mmap
 import struct
 from pathlib import Path
-import numpy as np
+from typing import TYPE_CHECKING
 
-from ...util.arrays import widen_bfloat16
 from ...util.diagnostics import SourceError
+from ...util.lazy_import import lazy_module
 from ..pages import release_pages
 
-_NUMPY_DTYPES = {
-    "F64": np.dtype("<f8"),
-    "F32": np.dtype("<f4"),
-    "F16": np.dtype("<f2"),
-    "BF16": np.dtype("<u2"),  # raw bits; widened on read
-    "I64": np.dtype("<i8"),
-    "I32": np.dtype("<i4"),
-    "I16": np.dtype("<i2"),
-    "I8": np.dtype("i1"),
-    "U8": np.dtype("u1"),
-    "BOOL": np.dtype("?"),
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")
+
+# Each safetensors dtype as numpy stores it (BF16 as its raw bits, widened on read): the numpy type
+# string, its size in bytes, and the numpy dtype name of what `read` returns.
+_DTYPES = {
+    "F64": ("<f8", 8, "float64"),
+    "F32": ("<f4", 4, "float32"),
+    "F16": ("<f2", 2, "float16"),
+    "BF16": ("<u2", 2, "float32"),
+    "I64": ("<i8", 8, "int64"),
+    "I32": ("<i4", 4, "int32"),
+    "I16": ("<i2", 2, "int16"),
+    "I8": ("i1", 1, "int8"),
+    "U8": ("u1", 1, "uint8"),
+    "BOOL": ("?", 1, "bool"),
 }
 _MAX_HEADER = 100 * 1024 * 1024
 _MAX_RANK = 8
@@ -84,7 +93,7 @@ class SafetensorsFile:
     def _check_entry(self, name: str, entry: object) -> None:
         """A header entry is usable: a known dtype and a byte range that matches its shape."""
         dtype = entry.get("dtype") if isinstance(entry, dict) else None
-        if not isinstance(dtype, str) or dtype not in _NUMPY_DTYPES:
+        if not isinstance(dtype, str) or dtype not in _DTYPES:
             raise SourceError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")  # type: ignore[union-attr]
         if not isinstance(shape, list) or len(shape) > _MAX_RANK or not all(_is_count(d) for d in shape):
@@ -95,7 +104,7 @@ class SafetensorsFile:
             raise SourceError(f"{self.path}: tensor {name!r} has malformed data_offsets {offsets!r}")
         begin, end = offsets
         # Python integers: a hostile shape cannot overflow into a matching size.
-        if end - begin != math.prod(shape) * _NUMPY_DTYPES[dtype].itemsize:
+        if end - begin != math.prod(shape) * _DTYPES[dtype][1]:
             raise SourceError(f"{self.path}: tensor {name!r} byte range does not match its shape and dtype")
 
     def names(self) -> list[str]:
@@ -110,10 +119,9 @@ class SafetensorsFile:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._entries[name]["shape"])
 
-    def value_dtype(self, name: str) -> np.dtype:
-        """The numpy dtype `read` returns (float32 for BF16)."""
-        code = self._entries[name]["dtype"]
-        return np.dtype(np.float32) if code == "BF16" else _NUMPY_DTYPES[code]
+    def value_dtype(self, name: str) -> str:
+        """The name of the numpy dtype `read` returns ("float32" for BF16), known from the header alone."""
+        return _DTYPES[self._entries[name]["dtype"]][2]
 
     def close(self) -> None:
         """Drop this file's map; views already handed out keep it alive until they go."""
@@ -143,7 +151,11 @@ class SafetensorsFile:
     def read(self, name: str) -> np.ndarray:
         """The tensor: a read-only memmap view, or a float32 copy for BF16."""
         stored = self._stored(name)
-        return widen_bfloat16(stored) if self._entries[name]["dtype"] == "BF16" else stored
+        if self._entries[name]["dtype"] != "BF16":
+            return stored
+        from ...util.arrays import widen_bfloat16
+
+        return widen_bfloat16(stored)
 
     def read_bfloat16_bits(self, name: str) -> np.ndarray | None:
         """A BF16 tensor's raw bits (uint16, a read-only memmap view), for widening where they are
@@ -154,7 +166,7 @@ class SafetensorsFile:
         """The tensor as stored (BF16 as its raw uint16 bits): a read-only memmap view, zeros when empty."""
         entry = self._entries[name]
         begin, end = entry["data_offsets"]
-        dtype, shape = _NUMPY_DTYPES[entry["dtype"]], tuple(entry["shape"])
+        dtype, shape = np.dtype(_DTYPES[entry["dtype"]][0]), tuple(entry["shape"])
         if end == begin:
             return np.zeros(shape, dtype)
         return self._mapped()[begin:end].view(dtype).reshape(shape)
