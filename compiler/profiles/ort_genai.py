@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..util.diagnostics import MtpcError
 from ..ir import IO_DTYPES, AttentionMode, OrtGenaiTarget
 
 # Where a target's settings live in a spec; `TargetProblem.key` is relative to it.
