@@ -72,3 +72,11 @@ def test_the_readmes_set_up_commands_run_after_the_install(tmp_path):
         ran = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=900,
                              env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
         assert ran.returncode == 0, f"{command}:\n{ran.stdout}\n{ran.stderr}"
+
+
+def test_ci_runs_the_readmes_test_command():
+    """`.ci/run` ends in the README's test command, character for character, so CI tests what a newcomer runs."""
+    (test_command,) = [b.strip() for n, b in blocks("sh") if n.startswith("README.md") and "-m pytest" in b]
+    ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert ci_lines[-1] == test_command
