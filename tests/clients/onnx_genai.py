@@ -204,8 +204,9 @@ def check_written_packages() -> None:
 
     @functools.wraps(original)
     def write_package(artifacts, out_dir, **kwargs):
-        original(artifacts, out_dir, **kwargs)
+        written = original(artifacts, out_dir, **kwargs)
         check_written(Path(out_dir))
+        return written
 
     write.write_package = write_package
 
