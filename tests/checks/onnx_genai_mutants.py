@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tests.fixtures.package_files import remanifest
+
 CONFIG = "config.json"
 METADATA = "inference_metadata.yaml"
 SIDECAR = "mtp_sidecar/mtp_sidecar.onnx"
@@ -168,9 +170,11 @@ MUTANTS = [
 
 
 def prepare(compiled: Path, destination: Path, workflow_metadata: Path | None = None) -> Path:
-    """A copy of the compiled package (or, given the workflow metadata mtpc wrote before, that package)."""
+    """A copy of the compiled package (or, given the workflow metadata mtpc wrote before, that package, its
+    manifest rewritten as if mtpc had written it so)."""
     shutil.copytree(compiled, destination)
     if workflow_metadata is not None:
         _sidecar_at_the_root(destination)
         shutil.copyfile(workflow_metadata, destination / METADATA)
+        remanifest(destination)
     return destination

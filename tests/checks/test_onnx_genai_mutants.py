@@ -23,6 +23,7 @@ import mtpc
 from mtpc.output.write import write_package
 from mtpc.pipeline.driver import build
 from tests.clients import onnx_genai
+from tests.fixtures.package_files import remanifest
 from tests.fixtures.shared import shared_file
 
 from .onnx_genai_mutants import CONFIG, METADATA, MUTANTS, Mutant, prepare
@@ -54,7 +55,8 @@ def _mutated(compiled, tmp_path, mutant: Mutant, base: str) -> Path:
     workflow = WORKFLOW_METADATA if mutant.base == "workflow" else None
     package = prepare(compiled[base], tmp_path / f"m{mutant.id}", workflow)
     mutant.apply(package)
-    return package
+    # As if written so: the finding at the mutated field is what fails the check, not the manifest's hash.
+    return remanifest(package)
 
 
 @pytest.mark.parametrize("mutant, base", _cases())

@@ -224,7 +224,8 @@ def test_plan_refuses_what_compile_refuses_whatever_the_flags_in_compiles_words(
     write_hf_checkpoint(in_tmp / "ckpt", tiny_arch())
     spec = in_tmp / "specs" / "hf.yaml"
     spec.parent.mkdir()
-    spec.write_text("mtpc: 1\nname: hf\nsource: {hf: ../ckpt}\n", encoding="utf-8")
+    # onnxruntime-genai alone: the test checkpoint ships no tokenizer.json, which an onnx-genai target needs
+    spec.write_text("mtpc: 1\nname: hf\nsource: {hf: ../ckpt}\ntargets:\n  onnxruntime_genai: {}\n", encoding="utf-8")
     (in_tmp / "a_file").write_text("x", encoding="utf-8")
     before = tree(in_tmp)
     for destination in ("ckpt", "specs", ".", "a_file"):
