@@ -5,26 +5,20 @@ per-head RMSNorm of q and k before the rotation, NeoX half-split RoPE on the fir
 `head_dim * partial_rotary_factor` channels (one position per token), no output gate. Every layer
 is full attention; the first `moe.dense_layers` have a SwiGLU MLP, the others GLM's sigmoid-routed
 sparse block (`moe.py`, `moe_routing.py`). Norms are plain RMSNorm scales (sources pass them through).
-The MTP head (`mtp_head.py`) builds its decoder layer with `attention` below.
+The main decoder is the shared skeleton (`decoder.py`) with `attention` below as every layer's mixer;
+the MTP head (`mtp_head.py`) builds its decoder layer with it too.
 """
 
 from __future__ import annotations
 
 import onnx_ir as oir
 
-from ..ir.contracts import EMBEDDING_INITIALIZER
-from ..ir import Architecture, ModelIR, SeedHidden
+from ..ir import Architecture, LayerKind, ModelIR
 from ..profiles.kernels import NO_FUSION, FusedKernels
-from .blocks import (
-    Residual, Rotary, SequenceOps, add_norm, cast, embed, initializer_name, lm_head, project, project_all,
-    residual_block, rms_norm, rotary, rotate_heads, split_heads,
-)
-from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
-from .moe import feed_forward
+from .blocks import Rotary, SequenceOps, initializer_name, project, project_all, rms_norm, rotate_heads, split_heads
+from .builder import BuiltGraph, GraphBuilder, GraphData
+from .decoder import LayerSite, Mixer, Progress, build_decoder
 from .parameters import ParameterSource
-from .qwen35 import Progress, has_position_rows
-from .roles import input_name, output_name
-from .sequence import sequence_ops
 
 
 def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch: Architecture, rot: Rotary,
@@ -54,40 +48,18 @@ def _add_bias(b: GraphBuilder, x: oir.Value, canonical: str, proj: str) -> oir.V
 
 def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: Progress,
                kernels: FusedKernels = NO_FUSION) -> BuiltGraph:
-    arch, cfg = ir.architecture, ir.main
-    contract = cfg.contract
-    b = GraphBuilder("main", params, data, kernels)
-    b.declare_inputs(contract)
-    ops = sequence_ops(b, cfg)
-    stream = Residual(embed(b, b.inputs[input_name(cfg, "input_ids")],
-                            params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER)))
-    positions = contract.input(input_name(cfg, "position_ids"))
-    rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
-    outputs: dict[str, oir.Value] = {}
+    return build_decoder(ir, params, data, progress, kernels, _mixer)
 
-    for i, kind in enumerate(arch.layer_kinds):
-        progress(f"{cfg.filename}: layer {i} ({kind.value})")
 
-        def mixer(h: oir.Value, i=i) -> oir.Value:
-            out, key, value = attention(b, ops, h, f"layers.{i}.", arch, rot,
-                                        b.inputs[input_name(cfg, "past_key_names", i)],
-                                        b.inputs[input_name(cfg, "past_value_names", i)])
-            outputs[output_name(cfg, "present_key_names", i)] = key
-            outputs[output_name(cfg, "present_value_names", i)] = value
-            return out
+def _mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
+    if kind is not LayerKind.FULL_ATTENTION:  # lowering accepts only full attention for this family
+        raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the GLM-4.5 graph builder")
 
-        with b.scope(f"layers.{i}"):
-            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer, feed_forward(arch, i))
+    def full(h: oir.Value) -> oir.Value:
+        out, key, value = attention(site.b, site.ops, h, f"layers.{i}.", site.arch, site.rot,
+                                    site.input("past_key_names", i), site.input("past_value_names", i))
+        site.present("present_key_names", i, key)
+        site.present("present_value_names", i, value)
+        return out
 
-    normed, stream = add_norm(b, stream, "norm.weight", arch.rms_norm_eps, "norm")
-    head_rows = normed
-    if cfg.input_name("logits_indices") is not None:
-        head_rows = b.op("Gather", [normed, b.inputs[input_name(cfg, "logits_indices")]], {"axis": 0},
-                         name="lm_head/selected_rows/Gather")
-    logits_name = output_name(cfg, "logits")
-    outputs[logits_name] = cast(b, lm_head(b, head_rows), ONNX_DTYPES[contract.output(logits_name).dtype],
-                                "logits/Cast", b.io_dtype)
-    hidden_name = cfg.output_name("hidden_states")  # dropped when no head reads it
-    if hidden_name is not None:
-        outputs[hidden_name] = normed if ir.mtp.seed_hidden is SeedHidden.POST_NORM else stream.base
-    return b.finish(contract, outputs)
+    return full

@@ -26,7 +26,7 @@ from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
 from .families import attention_block
 from .moe import feed_forward
 from .parameters import ParameterSource
-from .qwen35 import Progress, has_position_rows
+from .decoder import Progress, has_position_rows
 from .roles import input_name, output_name
 from .sequence import sequence_ops
 
