@@ -129,20 +129,25 @@ QWEN35 = GGUFNames(
     nextn_fallback=((Rule("nextn.shared_head_norm.weight", "mtp.norm.weight", ("H",)), "output_norm.weight"),),
 )
 
-# Qwen3.5-MoE: the same blocks with the sparse FFN in place of the MLP, the nextn block's included.
-# The converter stacks the experts per projection ([E, I, H] / [E, H, I] in numpy order) and keeps
-# the shared expert's gate as a [1, H] linear.
+# The routed experts, stacked per projection ([E, I, H] / [E, H, I] in numpy order), and the shared
+# expert, as llama.cpp's converter writes them for both MoE families.
+_EXPERTS = (
+    Rule("ffn_gate_exps.weight", "mlp.experts.gate_proj.weight", ("E", "EI", "H")),
+    Rule("ffn_up_exps.weight", "mlp.experts.up_proj.weight", ("E", "EI", "H")),
+    Rule("ffn_down_exps.weight", "mlp.experts.down_proj.weight", ("E", "H", "EI")),
+    Rule("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ("SI", "H")),
+    Rule("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ("SI", "H")),
+    Rule("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", ("H", "SI")),
+)
+
+# Qwen3.5-MoE: the same blocks with the sparse FFN in place of the MLP, the nextn block's included; the
+# shared expert's gate is a [1, H] linear.
 QWEN35MOE = replace(
     QWEN35,
     family="qwen35moe",
     ffn=(
         Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
-        Rule("ffn_gate_exps.weight", "mlp.experts.gate_proj.weight", ("E", "EI", "H")),
-        Rule("ffn_up_exps.weight", "mlp.experts.up_proj.weight", ("E", "EI", "H")),
-        Rule("ffn_down_exps.weight", "mlp.experts.down_proj.weight", ("E", "H", "EI")),
-        Rule("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ("SI", "H")),
-        Rule("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ("SI", "H")),
-        Rule("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", ("H", "SI")),
+        *_EXPERTS,
         Rule("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", ("ONE", "H")),
     ),
 )
@@ -168,12 +173,7 @@ GLM4MOE = GGUFNames(
     ffn=(
         Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
         Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
-        Rule("ffn_gate_exps.weight", "mlp.experts.gate_proj.weight", ("E", "EI", "H")),
-        Rule("ffn_up_exps.weight", "mlp.experts.up_proj.weight", ("E", "EI", "H")),
-        Rule("ffn_down_exps.weight", "mlp.experts.down_proj.weight", ("E", "H", "EI")),
-        Rule("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ("SI", "H")),
-        Rule("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ("SI", "H")),
-        Rule("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", ("H", "SI")),
+        *_EXPERTS,
     ),
     dense_ffn=QWEN35.ffn,
     nextn_required=QWEN35.nextn_required,
