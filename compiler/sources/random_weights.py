@@ -48,6 +48,15 @@ def linear_weight(name: str, seed: int, out_features: int, in_features: int) -> 
     return w.astype(np.float32)
 
 
+
+def swiglu_weights(prefix: str, seed: int, intermediate: int, hidden: int) -> dict[str, np.ndarray]:
+    """A SwiGLU MLP's gate, up and down projections under `prefix` (an expert, a shared expert or a dense MLP)."""
+    return {
+        prefix + "gate_proj.weight": linear_weight(prefix + "gate_proj.weight", seed, intermediate, hidden),
+        prefix + "up_proj.weight": linear_weight(prefix + "up_proj.weight", seed, intermediate, hidden),
+        prefix + "down_proj.weight": linear_weight(prefix + "down_proj.weight", seed, hidden, intermediate),
+    }
+
 def _offset_norm(name: str, seed: int, size: int, scale: float) -> np.ndarray:
     return (scale * rng(seed, name).standard_normal(size)).astype(np.float32)
 
@@ -99,13 +108,7 @@ def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float) ->
     if arch.moe is not None:
         out.update(_sparse_moe(prefix + "mlp.", arch, seed))
         return out
-    out.update(
-        {
-            prefix + "mlp.gate_proj.weight": linear_weight(prefix + "mlp.gate_proj.weight", seed, inter, h),
-            prefix + "mlp.up_proj.weight": linear_weight(prefix + "mlp.up_proj.weight", seed, inter, h),
-            prefix + "mlp.down_proj.weight": linear_weight(prefix + "mlp.down_proj.weight", seed, h, inter),
-        }
-    )
+    out.update(swiglu_weights(prefix + "mlp.", seed, inter, h))
     return out
 
 
@@ -117,14 +120,8 @@ def _sparse_moe(p: str, arch: Architecture, seed: int) -> dict[str, np.ndarray]:
     h, i, s = arch.hidden_size, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
     out = {p + "gate.weight": 2.0 * linear_weight(p + "gate.weight", seed, moe.num_experts, h)}
     for e in range(moe.num_experts):
-        q = f"{p}experts.{e}."
-        out[q + "gate_proj.weight"] = linear_weight(q + "gate_proj.weight", seed, i, h)
-        out[q + "up_proj.weight"] = linear_weight(q + "up_proj.weight", seed, i, h)
-        out[q + "down_proj.weight"] = linear_weight(q + "down_proj.weight", seed, h, i)
-    q = p + "shared_expert."
-    out[q + "gate_proj.weight"] = linear_weight(q + "gate_proj.weight", seed, s, h)
-    out[q + "up_proj.weight"] = linear_weight(q + "up_proj.weight", seed, s, h)
-    out[q + "down_proj.weight"] = linear_weight(q + "down_proj.weight", seed, h, s)
+        out.update(swiglu_weights(f"{p}experts.{e}.", seed, i, h))
+    out.update(swiglu_weights(p + "shared_expert.", seed, s, h))
     out[p + "shared_expert_gate.weight"] = linear_weight(p + "shared_expert_gate.weight", seed, 1, h)
     return out
 

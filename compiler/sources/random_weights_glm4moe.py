@@ -19,7 +19,7 @@ import numpy as np
 
 from ..ir import Architecture
 from ..weights import ArrayWeightStore
-from .random_weights import linear_weight, rng, stack_experts
+from .random_weights import linear_weight, rng, stack_experts, swiglu_weights
 
 PREFIX = "model."
 # The head's own tensors beside its decoder layer, HF name under `model.layers.{L}.` -> canonical.
@@ -60,9 +60,7 @@ def _layer(p: str, arch: Architecture, seed: int, nscale: float, *, sparse: bool
     m = p + "mlp."
     if not sparse:
         inter = arch.intermediate_size
-        out[m + "gate_proj.weight"] = linear_weight(m + "gate_proj.weight", seed, inter, h)
-        out[m + "up_proj.weight"] = linear_weight(m + "up_proj.weight", seed, inter, h)
-        out[m + "down_proj.weight"] = linear_weight(m + "down_proj.weight", seed, h, inter)
+        out.update(swiglu_weights(m, seed, inter, h))
         return out
     moe = arch.moe
     assert moe is not None
@@ -71,14 +69,8 @@ def _layer(p: str, arch: Architecture, seed: int, nscale: float, *, sparse: bool
     if moe.selection_bias:
         out[m + "gate.e_score_correction_bias"] = _bias(m + "gate.e_score_correction_bias", seed, moe.num_experts)
     for e in range(moe.num_experts):
-        q = f"{m}experts.{e}."
-        out[q + "gate_proj.weight"] = linear_weight(q + "gate_proj.weight", seed, i, h)
-        out[q + "up_proj.weight"] = linear_weight(q + "up_proj.weight", seed, i, h)
-        out[q + "down_proj.weight"] = linear_weight(q + "down_proj.weight", seed, h, i)
-    q = m + "shared_experts."
-    out[q + "gate_proj.weight"] = linear_weight(q + "gate_proj.weight", seed, s, h)
-    out[q + "up_proj.weight"] = linear_weight(q + "up_proj.weight", seed, s, h)
-    out[q + "down_proj.weight"] = linear_weight(q + "down_proj.weight", seed, h, s)
+        out.update(swiglu_weights(f"{m}experts.{e}.", seed, i, h))
+    out.update(swiglu_weights(m + "shared_experts.", seed, s, h))
     return out
 
 
