@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, Span
+from ..util.user_files import read_user_file
 
 # Short, varied, plain ASCII (any tokenizer encodes them): code, a list, prose, a question, a table.
 BUILT_IN = (
@@ -22,16 +23,11 @@ BUILT_IN = (
 
 def read_prompts(path: str | Path) -> tuple[tuple[int, str], ...]:
     """(line number, text) of each non-blank line of `path`; an unreadable or empty file is a usage error (exit 2)."""
+    raw = read_user_file(path, "prompts file")
     try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise MtpcError.single(f"prompts file {str(path)!r} does not exist", exit_code=ExitCode.USAGE) from None
-    except IsADirectoryError:
-        raise MtpcError.single(f"prompts file {str(path)!r} is a directory", exit_code=ExitCode.USAGE) from None
-    except OSError as error:
-        raise MtpcError.single(f"cannot read prompts file {str(path)!r}: {error.strerror or error}", exit_code=ExitCode.USAGE) from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = text_line(Path(path).read_bytes(), error.start)
+        line = text_line(raw, error.start)
         raise MtpcError(
             [Diagnostic(f"prompts file is not UTF-8 text ({error.reason})", span=Span(str(path), line, 1))], ExitCode.USAGE
         ) from None

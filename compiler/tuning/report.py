@@ -22,6 +22,7 @@ from ..emit.provenance_record import PROVENANCE_NAME
 from ..emit.quantization_report import REPORT_NAME as QUANTIZATION_REPORT
 from ..schema.validation import errors as schema_errors, json_pointer
 from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, Span
+from ..util.user_files import read_user_file
 from ..util.version import __version__
 from .predict import MARGIN, Prediction
 from .schedule import StepCosts
@@ -183,17 +184,7 @@ _HINT = "give the JSON `mtpc tune DIR --format json` printed"
 
 
 def _report_text(path: Path) -> str:
-    try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_REPORT_BYTES + 1)
-    except FileNotFoundError:
-        raise MtpcError.single(f"tune report {str(path)!r} does not exist", exit_code=ExitCode.USAGE) from None
-    except IsADirectoryError:
-        raise MtpcError.single(f"tune report {str(path)!r} is a directory", exit_code=ExitCode.USAGE) from None
-    except OSError as error:
-        raise MtpcError.single(f"cannot read tune report {str(path)!r}: {error.strerror or error}", exit_code=ExitCode.USAGE) from None
-    if len(raw) > MAX_REPORT_BYTES:
-        raise MtpcError.single(f"tune report {str(path)!r} is larger than 1 MiB: not a tune report", exit_code=ExitCode.USAGE, hint=_HINT)
+    raw = read_user_file(path, "tune report", max_bytes=MAX_REPORT_BYTES, too_large=": not a tune report", hint=_HINT)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
