@@ -1,14 +1,16 @@
-"""llama.cpp's `llama-bench`, built once per machine from the llama-cpp-python sdist the tests use.
+"""llama.cpp's tools (`llama-bench`, `llama-quantize`, `llama-speculative-simple`), built once per machine
+from the llama-cpp-python sdist the tests use.
 
     python bench/llama_bench_build.py          # prints the binaries' paths; builds them first if absent
 
 The sdist (same version and sha256 as tests/clients/llama_cpp.py) vendors llama.cpp's C++
 sources under `vendor/llama.cpp/`. We configure it with cmake (CPU only, native
-instructions, no curl, no tests or server) and build just `llama-bench` and `llama-quantize`
-(which makes the Q4_0 file from the converter's output), which takes a while on two cores,
-so the result is cached outside the repository:
+instructions, no curl, no tests or server) and build just `llama-bench`, `llama-quantize`
+(which makes the Q4_0 file from the converter's output) and the `llama-speculative-simple`
+example (greedy speculative decoding, `--spec-type draft-mtp` for a GGUF's MTP head), which
+takes a while on two cores, so the result is cached outside the repository:
 
-    ${MTPC_BENCH_CACHE:-~/.cache/mtpc-bench}/llama.cpp-<version>/bin/{llama-bench,llama-quantize}
+    ${MTPC_BENCH_CACHE:-~/.cache/mtpc-bench}/llama.cpp-<version>/bin/{llama-bench,llama-quantize,llama-speculative-simple}
 
 `llama_cpp_python()` gives llama-cpp-python itself (the Python bindings over the same llama.cpp,
 for logits at every position: bench/kquant_numerics.py), built by pip from the same sdist (its
@@ -34,11 +36,12 @@ from tests.clients import llama_cpp  # noqa: E402  (the sdist's version, sha256 
 
 CMAKE_OPTIONS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_OPENMP=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_OPENMP=OFF",
 ]
 
 
-TARGETS = ("llama-bench", "llama-quantize")
+# Examples are configured (speculative-simple is one) but only these targets are built.
+TARGETS = ("llama-bench", "llama-quantize", "llama-speculative-simple")
 
 
 def cache_dir() -> Path:
@@ -51,7 +54,7 @@ def binary(name: str = "llama-bench") -> Path:
 
 
 def llama_tools(log=sys.stderr) -> dict[str, Path]:
-    """The cached llama-bench and llama-quantize, built first if absent (minutes on two cores).
+    """The cached tools of TARGETS, built first if absent (minutes on two cores).
 
     The build tree (`.llama.cpp-<version>-build` beside the cache) survives an interrupted
     build, so the next run continues it; the binaries are copied into `bin/` only once both
