@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..util.lazy_import import lazy_module
-from ..checks import GENAI_CONFIG
+from ..measure.speculation import head_folder
 from .verify_runner import GraphRunner, runtime_step
 from .verify_tolerance import AsBuiltWeights, stores_quantized, strict_greedy, tolerance_for
 
@@ -66,21 +66,6 @@ def _why_tokens_differ(report: Report) -> str:
 def is_paged(cfg: dict) -> bool:
     decoder = (cfg.get("model") or {}).get("decoder") or {}
     return "dynamic_batching" in (cfg.get("engine") or {}) or "block_table" in (decoder.get("inputs") or {})
-
-
-def _head_folder(root: Path, cfg: dict) -> Path | None:
-    """The folder whose genai_config.json makes the MTP head an og.Model of its own."""
-    head_file = ((cfg.get("model") or {}).get("mtp") or {}).get("filename")
-    if not head_file:
-        return None
-    for sub in sorted(root.rglob(GENAI_CONFIG)):
-        if sub.parent == root:
-            continue
-        dec = (json.loads(sub.read_text("utf-8")).get("model") or {}).get("decoder") or {}
-        rel = PurePosixPath(sub.parent.relative_to(root).as_posix()) / str(dec.get("filename", ""))
-        if str(rel) == head_file:
-            return sub.parent
-    return None
 
 
 def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
@@ -191,7 +176,7 @@ def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, pr
         report.notes.append(f"greedy tokens differ from the reference ({_why_tokens_differ(report)}): "
                             f"{report.greedy} vs {report.reference_greedy}")
 
-    head_dir = _head_folder(root, cfg)
+    head_dir = head_folder(root, cfg)
     if head_dir is None:
         if (cfg.get("model") or {}).get("mtp"):
             report.notes.append("no folder with the head's own genai_config.json: speculative decoding not run")
