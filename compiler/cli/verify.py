@@ -244,7 +244,7 @@ def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report
             exit_code=ExitCode.USAGE,
         )
     progress("reading weights for the reference")
-    weights = sources.open_weights(ir.source, info)
+    weights = sources.open_model_weights(ir, info)
     try:
         compare_package(args, root, cfg, prompt, report, progress, ir, weights)
     finally:

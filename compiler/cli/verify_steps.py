@@ -105,14 +105,26 @@ def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progres
     if mtp.get("filename") and arch.mtp_num_layers > 0:
         progress(f"running {mtp['filename']} on onnxruntime")
         head = GraphRunner(root / mtp["filename"], mtp.get("inputs", {}), mtp.get("outputs", {}), mtp.get("num_hidden_layers", 1), arch.head_dim)
-        head_ref = MtpHeadReference(arch, weights)
+        vocabulary = ir.mtp.draft_vocabulary
+        head_ref = MtpHeadReference(arch, weights, own_lm_head=ir.mtp.own_lm_head,
+                                    draft_vocabulary=None if vocabulary is None else vocabulary.ids)
         # The head at position t reads token t+1 and the trunk's hidden state at t.
         ids = list(prompt[1:]) + [step_token]
         seed = np.asarray(ref_seed, np.float64)
         want_logits, want_hidden, _ = head_ref.forward(np.asarray([ids]), seed, np.arange(len(ids))[None, :])
         hidden_input = (mtp.get("inputs") or {}).get("hidden_states", "hidden_states")
         got = head.run(ids, {hidden_input: seed})
-        report.compare("mtp head logits", got[head.outputs.get("logits", "logits")], want_logits, tolerance)
+        got_logits = got[head.outputs.get("logits", "logits")]
+        if vocabulary is None:
+            report.compare("mtp head logits", got_logits, want_logits, tolerance)
+        else:
+            kept = np.asarray(vocabulary.ids)
+            report.compare("mtp head logits (draft vocabulary)", got_logits[..., kept], want_logits[..., kept], tolerance)
+            others = np.delete(got_logits, kept, axis=-1)
+            lowest = float(np.finfo(got_logits.dtype).min)
+            report.agree("mtp head logits outside the draft vocabulary", bool(np.all(others == lowest)),
+                         f"all {others.shape[-1]} per row are {lowest:g}" if np.all(others == lowest)
+                         else f"{int(np.sum(others != lowest))} of them are not {lowest:g}")
         hidden_out = (mtp.get("outputs") or {}).get("hidden_states", "hidden_states_out")
         if hidden_out in got:
             report.compare("mtp head hidden state", got[hidden_out], want_hidden, tolerance)

@@ -6,7 +6,8 @@ at a time from the weight store, only when the artifact is written.
 
 One copy of the weights the main model and the onnxruntime-genai head both read
 (embedding, LM head): they live in the head's data file (`mtp/mtp.onnx.data`),
-which the main graph names as `mtp/mtp.onnx.data` and the head as `mtp.onnx.data`.
+which the main graph names as `mtp/mtp.onnx.data` and the head as `mtp.onnx.data` (a head with its
+own LM head, `mtp.lm_head: own`, shares the embedding only).
 The other direction is closed: onnxruntime refuses external data outside the
 model's folder ("External data path escapes model directory" for
 `../model.onnx.data`), and og.MtpGenerator loads the head from a folder of its own.
@@ -48,7 +49,11 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
                              io_dtype=ir.precision.io_dtype)
 
     built: list[tuple[str, BuiltGraph]] = []
-    main_data = GraphData(ir.main.filename, DataFile(ir.main.filename + ".data"), head_file, is_shareable)
+    # A head with an LM head of its own (`mtp.lm_head.weight`) reads only the embedding from the main model.
+    def head_reads(name: str) -> bool:
+        return is_shareable(name) and not (ir.mtp.own_lm_head and name.startswith(LM_HEAD_PREFIX))
+
+    main_data = GraphData(ir.main.filename, DataFile(ir.main.filename + ".data"), head_file, head_reads)
     build_main = main_builder(ir.architecture)
     built.append((ir.main.filename, build_main(ir, params, main_data, ctx.progress, kernels(ir.main))))
     if head_file is not None:

@@ -192,6 +192,9 @@ def record(ir: ModelIR, spec_path: str | Path | None) -> dict:
     doc: dict = {"format_version": FORMAT_VERSION, "mtpc_version": __version__}
     if spec_path is not None:
         doc["spec"] = spec_record(spec_path)
+    vocabulary = ir.mtp.draft_vocabulary
+    if vocabulary is not None and vocabulary.counts_sha256 is not None and ir.mtp.emit_head:
+        doc["draft_counts"] = {"file": vocabulary.counts_file, "sha256": vocabulary.counts_sha256}
     doc["source"] = source_fingerprint(ir.source)
     doc["runtime_profiles"] = runtime_profiles(ir)
     return doc
@@ -251,6 +254,12 @@ def compare(recorded: Mapping, ir: ModelIR, spec_path: str | Path | None) -> lis
                 f"(sha256 {str(spec.get('sha256'))[:12]}), not {given['file']} (sha256 {given['sha256'][:12]})"
                 + _spec_text_difference(spec_text(spec), spec_text(given)),
             ))
+    counts, vocabulary = recorded.get("draft_counts"), ir.mtp.draft_vocabulary
+    now = vocabulary.counts_sha256 if vocabulary is not None else None
+    if (counts.get("sha256") if isinstance(counts, Mapping) else None) != now and (counts or now):
+        found.append(Mismatch("spec", "the draft vocabulary's token counts file differs from the one the package was "
+                              "compiled with" if counts and now else "the package and the spec disagree on whether "
+                              "a token counts file ranks the draft vocabulary"))
     source = recorded.get("source")
     if isinstance(source, Mapping):
         try:

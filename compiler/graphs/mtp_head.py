@@ -10,20 +10,24 @@ One builder for both contracts; what differs is read from the roles the head's d
     x = fc(concat[norm_e(embed(token)), norm_h(seed_hidden)])   # embedding first
     x = one full-attention decoder layer (its own KV, layer 0; the family's attention, a sparse FFN in MoE families)
     n = mtp.norm(x)  ->  hidden output (fed back for chained drafts), logits = lm_head(n)
+    (or the head's own LM head, `mtp.lm_head.weight`, over a draft vocabulary: `own_lm_head_logits`)
 
 Positions are whatever the runtime feeds; no offset is baked in.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as oir
 
 from ..ir.contracts import EMBEDDING_INITIALIZER
-from ..ir import DecoderConfig, HeadContract, ModelIR
+from ..ir import DecoderConfig, DraftVocabulary, HeadContract, ModelIR
+from ..weights.draft import OWN_LM_HEAD
 from .blocks import Residual, add_norm, cast, embed, lm_head, project, residual_block, rms_norm, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
 from .families import attention_block
+from .initializers import InitializerGroup, PlannedTensor
 from .moe import feed_forward
 from .parameters import ParameterSource
 from .decoder import Progress, has_position_rows
@@ -31,6 +35,8 @@ from .roles import input_name, output_name
 from .sequence import sequence_ops
 
 HEAD_LAYER = "mtp.layers.0."
+# The draft vocabulary's Gather table: for every token id, its row in the head's own LM head (K: not there).
+DRAFT_POSITIONS = "mtp.lm_head.positions"
 
 
 def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: ParameterSource,
@@ -77,5 +83,30 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
     logits_name = cfg.output_name("logits")
     if logits_name is not None:
         logits_dtype = ONNX_DTYPES[contract.output(logits_name).dtype]
-        outputs[logits_name] = cast(b, lm_head(b, normed), logits_dtype, "logits/Cast", b.io_dtype)
+        if ir.mtp.own_lm_head:
+            outputs[logits_name] = own_lm_head_logits(b, normed, ir.mtp.draft_vocabulary, arch.vocab_size, logits_dtype)
+        else:
+            outputs[logits_name] = cast(b, lm_head(b, normed), logits_dtype, "logits/Cast", b.io_dtype)
     return b.finish(contract, outputs)
+
+
+def own_lm_head_logits(b: GraphBuilder, x: oir.Value, vocabulary: DraftVocabulary | None, vocab_size: int,
+                       dtype: oir.DataType) -> oir.Value:
+    """Logits from the head's own LM head (`mtp.lm_head.weight`). With a draft vocabulary it scores
+    those K tokens only; each row is then widened to the whole vocabulary by one Gather over
+    [scores | lowest]: token t reads its score, or the lowest value of the logits' dtype when t is
+    not in the vocabulary, so the runtime's argmax and sampling see the same token ids."""
+    with b.scope("mtp/lm_head"):
+        scores = cast(b, project(b, x, OWN_LM_HEAD, "MatMul"), dtype, "Cast", b.io_dtype)
+        if vocabulary is None:
+            return scores
+        positions = np.full(vocab_size, len(vocabulary.ids), np.int32)
+        positions[np.asarray(vocabulary.ids, np.int64)] = np.arange(len(vocabulary.ids), dtype=np.int32)
+        planned = PlannedTensor(DRAFT_POSITIONS, oir.DataType.INT32, (vocab_size,))
+        (table,) = b.weights(InitializerGroup((planned,), lambda: (positions,)))
+        lowest = b.constant("lowest", np.array([np.finfo(dtype.numpy()).min], dtype.numpy()))
+        shape = b.op("Shape", [scores], name="Shape")
+        lead = b.op("Slice", [shape, b.i64("zero_1d", [0]), b.i64("minus_one_1d", [-1])], name="Slice")
+        column = b.op("Concat", [lead, b.i64("one_1d", [1])], {"axis": 0}, name="ColumnShape")
+        padded = b.op("Concat", [scores, b.op("Expand", [lowest, column], name="Lowest")], {"axis": -1}, name="Pad")
+        return b.op("Gather", [padded, table], {"axis": -1}, name="Scatter")

@@ -37,6 +37,7 @@ from .runtime import (  # noqa: F401
     StateGroup,
     TensorSpec,
 )
+from .mtp import DraftVocabulary, HeadPolicy, MtpSettings, SeedHidden  # noqa: F401  (the MTP head's settings)
 
 
 def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
@@ -45,19 +46,6 @@ def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[L
         LayerKind.FULL_ATTENTION if (i + 1) % full_attention_interval == 0 else LayerKind.LINEAR_ATTENTION
         for i in range(num_layers)
     )
-
-
-class HeadPolicy(str, enum.Enum):
-    AUTO = "auto"  # emit the head iff the source ships one
-    ON = "on"  # the source must ship one
-    OFF = "off"  # never emit it
-
-
-class SeedHidden(str, enum.Enum):
-    """Which main-model hidden state seeds the MTP head (an open choice upstream)."""
-
-    POST_NORM = "post_norm"  # the tensor fed to lm_head; what onnxruntime-genai expects
-    PRE_NORM = "pre_norm"  # the last layer's residual output, before the final norm
 
 
 class HeadContract(str, enum.Enum):
@@ -289,15 +277,6 @@ class OnnxGenaiTarget:
 class Targets:
     onnxruntime_genai: OrtGenaiTarget | None = None
     onnx_genai: OnnxGenaiTarget | None = None
-
-
-@dataclass(frozen=True)
-class MtpSettings:
-    head: HeadPolicy = HeadPolicy.AUTO
-    num_speculative_tokens: int = 1
-    seed_hidden: SeedHidden = SeedHidden.POST_NORM
-    # Decided by passes/head_detection.py; None until it has run.
-    emit_head: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..ir import ModelIR, QuantForm, QuantizationPlan, SourceTensor, WeightDecis
 from ..profiles.ort_genai import matmulnbits_accuracy_level
 from ..weights.quant import embedding_form, expert_form, requantization_notes, resolved_form
 from ..weights import TensorInfo
+from .draft_head import own_lm_head
 from .pipeline import PassResult
 
 # What `decide` reads of a weight besides its name (which it reads through its role and matching override).
@@ -37,7 +38,6 @@ class QuantizationPlanning:
     name = "quantization"
 
     def __call__(self, ir: ModelIR) -> PassResult:
-        used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
         provider, accuracy, plan = execution_provider(ir), profile_accuracy(ir), ir.quantization
         # A 27B model has 866 weights of a few dozen kinds: a decision depends on a weight's name only
         # through its role and the override that matches it, so each kind is decided once.
@@ -51,11 +51,17 @@ class QuantizationPlanning:
             # `dataclasses.replace` costs five times this, 866 times a run.
             return made if made.name == t.name else WeightDecision(t.name, *(getattr(made, f) for f in _DECISION_REST))
 
+        # The head's own LM head (`mtp.lm_head: own`, `mtp.draft_vocabulary`) is stored like a weight of the source.
+        own = own_lm_head(ir, decision)
+        if own is not None:
+            ir = replace(ir, source_tensors=ir.source_tensors + (own[0],))
+        used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
         weights = tuple(decision(t) for t in used)
         notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
-        if weights == ir.weights and notes == ir.notes:
+        if weights == ir.weights and notes == ir.notes and own is None:
             return PassResult(ir, False)
-        return PassResult(replace(ir, weights=weights, notes=notes), True, tuple(grouped_lines(weights)))
+        lines = (*grouped_lines(weights), *((own[1],) if own is not None else ()))
+        return PassResult(replace(ir, weights=weights, notes=notes), True, lines)
 
 
 def execution_provider(ir: ModelIR) -> str:

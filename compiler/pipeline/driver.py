@@ -130,7 +130,7 @@ def build(
     ir, info = build_ir(spec_path, pipeline, source_files=not defer)
     from ..emit.provenance_record import record
 
-    ctx = EmitContext(info, lambda: sources.open_weights(ir.source, info), progress, provenance=record(ir, spec_path))
+    ctx = EmitContext(info, lambda: sources.open_model_weights(ir, info), progress, provenance=record(ir, spec_path))
     if jobs is not None:
         ctx.jobs = jobs
     if defer_graphs and not defer:

@@ -259,13 +259,29 @@ Qwen35Reference = DecoderReference  # the name the Qwen3.5 callers know
 
 
 class MtpHeadReference:
-    """One MTP block: fc(concat[enorm(embed(ids)), hnorm(seed)]) -> attention layer + MLP -> mtp.norm -> lm_head."""
+    """One MTP block: fc(concat[enorm(embed(ids)), hnorm(seed)]) -> attention layer + MLP -> mtp.norm -> lm_head.
 
-    def __init__(self, arch: Architecture, weights: WeightStore):
+    `own_lm_head`: the head's own copy `mtp.lm_head.weight` in place of `lm_head.weight`; with
+    `draft_vocabulary` (ascending ids, the rows of that copy) only those tokens are scored and every
+    other logit is -inf (the graph writes its dtype's lowest value there).
+    """
+
+    def __init__(self, arch: Architecture, weights: WeightStore, *, own_lm_head: bool = False,
+                 draft_vocabulary: tuple[int, ...] | None = None):
         if arch.mtp_num_layers < 1:
             raise ValueError("architecture has no MTP head")
         self.arch = arch
         self.w = _Weights(weights)
+        self.lm_head = "mtp.lm_head.weight" if own_lm_head or draft_vocabulary is not None else "lm_head.weight"
+        self.draft_vocabulary = None if draft_vocabulary is None else np.asarray(draft_vocabulary, np.int64)
+
+    def logits(self, out: np.ndarray) -> np.ndarray:
+        scores = out @ self.w[self.lm_head].T
+        if self.draft_vocabulary is None:
+            return scores
+        full = np.full((*scores.shape[:-1], self.arch.vocab_size), -np.inf)
+        full[..., self.draft_vocabulary] = scores
+        return full
 
     def empty_kv(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
         return (np.zeros((batch, self.arch.num_key_value_heads, 0, self.arch.head_dim)),) * 2
@@ -298,4 +314,4 @@ class MtpHeadReference:
         x = x + mixed
         x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps), None)
         out = rms_norm(x, w["mtp.norm.weight"], eps)
-        return out @ w["lm_head.weight"].T, out, new_kv
+        return self.logits(out), out, new_kv

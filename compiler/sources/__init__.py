@@ -8,7 +8,7 @@ Each kind lives in its own module and provides `describe(ref) -> SourceInfo`
 
 from __future__ import annotations
 
-from ..ir import SourceRef
+from ..ir import ModelIR, SourceRef
 from ..weights import WeightStore
 from .info import SourceInfo
 
@@ -31,3 +31,15 @@ def describe(ref: SourceRef) -> SourceInfo:
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> WeightStore:
     return _module(ref.kind).open_weights(ref, info)
+
+
+def open_model_weights(ir: ModelIR, info: SourceInfo) -> WeightStore:
+    """The source's weights as the package reads them: with the head's own LM head
+    (`mtp.lm_head.weight`, `weights.draft`) when the IR gives it one."""
+    store = open_weights(ir.source, info)
+    if not (ir.mtp.emit_head and ir.mtp.own_lm_head):
+        return store
+    from ..weights.draft import WithOwnLmHead
+
+    vocabulary = ir.mtp.draft_vocabulary
+    return WithOwnLmHead(store, None if vocabulary is None else vocabulary.ids)

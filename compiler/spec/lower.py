@@ -31,6 +31,7 @@ from ..schema.validation import load_schema
 from ..weights import canonical_shapes
 from . import borrowed_weights, rules
 from .defaults import apply_defaults
+from .draft_options import draft_options
 from .loader import by_position
 from .loaded import LoadedSpec
 from ..util.suggest import closest, path_hint
@@ -50,6 +51,7 @@ def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, Sou
     targets = targets_of(filled["targets"])
     provider = targets.onnxruntime_genai.execution_provider if targets.onnxruntime_genai else "cpu"
     mtp = filled["mtp"]
+    draft_vocabulary, own_lm_head = draft_options(spec, mtp, info, architecture)
     ir = ModelIR(
         name=filled["name"],
         spec_path=str(spec.path),
@@ -59,6 +61,8 @@ def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, Sou
             head=HeadPolicy(mtp["head"]),
             num_speculative_tokens=mtp["num_speculative_tokens"],
             seed_hidden=SeedHidden(mtp["seed_hidden"]),
+            draft_vocabulary=draft_vocabulary,
+            own_lm_head=own_lm_head,
         ),
         precision=precision,
         quantization=_quantization(filled["quantization"]),
@@ -175,13 +179,15 @@ def _quantization(quantization: dict) -> QuantizationPlan:
 
 def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
     """An override whose glob matches no weight is a typo that silently changes nothing."""
-    names = sorted(canonical_shapes(ir.architecture))
+    names = sorted([*canonical_shapes(ir.architecture), *(("mtp.lm_head.weight",) if ir.mtp.own_lm_head else ())])
     out = []
     for i, override in enumerate(ir.quantization.overrides):
         if any(fnmatchcase(name, override.match) for name in names):
             continue
         guess = closest(override.match, names)
         hint = f"did you mean '{guess}'?" if guess else None
+        if ir.architecture.has_mtp_head and fnmatchcase("mtp.lm_head.weight", override.match):
+            hint = "mtp.lm_head.weight is the head's own LM head: it exists with mtp.lm_head: own or a draft_vocabulary"
         if hint is None:
             hint = "globs match canonical weight names such as embed_tokens.weight, layers.0.mlp.up_proj.weight"
             hint += ", mtp.fc.weight" if ir.architecture.has_mtp_head else " (this source has no mtp.* weights)"

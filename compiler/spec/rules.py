@@ -42,6 +42,7 @@ def check(spec: LoadedSpec, filled: dict, *, skip: AbstractSet[str] = frozenset(
         ({"targets", "precision"}, lambda: _onnxruntime_genai(spec, filled)),
         ({"targets"}, lambda: _onnx_genai(spec, filled)),
         ({"source"}, lambda: _synthetic(spec, filled)),
+        ({"mtp", "targets"}, lambda: _draft_options(spec, filled)),
     )
     return [finding for reads, rule in rules if not reads & skip for finding in rule()]
 
@@ -170,6 +171,27 @@ def _onnx_genai(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
         spec.diagnostic(at + problem.key, problem.message, hint=problem.hint)
         for problem in onnx_genai_profile.PROFILE.target_problems(onnx_genai_target(written))
     ]
+
+
+def _draft_options(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
+    """The draft-side options shape the onnxruntime-genai head's LM head: they need that head."""
+    mtp = filled["mtp"]
+    written = [key for key in ("draft_vocabulary", "lm_head") if key in mtp]
+    if not written:
+        return []
+    first = ("mtp", written[0])
+    if mtp["head"] == "off":
+        return [spec.diagnostic(first, f"mtp.{written[0]} shapes the MTP head, but mtp.head is 'off'", at="key",
+                                hint="drop it, or set mtp.head to 'auto' or 'on'")]
+    if filled["targets"].get("onnxruntime_genai") is None:
+        return [spec.diagnostic(first, f"mtp.{written[0]} shapes the onnxruntime-genai head's LM head, and there is no "
+                                "onnxruntime_genai target", at="key",
+                                hint="onnx-genai's sidecar applies the main model's LM head itself; drop the option "
+                                "or add an onnxruntime_genai target")]
+    if mtp.get("lm_head") == "shared" and "draft_vocabulary" in mtp:
+        return [spec.diagnostic(("mtp", "lm_head"), "a draft_vocabulary needs the head's own LM-head rows, "
+                                "so mtp.lm_head cannot be 'shared'", hint="drop mtp.lm_head (it is then 'own')")]
+    return []
 
 
 def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:

@@ -1,0 +1,74 @@
+"""The head's draft-side options keep MTP lossless: og.MtpGenerator gives exactly the greedy tokens.
+
+A draft vocabulary (`mtp.draft_vocabulary`) and a head LM head stored apart from the main
+model's (`mtp.lm_head: own` with its own quantization rule) change only what the head drafts;
+the main model verifies every draft. With the fitted head (tests/fixtures/fitted_head.py) drafts
+are both accepted and rejected, and with a float draft vocabulary the runtime's counters equal
+those of the numpy rendition whose head scores the same tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mtpc.pipeline.driver import build_ir
+from mtpc.reference.forward import MtpHeadReference
+from mtpc.weights.draft import WithOwnLmHead
+from tests.fixtures.fitted_head import PROMPTS, fitted_store, simulate_speculative
+
+from . import decoding
+from .conftest import STEPS, compile_spec, write_spec
+
+# A tokenizer-less source ranks its ids in order, specials (0-2) first: the draft vocabulary is 0..159,
+# so the fitted head cannot draft the continuations' tokens 160-255 and rejects more.
+DRAFT_SIZE = 160
+DRAFT_IDS = tuple(range(DRAFT_SIZE))
+VOCABULARY = f"mtp:\n  draft_vocabulary: {{size: {DRAFT_SIZE}}}\n"
+INT8_HEAD = "quantization:\n  overrides:\n    - {match: mtp.lm_head.weight, bits: 8}\n"
+OPTIONS = {
+    "vocabulary": VOCABULARY,
+    "vocabulary-int8": VOCABULARY + INT8_HEAD,
+    "own-int8": "mtp:\n  lm_head: own\n" + INT8_HEAD,
+}
+
+
+@pytest.fixture(scope="module")
+def packages(workdir, fitted_hf, fitted_gguf):
+    sources = {"hf": f"{{hf: {fitted_hf.name}}}", "gguf": f"{{gguf: {fitted_gguf.name}}}"}
+    built = {}
+    for source, value in sources.items():
+        for option, extra in OPTIONS.items():
+            spec = write_spec(workdir / f"draft-{source}-{option}.yaml", "fitted", value, extra)
+            if option == "vocabulary":
+                assert build_ir(spec)[0].mtp.draft_vocabulary.ids == DRAFT_IDS
+            out = compile_spec(spec, workdir / f"pkg-draft-{source}-{option}")
+            built[(source, option)] = decoding.load(out), decoding.load(out / "mtp")
+    return built
+
+
+@pytest.fixture(scope="module")
+def draft_head_reference(arch):
+    return MtpHeadReference(arch, WithOwnLmHead(fitted_store(arch), DRAFT_IDS), draft_vocabulary=DRAFT_IDS)
+
+
+@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("source", ["hf", "gguf"])
+def test_a_draft_vocabulary_keeps_greedy_tokens_and_drafts_what_the_reference_drafts(
+    packages, reference, draft_head_reference, reference_greedy, source, prompt, max_draft
+):
+    run = decoding.speculative(*packages[(source, "vocabulary")], list(prompt), STEPS, max_draft)
+    assert run.tokens == reference_greedy[prompt]
+    assert run.accepted > 0 and run.rejected > 0, run
+    expected = simulate_speculative(reference, draft_head_reference, list(prompt), STEPS, max_draft)
+    assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
+
+
+@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("option", ["vocabulary-int8", "own-int8"])
+@pytest.mark.parametrize("source", ["hf", "gguf"])
+def test_an_int8_draft_lm_head_keeps_greedy_tokens(packages, reference_greedy, source, option, prompt, max_draft):
+    run = decoding.speculative(*packages[(source, option)], list(prompt), STEPS, max_draft)
+    assert run.tokens == reference_greedy[prompt]
+    assert run.accepted > 0 and run.rejected > 0, run
