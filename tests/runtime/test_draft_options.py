@@ -72,3 +72,33 @@ def test_an_int8_draft_lm_head_keeps_greedy_tokens(packages, reference_greedy, s
     run = decoding.speculative(*packages[(source, option)], list(prompt), STEPS, max_draft)
     assert run.tokens == reference_greedy[prompt]
     assert run.accepted > 0 and run.rejected > 0, run
+
+
+def test_verify_checks_the_draft_vocabularys_logits_and_the_rest(workdir, packages, capsys):
+    """`mtpc verify` compares the head's draft-vocabulary logits with the reference's (an int8 copy read as
+    stored) and finds every other logit at the lowest value; a head whose table points elsewhere fails it."""
+    import json
+    import shutil
+
+    import onnx
+
+    from mtpc.cli.main import main
+    from mtpc.graphs.mtp_head import DRAFT_POSITIONS
+
+    spec, package = workdir / "draft-hf-vocabulary-int8.yaml", workdir / "pkg-draft-hf-vocabulary-int8"
+    assert main(["verify", "-q", "--format", "json", str(package), "--spec", str(spec), "--new-tokens", "6"]) == 0
+    checks = {c["check"]: c["ok"] for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["mtp head logits (draft vocabulary)"] and checks["mtp head logits outside the draft vocabulary"]
+    broken = workdir / "pkg-draft-broken"
+    shutil.copytree(package, broken)
+    head = onnx.load(broken / "mtp" / "mtp.onnx", load_external_data=False)
+    table = next(t for t in head.graph.initializer if t.name == DRAFT_POSITIONS)
+    offset = int({e.key: e.value for e in table.external_data}["offset"])
+    with open(broken / "mtp" / "mtp.onnx.data", "r+b") as data:  # int32 entry 200, in place
+        data.seek(offset + 200 * 4)
+        data.write((0).to_bytes(4, "little"))  # token 200 (not among ids 0..159) now reads token 0's score
+    assert main(["verify", "-q", str(broken), "--spec", str(spec), "--new-tokens", "4"]) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    # Token 200's logit is wrong in every row the head scored, and nothing else is.
+    assert len(failed) == 1 and failed[0].startswith("FAIL mtp head logits outside the draft vocabulary: ")
+    assert failed[0].endswith(" of them are not -65504")
