@@ -1,6 +1,8 @@
-"""Where a decode step's time goes: onnxruntime's profiler on the main decoder, per op type.
+"""Where a decode step's time goes: onnxruntime's profiler on the main decoder, per op type; with
+`--mtp`, where an MTP speculative round's time goes, per number of drafts.
 
     python bench/decode_profile.py PACKAGE [PACKAGE ...] [--threads 1] [--steps 128] [--top 8]
+    python bench/decode_profile.py PACKAGE --mtp [--drafts 1,2,3,4] [--threads 1] [--steps 128]
 
 Each package (mtpc's, the 0.18.0 builder's, any onnxruntime-genai folder) decodes `--steps`
 greedy tokens after an 8-token prompt in onnxruntime-genai, in a fresh process, with
@@ -9,6 +11,10 @@ restored afterwards). Every node's kernel time is taken over the decode steps (t
 is left out) and its median kept, so a step that waited for a core does not count; the table
 sums those medians per op type, then lists the slowest nodes. The profiler adds a few
 microseconds to every node, so small ops look dearer than they are (bench/README.md).
+
+`--mtp` decodes the package plainly and with og.MtpGenerator at each N, a fresh process each, with the
+profiler on in both sessions, and splits a round into head forwards, the verify forward, replays
+after a rejection and the runtime's own work (`mtpc.measure.step_costs`), beside the plain step.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PROMPT = list(range(10, 18))
 
@@ -101,20 +109,69 @@ def profile(package: Path, threads: int, steps: int) -> dict:
         return summarize(json.loads(written.read_text()))
 
 
+def mtp_child(package: Path, threads: int, steps: int, drafts: int) -> None:
+    """Prints one JSON line: the plain step (`drafts` 0) or one speculative round's parts."""
+    from dataclasses import asdict
+
+    from mtpc.measure.step_costs import profile_plain, profile_speculative
+
+    options = {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
+    if drafts == 0:
+        per_token, forward = profile_plain(package, PROMPT, steps, options)
+        print(json.dumps({"ms_per_token": per_token, "forward_ms": forward}))
+    else:
+        costs = profile_speculative(package, PROMPT, steps, drafts, options)
+        print(json.dumps({**asdict(costs), "round_ms": costs.round_ms, "ms_per_token": costs.ms_per_token}))
+
+
+def mtp_report(package: Path, threads: int, steps: int, drafts: list[int]) -> str:
+    def child(n: int) -> dict:
+        done = subprocess.run([sys.executable, __file__, "--mtp-child", str(package), str(threads), str(steps), str(n)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"{package}: decoding failed\n{done.stderr[-4000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    plain = child(0)
+    lines = [f"## {package} (MTP, {threads} thread{'s' * (threads > 1)}, {steps} tokens)", "",
+             f"plain: {plain['ms_per_token']:.2f} ms per token, of which the forward {plain['forward_ms']:.2f} ms", "",
+             "| N | rounds | tokens/round | head ms | verify ms | replay ms | runtime ms | ms/round | ms/token "
+             "| x plain | head forwards | replays |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in drafts:
+        c = child(n)
+        lines.append(f"| {n} | {c['rounds']} | {c['tokens'] / max(1, c['rounds']):.2f} | {c['head_ms']:.2f} | "
+                     f"{c['verify_ms']:.2f} | {c['replay_ms']:.2f} | {c['runtime_ms']:.2f} | {c['round_ms']:.2f} | "
+                     f"{c['ms_per_token']:.2f} | {plain['ms_per_token'] / c['ms_per_token']:.2f} | "
+                     f"{c['head_forwards']} | {c['replays']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("packages", nargs="*", type=Path)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--top", type=int, default=8, help="slowest nodes listed per package")
+    parser.add_argument("--mtp", action="store_true", help="split MTP speculative rounds instead (og.MtpGenerator)")
+    parser.add_argument("--drafts", default="1,2,3,4", help="with --mtp: the N to profile, comma-separated")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--mtp-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.mtp_child:
+        package, threads, steps, drafts = args.mtp_child
+        mtp_child(Path(package), int(threads), int(steps), int(drafts))
+        return 0
     if args.child:
         package, threads, steps, prefix = args.child
         profile_child(Path(package), int(threads), int(steps), prefix)
         return 0
     if not args.packages:
         parser.error("name at least one package folder")
+    if args.mtp:
+        for package in args.packages:
+            print(mtp_report(package, args.threads, args.steps, [int(n) for n in args.drafts.split(",")]))
+            print()
+        return 0
     for package in args.packages:
         print(report(f"{package} ({args.threads} thread{'s' * (args.threads > 1)})",
                      profile(package, args.threads, args.steps), args.top))
