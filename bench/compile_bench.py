@@ -54,6 +54,9 @@ SIZES = {
     "medium": (1024, 6, 32000, 2816, 8, 2, 128, (6, 5, 5), 4, 8, 128),
     # 1.8 GiB; lm_head 281 MiB.
     "large": (1536, 12, 48000, 4096, 12, 2, 128, (6, 5, 5), 4, 8, 128),
+    # The 348M class of issue 20's speculative measurements (bench/mtp_speedup.py): 16 layers,
+    # vocabulary 32k, 351M parameters with the MTP head (332M without); 1.3 GiB of float32.
+    "mtp": (1024, 16, 32000, 4096, 8, 2, 128, (6, 5, 5), 4, 8, 128),
 }
 
 SPEC = """\
