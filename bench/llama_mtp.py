@@ -83,7 +83,8 @@ def llama_decode(gguf: Path, threads: int, drafts: int, steps: int) -> dict:
     return {"tok_s": float(speed.group(3)), "drafted": int(drafted.group(1)), "accepted": int(accepted.group(1))}
 
 
-def llama_rows(work: Path, threads_list: list[int], repeats: int, steps: int) -> list[dict]:
+def llama_rows(work: Path, threads_list: list[int], repeats: int, steps: int,
+               drafts: tuple[int, ...] = DRAFTS) -> list[dict]:
     from mtpc.measure.speculation import Round, acceptance_by_position
 
     files = gguf_files(work)
@@ -91,7 +92,7 @@ def llama_rows(work: Path, threads_list: list[int], repeats: int, steps: int) ->
     rows = []
     for qtype in QTYPES:
         for threads in threads_list:
-            configs = [(tool, head, n) for head in HEADS for n in (0, *DRAFTS) for tool in ("og", "llama")]
+            configs = [(tool, head, n) for head in HEADS for n in (0, *drafts) for tool in ("og", "llama")]
             print(f"{qtype}: og and llama.cpp at {threads} thread(s), {len(configs)} configurations x {repeats}",
                   file=sys.stderr, flush=True)
 
@@ -105,7 +106,7 @@ def llama_rows(work: Path, threads_list: list[int], repeats: int, steps: int) ->
             for head in HEADS:
                 og_plain = median(r["tok_s"] for r in results[("og", head, 0)])
                 llama_plain = median(r["tok_s"] for r in results[("llama", head, 0)])
-                for n in DRAFTS:
+                for n in drafts:
                     og_runs, llama_runs = results[("og", head, n)], results[("llama", head, n)]
                     og_tok_s, llama_tok_s = median(r["tok_s"] for r in og_runs), median(r["tok_s"] for r in llama_runs)
                     rounds = [Round(d, a, 0.0) for d, a in og_runs[0]["rounds"]]

@@ -6,8 +6,12 @@ Every variant is a Hugging Face checkpoint folder holding the same trunk (one `t
 written once, linked into each folder) and its own `head.safetensors` (the `mtp.*` tensors and the
 trunk's final norm), so the packages compiled from them have the same tensors and the same compute:
 
-- **best**: the trunk's final norm and the head's `mtp.norm` zeroed (effective scale 0), so every
-  logit of both is 0 and both always pick token 0: every draft is accepted;
+- **best**: the trunk's final norm and the head's `mtp.norm` zeroed (effective scale 0) but for one
+  channel c, which the embedding holds far above the rest for every token (and the head's `mtp.fc`
+  passes through), so both post-norm hiddens are a positive multiple of e_c and both always pick
+  t* = argmax_t lm_head[t, c]: every draft is accepted, in every runtime (all-zero logits would
+  leave the choice to each runtime's tie-breaking, and llama.cpp's sampler and draft break ties
+  differently). t* is a single-byte token, in any draft vocabulary;
 - **worst**: the seeded random head: drafts are (almost) never accepted;
 - **realistic** (`write_realistic`): the head fitted to a package's own greedy continuation of a
   prompt as `tests/fixtures/fitted_head.py` fits the tests' head: its decoder layer adds nothing
@@ -41,11 +45,15 @@ from bench.compile_bench import SIZES, architecture  # noqa: E402
 
 TEXT = "model.language_model."
 FINAL_NORM = TEXT + "norm.weight"
+EMBEDDING = TEXT + "embed_tokens.weight"
 HEAD_LAYER = "mtp.layers.0."
+# The best case's channel in the embedding: far above the N(0, 1) of the others.
+BEST_CHANNEL_VALUE = 64.0
 
 
 def _is_head(name: str) -> bool:
-    return name.startswith("mtp.") or name == FINAL_NORM
+    """What a variant may change: the head, the final norm and the embedding (the best case's channel)."""
+    return name.startswith("mtp.") or name in (FINAL_NORM, EMBEDDING)
 
 
 def _stored(values: np.ndarray) -> np.ndarray:
@@ -106,9 +114,26 @@ class Checkpoints:
 
     def best(self) -> Path:
         head = dict(self.head)
+        c = self.best_channel()
         for name in (FINAL_NORM, "mtp.norm.weight"):
-            head[name] = np.full_like(head[name], -1.0)  # offset form: effective scale 1 + w = 0
+            head[name] = np.full_like(head[name], -1.0)  # offset form: effective scale 1 + w = 0 ...
+            head[name][c] = 0.0  # ... but 1 at channel c
+        head[EMBEDDING] = head[EMBEDDING].copy()
+        head[EMBEDDING][:, c] = BEST_CHANNEL_VALUE
+        fc = head["mtp.fc.weight"] = head["mtp.fc.weight"].copy()
+        fc[c] = 0.0
+        fc[c, c] = 1.0  # the head's channel c is the normed embedding's (its input is [embedding | hidden])
         return self.write_variant("best", head)
+
+    def best_channel(self) -> int:
+        """The first hidden channel whose largest LM-head weight belongs to a single-byte token (no special)."""
+        lm_head = self.trunk["lm_head.weight"]
+        specials = {self.arch.tokens.bos, self.arch.tokens.pad, *self.arch.tokens.eos}
+        for c in range(lm_head.shape[1]):
+            token = int(np.argmax(lm_head[:, c]))
+            if token not in specials and token < 258:  # the tiny tokenizer: 256 bytes on ids 0-257 but the specials
+                return c
+        raise ValueError("no channel picks a single-byte token")
 
     def worst(self) -> Path:
         return self.write_variant("worst", dict(self.head))
@@ -127,7 +152,7 @@ class Checkpoints:
         eps = self.arch.rms_norm_eps
         effective = lambda name: _stored(self.head[name]).astype(np.float64) + 1.0  # noqa: E731
         final = effective(FINAL_NORM)
-        embedding = self.trunk[TEXT + "embed_tokens.weight"]
+        embedding = self.head[EMBEDDING]
         memorised = np.random.default_rng(seed).random(len(tokens)) < share
         rows = [s for s in range(len(tokens) - 1) if memorised[s]]
         if len(rows) >= 2 * self.arch.hidden_size:

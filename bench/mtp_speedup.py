@@ -97,7 +97,7 @@ def variants(options: bool) -> list[Variant]:
 
 
 def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, capture_output=True, text=True, **kw)
+    done = subprocess.run(argv, capture_output=True, text=True, errors="replace", **kw)  # llama.cpp prints raw bytes
     if done.returncode:
         raise SystemExit(f"failed (exit {done.returncode}): {' '.join(map(str, argv))}\n{done.stderr[-4000:]}")
     return done
@@ -114,16 +114,23 @@ def compile_package(work: Path, variant: Variant) -> Path:
     return out
 
 
-def build(work: Path, wanted: list[Variant], steps: int, size: str = "mtp") -> dict[Variant, Path]:
+def checkpoints(work: Path, size: str = "mtp"):
+    """The checkpoint with its best and worst heads under `work/checkpoints` (written unless there)."""
     from bench.mtp_heads import Checkpoints
 
     folder = work / "checkpoints"
-    checkpoints = Checkpoints(folder, size)
-    if not (folder / "trunk" / "trunk.safetensors").is_file():
+    made = Checkpoints(folder, size)
+    if not (folder / "worst" / "head.safetensors").is_file():
         print("writing the checkpoint and its best and worst heads", file=sys.stderr, flush=True)
-        checkpoints.write_trunk()
-        checkpoints.best()
-        checkpoints.worst()
+        made.write_trunk()
+        made.best()
+        made.worst()
+    return made
+
+
+def build(work: Path, wanted: list[Variant], steps: int, size: str = "mtp") -> dict[Variant, Path]:
+    made = checkpoints(work, size)
+    folder = work / "checkpoints"
     packages: dict[Variant, Path] = {}
     for precision in PRECISIONS:
         name = f"realistic-{precision}"
@@ -131,7 +138,7 @@ def build(work: Path, wanted: list[Variant], steps: int, size: str = "mtp") -> d
             print(f"fitting the realistic head to the {precision} trunk", file=sys.stderr, flush=True)
             base = compile_package(work, Variant("worst", "worst", precision))
             # The fit covers every draft a run can make: the warm-up's and the measured run's, N past the end.
-            checkpoints.write_realistic(name, base, PROMPT, steps + max(DRAFTS) + 1, REALISTIC_SHARE)
+            made.write_realistic(name, base, PROMPT, steps + max(DRAFTS) + 1, REALISTIC_SHARE)
     for variant in wanted:
         packages[variant] = compile_package(work, variant)
     return packages
@@ -241,7 +248,7 @@ def goals(rows: list[dict], llama: list[dict]) -> str:
             top = max(found, key=ratio)
             lines.append(f"| realistic head, {precision}: the best N | N={top['drafts']}: {ratio(top):.2f} ({top['head']}) | |")
     for row in llama:
-        if row["head"] == "best" and row["threads"] == 1 and row["drafts"] == max(DRAFTS):
+        if row["head"] == "best" and row["threads"] == 1 and row["drafts"] == 4:
             ours, theirs = row["og_ratio"], row["llama_ratio"]
             lines.append(f"| best case, {row['qtype']} GGUF, N={row['drafts']}: mtpc MTP/plain >= llama.cpp's | "
                          f"{ours:.2f} vs {theirs:.2f} | {'met' if ours >= theirs else 'missed'} |")
@@ -278,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.only != "og":
             from bench.llama_mtp import llama_rows
 
-            llama = llama_rows(work, threads, args.repeats, args.steps)
+            checkpoints(work, args.size)
+            llama = llama_rows(work, threads, args.repeats, args.steps, tuple(int(n) for n in args.drafts.split(",")))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

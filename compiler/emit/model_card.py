@@ -105,7 +105,8 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
     if ir.targets.onnxruntime_genai is not None:
         lines.append("- `genai_config.json`: onnxruntime-genai configuration" + (" with its `model.mtp` section" if ort_head else ""))
     if ort_head is not None:
-        lines.append(f"- `{ort_head.filename}` (+ `.data`) and the `genai_config.json` beside it: the MTP head as a model of its own folder")
+        lines.append(f"- `{ort_head.filename}` (+ `.data`) and the `genai_config.json` beside it: the MTP head as a model of its own folder"
+                     + _draft_head(ir))
     if ir.targets.onnx_genai is not None:
         lines.append(f"- `inference_metadata.yaml`: onnx-genai metadata ({ir.targets.onnx_genai.layout} layout, "
                      f"checked against onnx-genai {ONNX_GENAI.commit[:7]})")
@@ -205,3 +206,12 @@ def _weights_section(ir: ModelIR) -> list[str]:
 
 def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     return [Artifact(CARD_NAME, render(ir, ctx.info.card, ctx.speed_table).encode("utf-8"))]
+
+
+def _draft_head(ir: ModelIR) -> str:
+    """How the head's LM head differs from the main model's (`mtp.draft_vocabulary`, `mtp.lm_head: own`)."""
+    vocabulary = ir.mtp.draft_vocabulary
+    if vocabulary is not None:
+        return (f"; its own LM head scores {len(vocabulary.ids)} of the {ir.architecture.vocab_size} tokens (ranked by "
+                f"{vocabulary.ranking}), the others never drafted")
+    return "; it reads its own copy of the LM head" if ir.mtp.own_lm_head else ""

@@ -42,6 +42,8 @@ def test_the_head_copy_has_its_own_rule_and_the_plan_says_its_rows_and_bytes(tmp
     # 100 rows x 64 in int8 blocks of 32: codes plus a float32 scale per block.
     assert stored == 100 * 64 + 100 * 2 * 4
     assert f"100 of 256 rows" in line and f"{stored / 2**20:.2f} MiB" in line and "float32, 0.06 MiB" in line
+    card = (tmp_path / "pkg" / "README.md").read_text()
+    assert "its own LM head scores 100 of the 256 tokens" in card
     report = json.loads((tmp_path / "pkg" / "quantization.json").read_text())
     entry = next(w for w in report["weights"] if w["name"] == "mtp.lm_head.weight")
     assert entry["stored"]["kind"] == "MatMulNBits" and entry["stored"]["bits"] == 8
