@@ -14,7 +14,7 @@ microseconds to every node, so small ops look dearer than they are (bench/README
 
 `--mtp` decodes the package plainly and with og.MtpGenerator at each N, a fresh process each, with the
 profiler on in both sessions, and splits a round into head forwards, the verify forward, replays
-after a rejection and the runtime's own work (`mtpc.measure.step_costs`), beside the plain step.
+after a rejection and the runtime's own work (`mtpc.tuning.profile`), beside the plain step.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def mtp_child(package: Path, threads: int, steps: int, drafts: int) -> None:
     """Prints one JSON line: the plain step (`drafts` 0) or one speculative round's parts."""
     from dataclasses import asdict
 
-    from mtpc.measure.step_costs import profile_plain, profile_speculative
+    from mtpc.tuning.profile import profile_plain, profile_speculative
 
     options = {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
     if drafts == 0:

@@ -85,7 +85,7 @@ def llama_decode(gguf: Path, threads: int, drafts: int, steps: int) -> dict:
 
 def llama_rows(work: Path, threads_list: list[int], repeats: int, steps: int,
                drafts: tuple[int, ...] = DRAFTS) -> list[dict]:
-    from mtpc.measure.speculation import Round, acceptance_by_position
+    from mtpc.tuning.decode import Round, round_acceptance
 
     files = gguf_files(work)
     packages = {key: og_package(work, path) for key, path in files.items()}
@@ -111,7 +111,7 @@ def llama_rows(work: Path, threads_list: list[int], repeats: int, steps: int,
                     og_tok_s, llama_tok_s = median(r["tok_s"] for r in og_runs), median(r["tok_s"] for r in llama_runs)
                     rounds = [Round(d, a, 0.0) for d, a in og_runs[0]["rounds"]]
                     og_accepted = sum(r.accepted for r in rounds) / max(1, sum(r.drafted for r in rounds))
-                    first = acceptance_by_position(rounds, n)[0]
+                    first = round_acceptance(rounds, n)[0]
                     rows.append({
                         "qtype": qtype, "threads": threads, "head": head, "drafts": n,
                         "og_plain": og_plain, "og_tok_s": og_tok_s, "og_ratio": og_tok_s / og_plain,

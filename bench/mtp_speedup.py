@@ -12,7 +12,7 @@
    draft-side options (docs/spec.md, `mtp.draft`) on the same checkpoints.
 3. Each package decodes `--steps` tokens after an 8-token prompt in onnxruntime-genai 0.18.0, plain
    (`og.Generator`, N = 0) and speculative (`og.MtpGenerator`, N = 1..4), at 1 and 2 intra-op
-   threads, every measurement a fresh process after a 16-token warm-up (mtpc.measure.speculation).
+   threads, every measurement a fresh process after a 16-token warm-up (mtpc.tuning.decode).
    Within a (precision, threads) group every configuration runs once per repeat, the order rotated
    each time, so a busy spell of the shared machine falls on all of them; medians count.
    Tokens per CPU-second (user + system time of the decoding process) do not count waits for a core.
@@ -149,12 +149,13 @@ def build(work: Path, wanted: list[Variant], steps: int, size: str = "mtp") -> d
 
 def measure_child(package: Path, threads: int, drafts: int, steps: int) -> None:
     """Prints one JSON line: a warm-up, then one measured decode (`--child`)."""
-    from mtpc.measure.speculation import PackageDecoder
+    from mtpc.tuning.decode import decode
+    from mtpc.tuning.package import open_package
+    from mtpc.tuning.runtime import Runtime
 
-    decoder = PackageDecoder(package, {"intra_op_num_threads": threads, "inter_op_num_threads": 1})
-    decode = (lambda n: decoder.greedy(PROMPT, n)) if drafts == 0 else (lambda n: decoder.speculative(PROMPT, n, drafts))
-    decode(WARMUP_STEPS)
-    result = decode(steps)
+    runtime = Runtime(open_package(package, needs_tokenizer=False), threads)
+    decode(runtime, PROMPT, WARMUP_STEPS, drafts)
+    result = decode(runtime, PROMPT, steps, drafts)
     print(json.dumps({"tok_s": result.tok_s, "tok_cpu_s": result.tok_cpu_s, "tokens": list(result.tokens),
                       "rounds": [[r.drafted, r.accepted] for r in result.rounds]}))
 
@@ -179,7 +180,7 @@ def interleaved(configs: list, repeats: int, measure_one) -> dict:
 
 def og_rows(packages: dict[Variant, Path], threads_list: list[int], repeats: int, steps: int,
             drafts: tuple[int, ...] = DRAFTS) -> list[dict]:
-    from mtpc.measure.speculation import Round, acceptance_by_position, tokens_per_round
+    from mtpc.tuning.decode import Round, round_acceptance, tokens_per_round
 
     rows = []
     for precision in PRECISIONS:
@@ -198,7 +199,7 @@ def og_rows(packages: dict[Variant, Path], threads_list: list[int], repeats: int
                         "tok_s": median(r["tok_s"] for r in runs), "tok_cpu_s": median(r["tok_cpu_s"] for r in runs),
                         "plain_tok_s": median(r["tok_s"] for r in plain),
                         "plain_tok_cpu_s": median(r["tok_cpu_s"] for r in plain),
-                        "acceptance": list(acceptance_by_position(rounds, n)) if n else [],
+                        "acceptance": list(round_acceptance(rounds, n)) if n else [],
                         "tokens_per_round": tokens_per_round(rounds) if n else 1.0,
                         "equal": all(r["tokens"] == plain[0]["tokens"] for r in runs),
                     })

@@ -26,7 +26,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from statistics import median
 
@@ -36,26 +35,18 @@ sys.path.insert(0, str(ROOT))
 
 def decode_child(package: str, draft: int, new_tokens: int, threads: int, prompts_file: str) -> None:
     """Decodes every prompt with N drafts (0: og.Generator); prints generated tokens and seconds."""
-    from mtpc.tuning.measure import Runtime
+    from mtpc.tuning.decode import decode
     from mtpc.tuning.package import open_package
     from mtpc.tuning.prompts import BUILT_IN, read_prompts
+    from mtpc.tuning.runtime import Runtime
 
     runtime = Runtime(open_package(package), threads)
     texts = [t for _, t in read_prompts(prompts_file)] if prompts_file else list(BUILT_IN)
     tokens, seconds, cpu_seconds = 0, 0.0, 0.0
     for text in texts:
-        prompt = runtime.encode(text)
-        generator = runtime.generator(runtime.main, len(prompt) + new_tokens, draft)
-        generator.append_tokens(prompt)
-        steps = 0
-        start, cpu_start = time.perf_counter(), time.process_time()
-        while not generator.is_done():
-            generator.generate_next_token()
-            steps += 1
-        seconds += time.perf_counter() - start
-        cpu_seconds += time.process_time() - cpu_start
-        # og.Generator leaves an end token out of its sequence but took a step for it; MtpGenerator commits it.
-        tokens += steps if draft == 0 else len(generator.get_sequence()) - len(prompt)
+        # Tokens count an end token (a step made it), as tune's predictions do.
+        run = decode(runtime, runtime.encode(text), new_tokens, draft)
+        tokens, seconds, cpu_seconds = tokens + len(run.tokens), seconds + run.wall_s, cpu_seconds + run.cpu_s
     print(json.dumps({"tokens": tokens, "seconds": seconds, "cpu_seconds": cpu_seconds}))
 
 

@@ -142,7 +142,8 @@ def token_ids(text: str) -> tuple[int, ...]:
 def run(args) -> int:
     from ..checks import GENAI_CONFIG, check_package
     from .verify_runner import RuntimeRefused
-    from .verify_steps import Report, is_paged
+    from ..tuning.package import is_paged
+    from .verify_steps import Report
 
     root = package_root(args.package)
     spec = existing_file(args.spec, "spec")

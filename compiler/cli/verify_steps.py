@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..util.lazy_import import lazy_module
-from ..measure.speculation import head_folder
+from ..tuning.package import head_folder
 from .verify_runner import GraphRunner, runtime_step
 from .verify_tolerance import AsBuiltWeights, stores_quantized, strict_greedy, tolerance_for
 
@@ -61,11 +61,6 @@ def _why_tokens_differ(report: Report) -> str:
     if off:
         return f"the logits already differ beyond their bounds: {', '.join(off)}"
     return "expected with this precision: the logits agree within their bounds, and a near tie can go either way"
-
-
-def is_paged(cfg: dict) -> bool:
-    decoder = (cfg.get("model") or {}).get("decoder") or {}
-    return "dynamic_batching" in (cfg.get("engine") or {}) or "block_table" in (decoder.get("inputs") or {})
 
 
 def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:

@@ -35,7 +35,6 @@ costs into seconds. Nothing here asserts a time; the numbers are what this machi
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -43,7 +42,8 @@ from typing import Callable, Sequence
 
 from ..util.diagnostics import ExitCode, MtpcError
 from ..util.lazy_import import lazy_module
-from .package import TunablePackage
+from .decode import decode
+from .runtime import Runtime, refusal
 from .schedule import Decoding, StepCosts
 
 np = lazy_module("numpy")
@@ -61,74 +61,15 @@ class Measurement:
     threads: int | None  # intra-op threads asked for (None: the package's own session options)
 
 
-class Runtime:
-    """The package's main model, head and tokenizer, loaded in onnxruntime-genai."""
-
-    def __init__(self, package: TunablePackage, threads: int | None = None):
-        import onnxruntime_genai as og
-
-        self.og, self.package, self.threads = og, package, threads
-        with _refusal(f"onnxruntime-genai could not load {package.root}"):
-            self.main = og.Model(self._config(package.root))
-        with _refusal(f"onnxruntime-genai could not load the head in {package.head_dir}"):
-            self.head = og.Model(self._config(package.head_dir))
-        with _refusal(f"onnxruntime-genai could not load the tokenizer of {package.root}"):
-            self.tokenizer = og.Tokenizer(self.main)
-
-    def _config(self, folder):
-        config = self.og.Config(str(folder))
-        if self.threads is not None:
-            options = {"intra_op_num_threads": self.threads, "inter_op_num_threads": 1}
-            config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
-        return config
-
-    def encode(self, text: str) -> list[int]:
-        return [int(t) for t in self.tokenizer.encode(text)]
-
-    def generator(self, model, max_length: int, draft: int = 0):
-        og = self.og
-        params = og.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=max_length)
-        if draft:
-            params.set_speculative_options(max_draft_tokens=draft)
-            return og.MtpGenerator(self.main, self.head, params)
-        return og.Generator(model, params)
-
-
-class _refusal:
-    """An onnxruntime-genai failure while loading or running the package: a finding with the runtime's reason."""
-
-    def __init__(self, what: str):
-        self.what = what
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, tb):
-        if error is None or not isinstance(error, Exception) or isinstance(error, MtpcError):
-            return False
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise MtpcError.single(f"{self.what}: {reason}", exit_code=ExitCode.FINDINGS) from error
-
-
 def greedy(runtime: Runtime, prompt: list[int], new_tokens: int) -> list[int]:
     """The tokens plain greedy decoding gives after `prompt` (every N emits these), an end token included."""
-    with _refusal("onnxruntime-genai greedy decoding failed"):
-        generator = runtime.generator(runtime.main, len(prompt) + new_tokens)
-        generator.append_tokens(prompt)
-        while not generator.is_done():
-            generator.generate_next_token()
-        tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
-        if len(tokens) < new_tokens:
-            # Stopped at an end token, which og.Generator leaves out of its sequence; og.MtpGenerator commits it.
-            tokens.append(int(generator.get_next_tokens()[0]))
-        return tokens
+    return list(decode(runtime, prompt, new_tokens).tokens)
 
 
 def past_the_end(runtime: Runtime, prompt: list[int], generated: list[int], count: int) -> list[int]:
     """The main model's greedy tokens after an end token. Never emitted, but a verify checks drafts against
     them, so the runtime counts the drafts that match them as accepted."""
-    with _refusal("onnxruntime-genai could not run the package past an end token"):
+    with refusal("onnxruntime-genai could not run the package past an end token"):
         generator = runtime.generator(runtime.main, len(prompt) + len(generated) + count + 1)
         generator.append_tokens(prompt + generated)
         found = []
@@ -144,7 +85,7 @@ def draft_matches(runtime: Runtime, prompt: list[int], generated: list[int], max
     package = runtime.package
     following = list(generated) + list(beyond)
     length = len(prompt) + len(generated) + max_draft + 2
-    with _refusal("onnxruntime-genai could not run the package to find where the drafts match"):
+    with refusal("onnxruntime-genai could not run the package to find where the drafts match"):
         main = runtime.generator(runtime.main, length)
         main.append_tokens(prompt + generated)
         hidden = main.get_output(package.main_hidden)  # [1, prompt + generated, hidden]
@@ -230,7 +171,7 @@ def _sweeps(runtime: Runtime, prompt: list[int], generated: list[int], max_draft
         decoder.generate_next_token()  # picks from the prompt's logits; each later call is one forward
         return decoder
 
-    with _refusal("onnxruntime-genai could not run the package to measure its steps"):
+    with refusal("onnxruntime-genai could not run the package to measure its steps"):
         main = runtime.generator(runtime.main, length)
         main.append_tokens(context)
         at = main.token_count()

@@ -28,10 +28,10 @@ class TunablePackage:
     context_length: int
     max_draft_tokens: int | None  # speculative.max_draft_tokens as the package sets it
     providers: tuple[str, ...]  # execution providers the config asks for ("cpu" when none)
+    eos_token_ids: frozenset[int] = frozenset()
 
 
-# is_paged and head_folder read a package as `mtpc verify` does (cli/verify_steps.py has its own copies,
-# which work in flight on verify is moving; one place once it lands).
+# is_paged and head_folder read a package for `mtpc verify` too (cli/verify_steps.py).
 def is_paged(cfg: dict) -> bool:
     """A paged package (onnxruntime-genai's engine, packed inputs): CUDA only."""
     decoder = (cfg.get("model") or {}).get("decoder") or {}
@@ -63,8 +63,9 @@ def _usage(message: str, hint: str | None = None) -> MtpcError:
     return MtpcError.single(message, exit_code=ExitCode.USAGE, hint=hint)
 
 
-def open_package(path: str | Path) -> TunablePackage:
-    """The package at `path`, or the reason tune cannot run it here (exit 2)."""
+def open_package(path: str | Path, needs_tokenizer: bool = True) -> TunablePackage:
+    """The package at `path`, or the reason tune cannot run it here (exit 2). Decoding token ids
+    (`mtpc.tuning.decode`) needs no tokenizer; tune encodes text prompts, so it does."""
     root = Path(path)
     if not root.exists():
         raise _usage(f"package {str(path)!r} does not exist", "give the folder `mtpc compile` wrote")
@@ -109,7 +110,7 @@ def open_package(path: str | Path) -> TunablePackage:
             f"{str(path)!r} runs on the {', '.join(missing)} execution provider, which this onnxruntime-genai does not have",
             "run tune on the machine the package is for",
         )
-    if not (root / TOKENIZER_FILE).is_file():
+    if needs_tokenizer and not (root / TOKENIZER_FILE).is_file():
         raise _usage(
             f"{str(path)!r} has no {TOKENIZER_FILE}: tune encodes the prompts with the package's tokenizer",
             "compile from a source that ships its tokenizer (an HF folder's tokenizer files, a GGUF's vocabulary)",
@@ -124,6 +125,7 @@ def open_package(path: str | Path) -> TunablePackage:
         context_length=int(model.get("context_length") or (cfg.get("search") or {}).get("max_length") or 0),
         max_draft_tokens=speculative.get("max_draft_tokens"),
         providers=wanted,
+        eos_token_ids=frozenset(eos if isinstance(eos := model.get("eos_token_id", []), list) else [eos]),
     )
 
 

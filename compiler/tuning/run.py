@@ -66,7 +66,8 @@ def tune(
     (default "prompt 1", ...). `max_draft` defaults to the larger of 4 and the package's own
     max_draft_tokens; `spec_position(draft)` says where the spec sets the recommended value.
     """
-    from .measure import Runtime, measure
+    from .measure import measure
+    from .runtime import Runtime
     from .report import package_facts, payload, runtime_facts
 
     opened = open_package(package)

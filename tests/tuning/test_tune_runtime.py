@@ -15,7 +15,8 @@ import pytest
 
 from mtpc.cli.main import main
 from mtpc.schema.validation import errors as schema_errors
-from mtpc.tuning.measure import Runtime, draft_matches, greedy, past_the_end
+from mtpc.tuning.measure import draft_matches, greedy, past_the_end
+from mtpc.tuning.runtime import Runtime
 import mtpc
 from mtpc.tuning.package import open_package
 from mtpc.tuning.report import envelope

@@ -1,7 +1,7 @@
 """Where an MTP speculative round's time goes: head forwards, the verify forward, replays, the runtime's own work.
 
-`profile_speculative` decodes with onnxruntime's profiler on in both sessions (the main model's
-and the head's), then splits each round's wall time (`speculation.Round.seconds`) into:
+`profile_speculative` decodes (`decode.decode`) with onnxruntime's profiler on in both sessions (the
+main model's and the head's), then splits each round's wall time (`decode.Round.seconds`) into:
 
 - **head**: the head's forwards (N chained drafts, or one forward of the accepted drafts and the
   next token: onnxruntime-genai 0.18.0 fuses the head's catch-up into the next round's first draft);
@@ -16,6 +16,9 @@ Each round's main-model forwards are its verify and, when it rejected a draft, a
 order onnxruntime-genai runs them in; the runtime's counters say which rounds rejected). The profiler adds a few microseconds to every node, so
 forwards measure a little dearer than unprofiled ones and `runtime` is the remainder of the same
 profiled run. `profile_plain` gives the plain decode step in the same terms.
+
+`mtpc tune` times each operation by itself instead (`measure`), to price any N; this takes real
+og.MtpGenerator rounds apart, for bench/decode_profile.py --mtp.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from pathlib import Path
 from statistics import median
 from typing import Any, Sequence
 
-from .speculation import PackageDecoder, Run
+from .decode import Run, decode
+from .runtime import Runtime
+from .package import open_package
 
 
 @dataclass(frozen=True)
-class StepCosts:
+class RoundProfile:
     """Milliseconds per round of each part, averaged over a run's rounds, and the counts behind them."""
 
     drafts: int
@@ -66,12 +71,13 @@ def _forwards(events: list[dict]) -> list[_Forward]:
     return [_Forward(run["ts"], run["dur"]) for run in runs]
 
 
-def _profiled(package: Path, options: dict[str, Any], decode) -> tuple[Run, list[_Forward], list[_Forward]]:
+def _profiled(package: Path, options: dict[str, Any], decoding) -> tuple[Run, list[_Forward], list[_Forward]]:
     with tempfile.TemporaryDirectory(prefix="mtpc-profile-") as tmp:
         main, head = str(Path(tmp) / "main"), str(Path(tmp) / "head")
-        decoder = PackageDecoder(package, {**options, "enable_profiling": main}, {"enable_profiling": head})
-        run = decode(decoder)
-        del decoder
+        runtime = Runtime(open_package(package, needs_tokenizer=False), session_options={**options, "enable_profiling": main},
+                          head_session_options={"enable_profiling": head})
+        run = decoding(runtime)
+        del runtime
         gc.collect()  # the sessions write their profiles when they close
         parsed = []
         for prefix in (main, head):
@@ -81,15 +87,15 @@ def _profiled(package: Path, options: dict[str, Any], decode) -> tuple[Run, list
 
 
 def profile_speculative(package: str | Path, prompt: Sequence[int], steps: int, drafts: int,
-                        session_options: dict[str, Any] | None = None) -> StepCosts:
+                        session_options: dict[str, Any] | None = None) -> RoundProfile:
     run, main, head = _profiled(Path(package), session_options or {},
-                                lambda d: d.speculative(prompt, steps, drafts))
+                                lambda runtime: decode(runtime, prompt, steps, drafts))
     verify, replay = _split(main[1:], run)  # the first forward is the prompt's
     rounds = max(1, len(run.rounds))
     per_round = lambda forwards: sum(f.duration_us for f in forwards) / 1000 / rounds  # noqa: E731
     total = sum(r.seconds for r in run.rounds) * 1000 / rounds
     head_ms, verify_ms, replay_ms = per_round(head), per_round(verify), per_round(replay)
-    return StepCosts(drafts, len(run.rounds), len(run.tokens), head_ms, verify_ms, replay_ms,
+    return RoundProfile(drafts, len(run.rounds), len(run.tokens), head_ms, verify_ms, replay_ms,
                      max(0.0, total - head_ms - verify_ms - replay_ms), len(head), len(replay))
 
 
@@ -108,5 +114,5 @@ def _split(forwards: list[_Forward], run: Run) -> tuple[list[_Forward], list[_Fo
 def profile_plain(package: str | Path, prompt: Sequence[int], steps: int,
                   session_options: dict[str, Any] | None = None) -> tuple[float, float]:
     """(ms per token of the whole `generate_next_token` call, median ms of the forward in it)."""
-    run, main, _ = _profiled(Path(package), session_options or {}, lambda d: d.greedy(prompt, steps))
+    run, main, _ = _profiled(Path(package), session_options or {}, lambda runtime: decode(runtime, prompt, steps))
     return run.wall_s * 1000 / max(1, len(run.tokens)), median(f.duration_us for f in main[1:]) / 1000

@@ -1,10 +1,10 @@
-"""mtpc.measure.step_costs: a speculative round split into head forwards, verify, replays and the runtime's work."""
+"""mtpc.tuning.profile: a speculative round split into head forwards, verify, replays and the runtime's work."""
 
 from __future__ import annotations
 
 import pytest
 
-from mtpc.measure.step_costs import profile_plain, profile_speculative
+from mtpc.tuning.profile import profile_plain, profile_speculative
 from tests.fixtures.arch import tiny_arch
 from tests.fixtures.fitted_head import PROMPTS, write_fitted_hf_checkpoint
 from tests.runtime.conftest import compile_spec, write_spec
