@@ -23,6 +23,10 @@ OPTIONS = {
     "vocabulary": "mtp:\n  draft_vocabulary: {size: 160}\n",
     "vocabulary-int8": "mtp:\n  draft_vocabulary: {size: 160}\n"
                        "quantization:\n  overrides:\n    - {match: mtp.lm_head.weight, bits: 8}\n",
+    # The head's own full LM head, int8 (`mtp.lm_head: own` alone).
+    "own-int8": "mtp:\n  lm_head: own\nquantization:\n  overrides:\n    - {match: mtp.lm_head.weight, bits: 8}\n",
+    # Draft-side precision: every weight only the head reads int8 (its routed experts in QMoE), the main model float.
+    "draft-side-int8": "mtp:\n  lm_head: own\nquantization:\n  overrides:\n    - {match: 'mtp.*', bits: 8}\n",
 }
 
 
@@ -34,7 +38,8 @@ def draft_models(moe_workdir, moe_release, moe_gguf):
         for option, extra in OPTIONS.items():
             name = f"moe-draft-{source}-{option}"
             ir, _ = build_ir(write_spec(moe_workdir / f"{name}.yaml", name, value, extra))
-            assert ir.mtp.draft_vocabulary.ids == DRAFT_IDS
+            if option == "vocabulary":
+                assert ir.mtp.draft_vocabulary.ids == DRAFT_IDS
             out = compile_moe(moe_workdir, name, value, extra)
             built[(source, option)] = decoding.load(out), decoding.load(out / "mtp")
     return built
@@ -56,10 +61,11 @@ def test_moe_draft_vocabulary_keeps_greedy(draft_models, moe_transformers_greedy
 
 @pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
 @pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("option", ["vocabulary-int8", "own-int8", "draft-side-int8"])
 @pytest.mark.parametrize("source", ["hf", "gguf"])
-def test_moe_int8_draft_lm_head_keeps_greedy(draft_models, moe_transformers_greedy, source, prompt, max_draft):
+def test_moe_int8_draft_lm_head_keeps_greedy(draft_models, moe_transformers_greedy, source, option, prompt, max_draft):
     from tests.runtime.conftest import STEPS
 
-    run = decoding.speculative(*draft_models[(source, "vocabulary-int8")], list(prompt), STEPS, max_draft)
+    run = decoding.speculative(*draft_models[(source, option)], list(prompt), STEPS, max_draft)
     assert run.tokens == moe_transformers_greedy[prompt]
     assert run.accepted > 0 and run.rejected > 0, run

@@ -78,3 +78,39 @@ def test_counts_rank_the_draft_vocabulary_and_provenance_records_the_file(tmp_pa
     changed, _ = build_ir(spec)
     (mismatch,) = compare(provenance, changed, spec)
     assert "counts file differs" in mismatch.message
+
+
+def _matmul_names(model_path) -> set[str]:
+    """The quantized weights a graph multiplies: its MatMulNBits nodes' weight inputs."""
+    model = onnx.load(model_path, load_external_data=False)
+    return {node.input[1] for node in model.graph.node if node.op_type == "MatMulNBits"}
+
+
+@pytest.mark.parametrize("default, head_bits, main_bits", [("{bits: null}", 8, None), ("{bits: 4}", "null", 4)])
+def test_an_override_on_mtp_quantizes_the_draft_side_apart_from_the_main_model(tmp_path, default, head_bits, main_bits):
+    """Draft-side precision is `quantization.overrides` on `mtp.*` (docs/spec.md): a float main model with an int8
+    head and int8 draft LM head, or an int4 main model drafting with a float head. The plan's override line counts
+    exactly the head's matmuls, quantization.json and the graphs store them so, and nothing of the main model moves."""
+    spec = _spec(tmp_path, "  lm_head: own\n",
+                 f"quantization:\n  default: {default}\n  overrides:\n    - {{match: 'mtp.*', bits: {head_bits}}}\n")
+    with build(spec) as built:
+        linear = [w for w in built.ir.weights if w.role.value == "linear"]
+        head = {w.name: w for w in linear if w.name.startswith("mtp.")}
+        main = {w.name: w for w in linear if not w.name.startswith("mtp.")}
+        assert "mtp.lm_head.weight" in head and "lm_head.weight" in main and "mtp.fc.weight" in head
+        want_head = None if head_bits == "null" else head_bits
+        assert {w.form.bits if w.form else None for w in head.values()} == {want_head}
+        assert {w.form.bits if w.form else None for w in main.values()} == {main_bits}
+        assert all(w.rule.startswith("override 1 (mtp.*)") for w in head.values())
+        changes = [line for name, result in built.pass_results if name == "quantization" for line in result.changes]
+        (line,) = [c for c in changes if c.startswith("override 1 (mtp.*)") and " linear " in c]
+        assert f": {len(head)} linear float32 -> " in line
+        assert (f"int{head_bits} MatMulNBits" in line) if want_head else "-> float32 (lossless)" in line
+        write_package(built.artifacts, tmp_path / "pkg")
+    report = {w["name"]: w for w in json.loads((tmp_path / "pkg" / "quantization.json").read_text())["weights"]}
+    for name in head:
+        assert (report[name]["stored"]["kind"] == "MatMulNBits") == bool(want_head), report[name]
+    quantized_in = lambda path: {n.split(".MatMul.")[0] for n in _matmul_names(path)}  # noqa: E731
+    head_graph, main_graph = quantized_in(tmp_path / "pkg" / "mtp" / "mtp.onnx"), quantized_in(tmp_path / "pkg" / "model.onnx")
+    assert bool(head_graph) == bool(want_head) and bool(main_graph) == bool(main_bits)
+    assert all(n.startswith("mtp.") for n in head_graph) and ("mtp.lm_head" in head_graph) == bool(want_head), head_graph

@@ -25,10 +25,13 @@ DRAFT_SIZE = 160
 DRAFT_IDS = tuple(range(DRAFT_SIZE))
 VOCABULARY = f"mtp:\n  draft_vocabulary: {{size: {DRAFT_SIZE}}}\n"
 INT8_HEAD = "quantization:\n  overrides:\n    - {match: mtp.lm_head.weight, bits: 8}\n"
+# Draft-side precision: every weight only the head reads (`mtp.*`, its LM-head copy included) int8, the main model float.
+INT8_DRAFT_SIDE = "mtp:\n  lm_head: own\nquantization:\n  overrides:\n    - {match: 'mtp.*', bits: 8}\n"
 OPTIONS = {
     "vocabulary": VOCABULARY,
     "vocabulary-int8": VOCABULARY + INT8_HEAD,
     "own-int8": "mtp:\n  lm_head: own\n" + INT8_HEAD,
+    "draft-side-int8": INT8_DRAFT_SIDE,
 }
 
 
@@ -66,7 +69,7 @@ def test_a_draft_vocabulary_keeps_greedy_tokens_and_drafts_what_the_reference_dr
 
 @pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
 @pytest.mark.parametrize("prompt", PROMPTS)
-@pytest.mark.parametrize("option", ["vocabulary-int8", "own-int8"])
+@pytest.mark.parametrize("option", ["vocabulary-int8", "own-int8", "draft-side-int8"])
 @pytest.mark.parametrize("source", ["hf", "gguf"])
 def test_an_int8_draft_lm_head_keeps_greedy_tokens(packages, reference_greedy, source, option, prompt, max_draft):
     run = decoding.speculative(*packages[(source, option)], list(prompt), STEPS, max_draft)
