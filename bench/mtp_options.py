@@ -5,7 +5,8 @@ Each is a spec change that leaves the main model as it is (docs/spec.md, "Cheape
 - `vocab 4096`: `mtp.draft_vocabulary: {size: 4096}`, the tokenizer's ranking (an eighth of the 32k vocabulary);
 - `int8 draft LM head` / `int4 draft LM head`: the head's own LM head (`mtp.lm_head: own`) quantized apart
   from the main model's (float32 packages only: an int4 package's head is int4 already);
-- `draft side int4`: every head weight and its own LM head int4 (`mtp.*`), float32 packages;
+- `draft side int8` / `draft side int4`: every weight only the head reads, its own LM head included,
+  int8 or int4 (`quantization.overrides` on `mtp.*`: draft-side precision), float32 packages;
 - `vocab 4096, draft side int4`: both.
 
 The main model, and so the tokens, stay the same; what moves is the head's cost and its acceptance.
@@ -16,6 +17,7 @@ from __future__ import annotations
 VOCABULARY = "draft_vocabulary: {size: 4096}"
 OWN = "lm_head: own"
 HEAD_INT4 = ("{match: 'mtp.*', bits: 4, block_size: 32}",)
+HEAD_INT8 = ("{match: 'mtp.*', bits: 8, block_size: 32}",)
 
 
 def option_variants(variant) -> list:
@@ -25,6 +27,7 @@ def option_variants(variant) -> list:
             ("vocab 4096", VOCABULARY, ()),
             ("int8 draft LM head", OWN, ("{match: mtp.lm_head.weight, bits: 8, block_size: 32}",)),
             ("int4 draft LM head", OWN, ("{match: mtp.lm_head.weight, bits: 4, block_size: 32}",)),
+            ("draft side int8", OWN, HEAD_INT8),
             ("draft side int4", OWN, HEAD_INT4),
             ("vocab 4096, draft side int4", VOCABULARY, HEAD_INT4),
         ],

@@ -2,7 +2,7 @@
 
     pip install -e '.[bench]'
     python bench/mtp_speedup.py [--repeats 5] [--steps 128] [--threads 1,2] [--work DIR] [--json FILE]
-                                [--only og|llama] [--options]
+                                [--only og|llama|options] [--options]
 
 1. One seeded Qwen3.5 checkpoint (`compile_bench.SIZES["mtp"]`: 16 layers, vocabulary 32k, 351M
    parameters) with three heads (bench/mtp_heads.py): **best** (final norms zeroed: trunk and head
@@ -84,8 +84,8 @@ class Variant:
         return "".join(lines)
 
 
-def variants(options: bool) -> list[Variant]:
-    out = [Variant(head, head, precision) for precision in PRECISIONS for head in ("best", "worst", "realistic")]
+def variants(options: bool, base: bool = True) -> list[Variant]:
+    out = [Variant(head, head, precision) for precision in PRECISIONS for head in ("best", "worst", "realistic")] if base else []
     if options:
         from bench.mtp_options import option_variants
 
@@ -265,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=("mtp", "small"), default="mtp",
                         help="mtp: the 348M-class checkpoint; small: a 4-layer one for a smoke run")
     parser.add_argument("--work", type=Path, help="keep the checkpoints and packages here (reused by the next run)")
-    parser.add_argument("--only", choices=("og", "llama"), help="only onnxruntime-genai's rows or only llama.cpp's")
+    parser.add_argument("--only", choices=("og", "llama", "options"),
+                        help="only onnxruntime-genai's rows, only llama.cpp's, or only the draft options' rows "
+                             "(each option against its own package's plain decoding)")
     parser.add_argument("--options", action="store_true", help="also the draft options (bench/mtp_options.py)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -281,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows, llama = [], []
         if args.only != "llama":
-            packages = build(work, variants(args.options), args.steps, args.size)
+            wanted = variants(True, base=False) if args.only == "options" else variants(args.options)
+            packages = build(work, wanted, args.steps, args.size)
             rows = og_rows(packages, threads, args.repeats, args.steps, tuple(int(n) for n in args.drafts.split(",")))
-        if args.only != "og":
+        if args.only not in ("og", "options"):
             from bench.llama_mtp import llama_rows
 
             checkpoints(work, args.size)
