@@ -1,10 +1,11 @@
 """The head's draft-side options keep MTP lossless: og.MtpGenerator gives exactly the greedy tokens.
 
-A draft vocabulary (`mtp.draft_vocabulary`) and a head LM head stored apart from the main
-model's (`mtp.lm_head: own` with its own quantization rule) change only what the head drafts;
+A draft vocabulary (`mtp.draft_vocabulary`), a head LM head stored apart from the main
+model's (`mtp.lm_head: own`, float or with its own quantization rule) and draft-side precision
+(an override on `mtp.*`) change only what the head drafts;
 the main model verifies every draft. With the fitted head (tests/fixtures/fitted_head.py) drafts
-are both accepted and rejected, and with a float draft vocabulary the runtime's counters equal
-those of the numpy rendition whose head scores the same tokens.
+are both accepted and rejected, and with a float draft vocabulary (or a float own LM head) the
+runtime's counters equal those of the numpy rendition whose head scores the same tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ INT8_HEAD = "quantization:\n  overrides:\n    - {match: mtp.lm_head.weight, bits
 # Draft-side precision: every weight only the head reads (`mtp.*`, its LM-head copy included) int8, the main model float.
 INT8_DRAFT_SIDE = "mtp:\n  lm_head: own\nquantization:\n  overrides:\n    - {match: 'mtp.*', bits: 8}\n"
 OPTIONS = {
+    "own": "mtp:\n  lm_head: own\n",
     "vocabulary": VOCABULARY,
     "vocabulary-int8": VOCABULARY + INT8_HEAD,
     "own-int8": "mtp:\n  lm_head: own\n" + INT8_HEAD,
@@ -64,6 +66,20 @@ def test_a_draft_vocabulary_keeps_greedy_tokens_and_drafts_what_the_reference_dr
     assert run.tokens == reference_greedy[prompt]
     assert run.accepted > 0 and run.rejected > 0, run
     expected = simulate_speculative(reference, draft_head_reference, list(prompt), STEPS, max_draft)
+    assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
+
+
+@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("source", ["hf", "gguf"])
+def test_the_heads_own_float_lm_head_drafts_what_the_shared_one_does(
+    packages, reference, head_reference, reference_greedy, source, prompt, max_draft
+):
+    """`mtp.lm_head: own` at the main model's precision: the same rows in another place, so the same drafts."""
+    run = decoding.speculative(*packages[(source, "own")], list(prompt), STEPS, max_draft)
+    assert run.tokens == reference_greedy[prompt]
+    assert run.accepted > 0 and run.rejected > 0, run
+    expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
     assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
 
 
