@@ -2,7 +2,7 @@
 
     pip install -e '.[bench]'
     python bench/mtp_speedup.py [--repeats 5] [--steps 128] [--threads 1,2] [--work DIR] [--json FILE]
-                                [--only og|llama|options] [--options]
+                                [--only og|llama|options] [--options] [--variants TEXT,...]
 
 1. One seeded Qwen3.5 checkpoint (`compile_bench.SIZES["mtp"]`: 16 layers, vocabulary 32k, 351M
    parameters) with three heads (bench/mtp_heads.py): **best** (final norms zeroed: trunk and head
@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only onnxruntime-genai's rows, only llama.cpp's, or only the draft options' rows "
                              "(each option against its own package's plain decoding)")
     parser.add_argument("--options", action="store_true", help="also the draft options (bench/mtp_options.py)")
+    parser.add_argument("--variants", metavar="TEXT,...",
+                        help="only the packages whose name contains one of these (e.g. int4-draft-side)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -284,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, llama = [], []
         if args.only != "llama":
             wanted = variants(True, base=False) if args.only == "options" else variants(args.options)
+            if args.variants:
+                wanted = [v for v in wanted if any(part in v.name for part in args.variants.split(","))]
             packages = build(work, wanted, args.steps, args.size)
             rows = og_rows(packages, threads, args.repeats, args.steps, tuple(int(n) for n in args.drafts.split(",")))
         if args.only not in ("og", "options"):
