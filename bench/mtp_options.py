@@ -9,8 +9,7 @@ Each is a spec change that leaves the main model as it is (docs/spec.md, "Cheape
   int8 or int4 (`quantization.overrides` on `mtp.*`: draft-side precision), float32 packages;
 - `vocab 4096, draft side int4`: both;
 - on int4 packages, `draft side int8` / `draft side float`: the other direction, an int4 main model
-  drafting with an int8 or float head (a head fitted as tightly as the realistic one loses its fit
-  to int4 rounding).
+  drafting with an int8 or float head.
 
 The main model, and so the tokens, stay the same; what moves is the head's cost and its acceptance.
 """

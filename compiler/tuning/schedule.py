@@ -17,7 +17,7 @@ module replays, for any N, the runtime's rounds as `src/mtp_generator.cpp` runs 
   round's accepted drafts too (a + 1 tokens wide, after a rewind of the head's cache);
   a partly accepted verify restores the snapshot and replays the committed prefix
   (a + 1 tokens wide). The windowed-state crop path (`state_window`) is not modelled:
-  mtpc's packages export no windowed state;
+  mtpc's packages export no windowed state (onnxruntime's CPU kernels refuse it);
 - a round stops as soon as the committed sequence reaches `max_length` or an end token,
   before any replay; near `max_length` a round drafts only as many tokens as fit.
 
