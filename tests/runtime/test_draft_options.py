@@ -16,6 +16,7 @@ from mtpc.pipeline.driver import build_ir
 from mtpc.reference.forward import MtpHeadReference
 from mtpc.weights.draft import WithOwnLmHead
 from tests.fixtures.fitted_head import PROMPTS, fitted_store, simulate_speculative
+from tests.fixtures.package_files import remanifest
 
 from . import decoding
 from .conftest import STEPS, compile_spec, write_spec
@@ -116,6 +117,7 @@ def test_verify_checks_the_draft_vocabularys_logits_and_the_rest(workdir, packag
     with open(broken / "mtp" / "mtp.onnx.data", "r+b") as data:  # int32 entry 200, in place
         data.seek(offset + 200 * 4)
         data.write((0).to_bytes(4, "little"))  # token 200 (not among ids 0..159) now reads token 0's score
+    remanifest(broken)  # as if written so: the table's check is what fails, not the manifest's
     assert main(["verify", "-q", str(broken), "--spec", str(spec), "--new-tokens", "4"]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
     # Token 200's logit is wrong in every row the head scored, and nothing else is.
