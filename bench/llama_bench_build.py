@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -33,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.clients import llama_cpp  # noqa: E402  (the sdist's version, sha256 and download)
+from tests.clients.llama_cpp_build import build_tools  # noqa: E402
 
 CMAKE_OPTIONS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
@@ -54,57 +53,8 @@ def binary(name: str = "llama-bench") -> Path:
 
 
 def llama_tools(log=sys.stderr) -> dict[str, Path]:
-    """The cached tools of TARGETS, built first if absent (minutes on two cores).
-
-    The build tree (`.llama.cpp-<version>-build` beside the cache) survives an interrupted
-    build, so the next run continues it; the binaries are copied into `bin/` only once both
-    are built, and `bin/` is what says the cache is complete.
-    """
-    tools = {name: binary(name) for name in TARGETS}
-    if all(path.is_file() for path in tools.values()):
-        return tools
-    cache = cache_dir()
-    work = cache.parent / f".{cache.name}-build"
-    work.mkdir(parents=True, exist_ok=True)
-    with open(work / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second caller waits, then finds the binaries
-        if all(path.is_file() for path in tools.values()):
-            return tools
-        _build(work, tools, log)
-    return tools
-
-
-def _build(work: Path, tools: dict[str, Path], log=sys.stderr) -> None:
-    cache = cache_dir()
-    src = work / "src"
-    if not (src / "CMakeLists.txt").is_file():
-        with tempfile.TemporaryDirectory(dir=work) as download:
-            sdist = llama_cpp._download(Path(download))
-            prefix = f"llama_cpp_python-{llama_cpp.VERSION}/vendor/llama.cpp/"
-            staging = Path(download) / "src"
-            with tarfile.open(sdist, "r:gz") as archive:
-                for member in archive.getmembers():
-                    if member.isfile() and member.name.startswith(prefix):
-                        destination = staging / member.name[len(prefix):]
-                        destination.parent.mkdir(parents=True, exist_ok=True)
-                        with archive.extractfile(member) as source, open(destination, "wb") as out:
-                            shutil.copyfileobj(source, out)
-            shutil.rmtree(src, ignore_errors=True)
-            staging.rename(src)
-    build = work / "build"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    jobs = str(os.cpu_count() or 1)
-    for command in (
-        ["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_OPTIONS],
-        ["cmake", "--build", str(build), "--target", *TARGETS, "-j", jobs],
-    ):
-        print("$ " + " ".join(command), file=log, flush=True)
-        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
-    (cache / "bin").mkdir(parents=True, exist_ok=True)
-    for name, target in tools.items():
-        built = next(p for p in build.rglob(name) if p.is_file() and os.access(p, os.X_OK))
-        shutil.copy2(built, target.with_suffix(".partial"))
-        os.replace(target.with_suffix(".partial"), target)
+    """The cached tools of TARGETS, built first if absent (minutes on two cores; tests/clients/llama_cpp_build.py)."""
+    return build_tools(cache_dir(), TARGETS, CMAKE_OPTIONS, log)
 
 
 def llama_bench(log=sys.stderr) -> Path:

@@ -18,17 +18,13 @@ build fails.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.clients import llama_cpp
+from tests.clients.llama_cpp_build import build_tools
 
 TARGET = "llama-speculative-simple"
 CMAKE_OPTIONS = [
@@ -49,46 +45,8 @@ def binary() -> Path:
 
 
 def build(log=sys.stderr) -> Path:
-    """The cached binary, built first if absent; one build at a time (a second caller waits for the first)."""
-    if binary().is_file():
-        return binary()
-    work = cache_dir().parent / f".{cache_dir().name}-build"
-    work.mkdir(parents=True, exist_ok=True)
-    with open(work / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not binary().is_file():
-            _build(work, log)
-    return binary()
-
-
-def _build(work: Path, log) -> None:
-    src = work / "src"
-    if not (src / "CMakeLists.txt").is_file():
-        with tempfile.TemporaryDirectory(dir=work) as download:
-            sdist = llama_cpp._download(Path(download))
-            prefix = f"llama_cpp_python-{llama_cpp.VERSION}/vendor/llama.cpp/"
-            staging = Path(download) / "src"
-            with tarfile.open(sdist, "r:gz") as archive:
-                for member in archive.getmembers():
-                    if member.isfile() and member.name.startswith(prefix):
-                        destination = staging / member.name[len(prefix):]
-                        destination.parent.mkdir(parents=True, exist_ok=True)
-                        with archive.extractfile(member) as source, open(destination, "wb") as out:
-                            shutil.copyfileobj(source, out)
-            shutil.rmtree(src, ignore_errors=True)
-            staging.rename(src)
-    out = work / "build"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for command in (
-        ["cmake", "-S", str(src), "-B", str(out), *generator, *CMAKE_OPTIONS],
-        ["cmake", "--build", str(out), "--target", TARGET, "-j", str(os.cpu_count() or 1)],
-    ):
-        print("$ " + " ".join(command), file=log, flush=True)
-        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
-    built = next(p for p in out.rglob(TARGET) if p.is_file() and os.access(p, os.X_OK))
-    binary().parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(built, binary().with_suffix(".partial"))
-    os.replace(binary().with_suffix(".partial"), binary())
+    """The cached binary, built first if absent (tests/clients/llama_cpp_build.py)."""
+    return build_tools(cache_dir(), [TARGET], CMAKE_OPTIONS, log)[TARGET]
 
 
 @dataclass(frozen=True)
