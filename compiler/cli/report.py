@@ -6,6 +6,7 @@ scripts can rely on its shape; text goes to stdout, progress and summaries to st
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -110,3 +111,20 @@ def verb_parser(sub, name: str, help: str, epilog: str, formats: tuple[str, ...]
         help="more on stderr: elapsed time on each progress line and a line per file or step",
     )
     return p
+
+
+def whole_number(least: int, most: int | None = None):
+    """An argparse type: an integer in [least, most]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least or (most is not None and value > most):
+            bounds = f"from {least} to {most}" if most is not None else f"at least {least}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse

@@ -7,12 +7,11 @@ given, and renders the result as text or as the JSON report `compile --tune-repo
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from pathlib import Path
 
-from .report import console, existing_file, out, print_json, verb_parser
+from .report import console, existing_file, out, print_json, verb_parser, whole_number
 
 HELP = "measure a package on this machine and say how many MTP drafts per step decode fastest"
 EPILOG = """\
@@ -49,31 +48,18 @@ examples:
 """
 
 
-def _count(least: int, most: int | None = None):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < least or (most is not None and value > most):
-            raise argparse.ArgumentTypeError(f"must be from {least} to {most}, got {value}" if most else f"must be at least {least}, got {value}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
-
 
 def add_parser(sub) -> None:
     p = verb_parser(sub, "tune", HELP, EPILOG)
     p.add_argument("package", metavar="DIR", help="the compiled package (with an MTP head, for onnxruntime-genai)")
     p.add_argument("--spec", metavar="SPEC", help="the spec it was compiled from: the recommendation points at its line")
     p.add_argument("--prompts", metavar="FILE", help="prompts to decode, one a line (default: a built-in handful)")
-    p.add_argument("--max-draft", type=_count(1, 16), metavar="N",
+    p.add_argument("--max-draft", type=whole_number(1, 16), metavar="N",
                    help="largest draft count to predict, 1 to 16 (default: 4, or the package's own if larger)")
-    p.add_argument("--new-tokens", type=_count(8), default=64, metavar="N", help="tokens to generate per prompt (default 64)")
-    p.add_argument("--threads", type=_count(1), metavar="N",
+    p.add_argument("--new-tokens", type=whole_number(8), default=64, metavar="N", help="tokens to generate per prompt (default 64)")
+    p.add_argument("--threads", type=whole_number(1), metavar="N",
                    help="intra-op threads for both models (default: the package's session options)")
-    p.add_argument("--sweeps", type=_count(3), default=24, metavar="N",
+    p.add_argument("--sweeps", type=whole_number(3), default=24, metavar="N",
                    help="interleaved timing sweeps; each times every kind of step once (default 24)")
     p.set_defaults(run=run)
 

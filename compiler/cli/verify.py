@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..util.diagnostics import ExitCode, MtpcError
-from .report import console, verb_parser, err, existing_dir, existing_file, out, print_json
+from .report import console, verb_parser, err, existing_dir, existing_file, out, print_json, whole_number
 
 if TYPE_CHECKING:  # imported where they are used: every `mtpc` run builds this verb's parser (`mtpc --help` too)
     from .verify_steps import Report
@@ -99,21 +99,6 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def whole_number(least: int, most: int | None = None):
-    """An argparse type: an integer in [least, most]."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < least or (most is not None and value > most):
-            bounds = f"from {least} to {most}" if most is not None else f"at least {least}"
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
 
 
 def tolerance_value(text: str) -> float:
@@ -211,24 +196,13 @@ def package_root(path: str) -> Path:
     return root
 
 
-def require_runtime() -> None:
-    """onnxruntime and onnxruntime-genai are the `runtime` extra, not dependencies: say so when one is missing."""
-    import importlib
-
-    for module, package in (("onnxruntime", "onnxruntime"), ("onnxruntime_genai", "onnxruntime-genai")):
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise MtpcError.single(
-                f"mtpc verify runs the package in {package}, which cannot be imported: {err}",
-                exit_code=ExitCode.USAGE,
-                hint="install the runtime extra: pip install 'mtpc[runtime]'",
-            ) from None
 
 
 def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report, progress) -> None:
     """Steps 2 to 4 of the module docstring, adding to `report`."""
-    require_runtime()
+    from ..tuning.run import require_runtime
+
+    require_runtime("verify")
     from .. import sources
     from ..pipeline.driver import build_ir
     from .verify_steps import compare_package
