@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from .report import console, out, print_json, verb_parser
 
 HELP = "compile a spec into a runtime package"
