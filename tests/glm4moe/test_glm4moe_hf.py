@@ -29,7 +29,7 @@ from tests.fixtures.glm4moe_checkpoints import (
     load_transformers_glm,
     write_glm_checkpoint,
 )
-from tests.moe.conftest import check_speculative
+from tests.runtime.decoding import check_speculative
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS, compile_spec, files_of, write_spec
 

@@ -9,7 +9,7 @@ import pytest
 from mtpc.emit.tokenizer import synthetic_tokenizer_files
 from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from tests.clients import hf_transformers, llama_cpp
-from tests.fixtures.fitted_head import PROMPTS, simulate_speculative
+from tests.fixtures.fitted_head import PROMPTS
 from tests.fixtures.moe_checkpoints import (
     fitted_moe_store,
     fitted_moe_tensors,
@@ -17,7 +17,6 @@ from tests.fixtures.moe_checkpoints import (
     tiny_moe_arch,
     write_moe_release_checkpoint,
 )
-from tests.runtime import decoding
 from tests.runtime.conftest import STEPS, compile_spec, write_spec
 
 
@@ -71,15 +70,6 @@ def moe_package(moe_workdir, moe_release) -> Path:
     return compile_moe(moe_workdir, "moe-hf", f"{{hf: {moe_release.name}}}")
 
 
-def check_speculative(models, greedy: list[int], reference, head_reference, prompt, max_draft: int) -> None:
-    """og.MtpGenerator gives `greedy`, and drafts and accepts what the numpy rendition with the fitted head
-    does, with drafts both accepted and rejected (so the head's drafts are really used)."""
-    main_model, head = models
-    run = decoding.speculative(main_model, head, list(prompt), STEPS, max_draft)
-    assert run.tokens == greedy
-    expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
-    assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
-    assert run.accepted > 0 and run.rejected > 0, run
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,9 @@ from tests.fixtures.moe_checkpoints import fitted_moe_store
 from tests.runtime import decoding
 from tests.runtime.conftest import write_spec
 
-from .conftest import check_speculative, compile_moe
+from tests.runtime.decoding import check_speculative
+
+from .conftest import compile_moe
 
 # The HF release has no tokenizer (ids rank in order) and the GGUF's is the tiny byte-level one without
 # merges (its tokens rank in id order too): either way the first 160 ids, specials 0-2 among them.

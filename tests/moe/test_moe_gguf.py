@@ -33,7 +33,9 @@ from tests.fixtures.moe_checkpoints import fitted_moe_store
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
-from .conftest import check_speculative, compile_moe
+from tests.runtime.decoding import check_speculative
+
+from .conftest import compile_moe
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,9 @@ from tests.runtime import decoding
 from mtpc.pipeline.driver import build
 from tests.runtime.conftest import STEPS, compile_spec, files_of, write_spec
 
-from .conftest import check_speculative, compile_moe
+from tests.runtime.decoding import check_speculative
+
+from .conftest import compile_moe
 
 
 @pytest.fixture(scope="session")

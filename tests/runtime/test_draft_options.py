@@ -15,7 +15,7 @@ import pytest
 from mtpc.pipeline.driver import build_ir
 from mtpc.reference.forward import MtpHeadReference
 from mtpc.weights.draft import WithOwnLmHead
-from tests.fixtures.fitted_head import PROMPTS, fitted_store, simulate_speculative
+from tests.fixtures.fitted_head import PROMPTS, fitted_store
 from tests.fixtures.package_files import remanifest
 
 from . import decoding
@@ -63,11 +63,8 @@ def draft_head_reference(arch):
 def test_a_draft_vocabulary_keeps_greedy_tokens_and_drafts_what_the_reference_drafts(
     packages, reference, draft_head_reference, reference_greedy, source, prompt, max_draft
 ):
-    run = decoding.speculative(*packages[(source, "vocabulary")], list(prompt), STEPS, max_draft)
-    assert run.tokens == reference_greedy[prompt]
-    assert run.accepted > 0 and run.rejected > 0, run
-    expected = simulate_speculative(reference, draft_head_reference, list(prompt), STEPS, max_draft)
-    assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
+    decoding.check_speculative(packages[(source, "vocabulary")], reference_greedy[prompt], reference,
+                               draft_head_reference, prompt, max_draft)
 
 
 @pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
@@ -77,11 +74,8 @@ def test_the_heads_own_float_lm_head_drafts_what_the_shared_one_does(
     packages, reference, head_reference, reference_greedy, source, prompt, max_draft
 ):
     """`mtp.lm_head: own` at the main model's precision: the same rows in another place, so the same drafts."""
-    run = decoding.speculative(*packages[(source, "own")], list(prompt), STEPS, max_draft)
-    assert run.tokens == reference_greedy[prompt]
-    assert run.accepted > 0 and run.rejected > 0, run
-    expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
-    assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
+    decoding.check_speculative(packages[(source, "own")], reference_greedy[prompt], reference, head_reference,
+                               prompt, max_draft)
 
 
 @pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
