@@ -18,7 +18,7 @@ import pytest
 
 from mtpc.profiles import ort_genai_profiles
 from tests.fixtures.ort_release import INSTALLED, ReleaseUnavailable, overlay
-from tests.fixtures.shared import in_ci
+from tests.fixtures.shared import HOW_TO_GET_IT, SHARED, in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 # GLM-4.5's decoding tests too: its packages name the `llama` model type, which each release must drive.
@@ -47,9 +47,37 @@ def test_the_runtime_tests_pass_against(release, tmp_path):
     probe = subprocess.run([sys.executable, "-c", "import onnxruntime_genai as og; print(og.__version__)"],
                            env=env, capture_output=True, text=True, cwd=REPO)
     assert probe.stdout.strip() == release, probe.stderr[-2000:]
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-x", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
                *RUNTIME_TESTS, *(f"--ignore={path}" for path in RELEASE_NEUTRAL)]
     run = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
     assert run.returncode == 0, f"onnxruntime-genai {release}: {summary}\n{run.stdout[-6000:]}{run.stderr[-2000:]}"
-    assert " passed" in summary and " skipped" not in summary, summary
+    assert " passed" in summary, summary
+    assert not unexplained_skips(run.stdout), run.stdout[-6000:]
+
+
+def unexplained_skips(report: str) -> list[str]:
+    """The skips of a `pytest -rs` report but those for an absent shared folder outside CI, which this run
+    has too (in CI the folder is there, or those tests fail): a release must not skip what the installed one runs."""
+    skips = [line for line in report.splitlines() if line.startswith("SKIPPED ")]
+    if in_ci() or SHARED.is_dir():
+        return skips
+    return [line for line in skips if HOW_TO_GET_IT not in line]
+
+
+def test_only_an_absent_shared_folder_outside_ci_explains_a_skip(monkeypatch, tmp_path):
+    import tests.test_runtime_releases as here
+
+    report = "\n".join([
+        f"SKIPPED [3] tests/runtime/test_x.py:10: {tmp_path} is missing: {HOW_TO_GET_IT}",
+        "SKIPPED [1] tests/runtime/test_y.py:20: onnxruntime-genai cannot run this here",
+        "1 passed, 4 skipped",
+    ])
+    monkeypatch.setattr(here, "SHARED", tmp_path / "absent")
+    monkeypatch.delenv("CI", raising=False)
+    assert [line.split(":")[0] for line in unexplained_skips(report)] == ["SKIPPED [1] tests/runtime/test_y.py"]
+    monkeypatch.setenv("CI", "true")
+    assert len(unexplained_skips(report)) == 2
+    monkeypatch.delenv("CI")
+    monkeypatch.setattr(here, "SHARED", tmp_path)  # the folder is there: every skip needs explaining
+    assert len(unexplained_skips(report)) == 2
