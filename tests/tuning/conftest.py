@@ -8,7 +8,9 @@ models) and the prompts of PROMPTS_FILE:
 - `mixed`: fitted to five steps of seven (`fitted_head.is_memorised`), so every draft count
   meets accepted and rejected drafts, and partly accepted rounds;
 - `random`: a seeded random head, right about never;
-- `nohead`: the random checkpoint compiled with `mtp.head: off`.
+- `nohead`: the random checkpoint compiled with `mtp.head: off`;
+
+and `fitted_package`, the runtime tests' 4-layer fitted checkpoint, for decode's and the profiler's tests.
 """
 
 from __future__ import annotations
@@ -58,3 +60,16 @@ def random_head(tune_workdir, arch) -> Path:
 @pytest.fixture(scope="session")
 def nohead(tune_workdir, arch) -> Path:
     return compile_package(tune_workdir, "nohead", arch, fitted_to=None, spec_extra="mtp: {head: off}\n")
+
+
+@pytest.fixture(scope="session")
+def fitted_package(tmp_path_factory) -> Path:
+    """The runtime tests' fitted dense checkpoint (tests/fixtures/fitted_head.py), compiled once: its drafts are
+    both accepted and refused, so decode's rounds and the profiler's replays both occur."""
+    from tests.fixtures.arch import tiny_arch
+    from tests.fixtures.fitted_head import write_fitted_hf_checkpoint
+    from tests.runtime.conftest import compile_spec, write_spec
+
+    work = tmp_path_factory.mktemp("fitted")
+    checkpoint = write_fitted_hf_checkpoint(work / "fitted", tiny_arch())
+    return compile_spec(write_spec(work / "fitted.yaml", "fitted", f"{{hf: {checkpoint.name}}}"), work / "pkg")

@@ -9,8 +9,7 @@ from mtpc.tuning.package import open_package
 from mtpc.tuning.runtime import Runtime
 from mtpc.reference.forward import MtpHeadReference, Qwen35Reference
 from tests.fixtures.arch import tiny_arch
-from tests.fixtures.fitted_head import PROMPTS, fitted_store, simulate_speculative, write_fitted_hf_checkpoint
-from tests.runtime.conftest import compile_spec, write_spec
+from tests.fixtures.fitted_head import PROMPTS, fitted_store, simulate_speculative
 
 
 def test_acceptance_per_position_counts_only_the_rounds_that_judged_that_draft():
@@ -22,17 +21,10 @@ def test_acceptance_per_position_counts_only_the_rounds_that_judged_that_draft()
     assert tokens_per_round(rounds) == (1 + 5 + 2 + 3 + 3) / 5
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    work = tmp_path_factory.mktemp("decode")
-    checkpoint = write_fitted_hf_checkpoint(work / "fitted", tiny_arch())
-    return compile_spec(write_spec(work / "fitted.yaml", "fitted", f"{{hf: {checkpoint.name}}}"), work / "pkg")
-
-
 @pytest.mark.parametrize("max_draft", [1, 3])
-def test_rounds_add_up_to_the_runtimes_counters_and_the_reference(package, max_draft):
+def test_rounds_add_up_to_the_runtimes_counters_and_the_reference(fitted_package, max_draft):
     arch = tiny_arch()
-    runtime = Runtime(open_package(package, needs_tokenizer=False), threads=1)
+    runtime = Runtime(open_package(fitted_package, needs_tokenizer=False), threads=1)
     prompt = list(PROMPTS[0])
     plain = decode(runtime, prompt, 20)
     run = decode(runtime, prompt, 20, max_draft)

@@ -5,21 +5,12 @@ from __future__ import annotations
 import pytest
 
 from mtpc.tuning.profile import profile_plain, profile_speculative
-from tests.fixtures.arch import tiny_arch
-from tests.fixtures.fitted_head import PROMPTS, write_fitted_hf_checkpoint
-from tests.runtime.conftest import compile_spec, write_spec
-
-
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    work = tmp_path_factory.mktemp("costs")
-    checkpoint = write_fitted_hf_checkpoint(work / "fitted", tiny_arch())
-    return compile_spec(write_spec(work / "fitted.yaml", "fitted", f"{{hf: {checkpoint.name}}}"), work / "pkg")
+from tests.fixtures.fitted_head import PROMPTS
 
 
 @pytest.mark.parametrize("drafts", [1, 3])
-def test_every_part_of_a_round_is_measured_and_they_add_up(package, drafts):
-    costs = profile_speculative(package, list(PROMPTS[0]), 20, drafts, {"intra_op_num_threads": 1})
+def test_every_part_of_a_round_is_measured_and_they_add_up(fitted_package, drafts):
+    costs = profile_speculative(fitted_package, list(PROMPTS[0]), 20, drafts, {"intra_op_num_threads": 1})
     assert costs.tokens == 20 and 0 < costs.rounds < 20
     # The fitted head's drafts are both kept and refused: some rounds replay, not all.
     assert 0 < costs.replays < costs.rounds
@@ -28,6 +19,6 @@ def test_every_part_of_a_round_is_measured_and_they_add_up(package, drafts):
     assert costs.ms_per_token == pytest.approx(costs.round_ms * costs.rounds / costs.tokens)
 
 
-def test_the_plain_step_includes_its_forward(package):
-    per_token, forward = profile_plain(package, list(PROMPTS[0]), 20, {"intra_op_num_threads": 1})
+def test_the_plain_step_includes_its_forward(fitted_package):
+    per_token, forward = profile_plain(fitted_package, list(PROMPTS[0]), 20, {"intra_op_num_threads": 1})
     assert 0 < forward < per_token * 2  # one forward per token, plus a little of the runtime's own work
