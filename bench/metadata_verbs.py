@@ -6,7 +6,8 @@ Two sources of Qwen3.5-27B's shape, neither holding a weight byte (bench/sparse_
 Q4_0 GGUF and a Hugging Face folder of bfloat16 safetensors shards with its 248k-token
 `tokenizer.json`. One spec per source as a 27B user writes it: int4 (block 32) with the embedding,
 the LM head and `mtp.fc` kept float, float16 I/O, both targets (onnxruntime-genai cpu and onnx-genai); a second spec differs only in `max_draft_tokens`, a runtime setting, so `diff`
-of the two must build no graph. The verbs, each a fresh process of `python -m mtpc`:
+of the two must build no graph (both pin `state_window: 5`, which holds either draft count's verify; with
+`auto` the window follows `max_draft_tokens` and the graphs would differ). The verbs, each a fresh process of `python -m mtpc`:
 
 - `inspect SOURCE`, `check SPEC`, `plan SPEC -q --against <missing folder>`, `diff SPEC SPEC2`;
 - `mtpc --help` beside them, the floor every run pays (the interpreter, the CLI), whose goal is 0.15 s
@@ -55,7 +56,8 @@ quantization:
     - {{match: lm_head.weight, bits: null}}
     - {{match: mtp.fc.weight, bits: null}}
 targets:
-  onnxruntime_genai: {{version: "0.18.0", execution_provider: cpu, max_draft_tokens: {draft}}}
+  onnxruntime_genai: {{version: "0.18.0", execution_provider: cpu, max_draft_tokens: {draft},
+                      state_window: 5}}
   onnx_genai: {{layout: flat}}
 """
 

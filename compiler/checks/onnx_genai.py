@@ -146,6 +146,20 @@ def check_flat(c: Checker, rel: str, doc: dict, target: Graph | None) -> None:
                     name = pair.get(side) if isinstance(pair, dict) else None
                     if name and name not in present:
                         c.add(rel, json_pointer("model", "io", key, i, side), f"{name!r} is not an {side} of {target.relpath}")
+                    elif side == "input" and name:
+                        _zero_fillable(c, rel, json_pointer("model", "io", key, i, side), present[name], target.relpath)
+
+
+def _zero_fillable(c: Checker, rel: str, where: str, state, graph: str) -> None:
+    """onnx-genai zero-fills a state input of the graph's own shape, taking only its leading axis for batch, and
+    refuses any other symbolic dim (decode/values.rs, concrete_fixed_state_shape, at ac9c7dd): a windowed state
+    ([W, batch, ...]) is onnxruntime-genai's alone."""
+    symbolic = [axis for axis, dim in enumerate(state.shape or ()) if axis > 0 and not isinstance(dim, int)]
+    if symbolic:
+        c.add(rel, where, f"{state.name!r} in {graph} has the symbolic dim {state.shape[symbolic[0]]!r} at axis "
+                          f"{symbolic[0]}: onnx-genai zero-fills a state with only its leading axis taken for batch, "
+                          "and refuses it", hint="a package with a state window gives onnx-genai its unwindowed main "
+                                                 "graph as decoder.onnx (mtpc writes it)")
 
 
 # ----------------------------------------------------------------------------- workflow (pipeline loader)

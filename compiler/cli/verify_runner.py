@@ -83,8 +83,8 @@ class GraphRunner:
         for axis, dim in enumerate(self.meta[name].shape):
             if isinstance(dim, int):
                 shape.append(dim)
-            elif axis == 0:
-                shape.append(1)  # batch
+            elif axis == 0 or dim == "batch_size":
+                shape.append(1)  # batch (axis 1 behind a state window)
             elif "sequence" in str(dim):
                 shape.append(0)
             else:

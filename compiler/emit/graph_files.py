@@ -74,7 +74,10 @@ def graph_files(ir: ModelIR) -> list[tuple[str, str, GraphContract]]:
     """(graph, its data file, its contract) for every graph the package holds, main model first."""
     # Each graph's data file is named after it; the onnxruntime-genai head's also holds the tensors the
     # main model shares with it, which adds no file.
-    return [(cfg.filename, cfg.filename + ".data", cfg.contract) for cfg in (ir.main, *(cfg for _, cfg in ir.heads))]
+    files = [(cfg.filename, cfg.filename + ".data", cfg.contract) for cfg in (ir.main, *(cfg for _, cfg in ir.heads))]
+    if ir.onnx_genai_main is not None:  # onnx-genai's own main graph reads the main graph's data file
+        files.insert(1, (ir.onnx_genai_main.filename, ir.main.filename + ".data", ir.onnx_genai_main.contract))
+    return files
 
 
 def emit_graph_files(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
@@ -90,15 +93,17 @@ def emit_graph_files(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
             from .onnx_graphs import emit_onnx_graphs
 
             artifacts = {a.relpath: a for a in emit_onnx_graphs(ir, ctx)}
-            names = sorted(name for graph, data, _ in expected for name in (graph, data))
+            names = sorted({name for graph, data, _ in expected for name in (graph, data)})
             if sorted(artifacts) != names:
                 raise AssertionError(f"the graph emitter wrote {sorted(artifacts)}, the deferred package listed {names}")
             built.update(artifacts)
         return built[relpath]
 
-    artifacts = []
+    artifacts, data_files = [], set()
     for graph, data, contract in expected:
         artifacts.append(Artifact(graph, chunks=lambda graph=graph: made(graph).iter_bytes(), deferred=True,
                                   interface=contract))
-        artifacts.append(Artifact(data, chunks=lambda data=data: made(data).iter_bytes()))
+        if data not in data_files:
+            data_files.add(data)
+            artifacts.append(Artifact(data, chunks=lambda data=data: made(data).iter_bytes()))
     return artifacts

@@ -100,8 +100,11 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         "",
         "## Files",
         "",
-        f"- `{ir.main.filename}` (+ `.data`): the main decoder",
+        f"- `{ir.main.filename}` (+ `.data`): the main decoder" + _window(ir),
     ]
+    if ir.onnx_genai_main is not None:
+        lines.append(f"- `{ir.onnx_genai_main.filename}`: the same decoder without the state window, for onnx-genai "
+                     f"(it reads `{ir.main.filename}.data`)")
     if ir.targets.onnxruntime_genai is not None:
         lines.append("- `genai_config.json`: onnxruntime-genai configuration" + (" with its `model.mtp` section" if ort_head else ""))
     if ort_head is not None:
@@ -206,6 +209,14 @@ def _weights_section(ir: ModelIR) -> list[str]:
 
 def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     return [Artifact(CARD_NAME, render(ir, ctx.info.card, ctx.speed_table).encode("utf-8"))]
+
+
+def _window(ir: ModelIR) -> str:
+    w = ir.main.state_window
+    if not w:
+        return ""
+    return (f"; its linear-attention state keeps the last {w} tokens' states, so onnxruntime-genai drops a rejected "
+            f"draft without running the model again (at most {w - 1} drafts a step)")
 
 
 def _draft_head(ir: ModelIR) -> str:

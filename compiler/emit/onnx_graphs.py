@@ -17,6 +17,8 @@ file the main graph reads them from in `ctx.shared_data_files`) for genai_config
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import onnx_ir as oir
 
 from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
@@ -53,9 +55,16 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     def head_reads(name: str) -> bool:
         return is_shareable(name) and not (ir.mtp.own_lm_head and name.startswith(LM_HEAD_PREFIX))
 
-    main_data = GraphData(ir.main.filename, DataFile(ir.main.filename + ".data"), head_file, head_reads)
+    main_file = DataFile(ir.main.filename + ".data")
     build_main = main_builder(ir.architecture)
-    built.append((ir.main.filename, build_main(ir, params, main_data, ctx.progress, kernels(ir.main))))
+    built.append((ir.main.filename, build_main(ir, params, GraphData(ir.main.filename, main_file, head_file, head_reads),
+                                               ctx.progress, kernels(ir.main))))
+    if ir.onnx_genai_main is not None:
+        # The same weights as the main graph, every one already placed in its data file: nothing new is written.
+        other = ir.onnx_genai_main
+        built.append((other.filename, build_main(replace(ir, main=other), params,
+                                                 GraphData(other.filename, main_file, head_file, head_reads),
+                                                 ctx.progress, kernels(other))))
     if head_file is not None:
         ctx.shared_data_files[ir.main.filename] = head_file.relpath
     for kind, cfg in ir.heads:
@@ -69,6 +78,8 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
         proto = oir.serde.serialize_model(graph.model)
         artifacts.append(Artifact(filename, content=proto.SerializeToString(deterministic=True)))
         data = graph.data
+        if data.relpath in ctx.data_layouts:  # a data file two graphs read is written once
+            continue
         if data.groups:
             artifacts.append(Artifact(data.relpath, chunks=lambda data=data: data.chunks(ctx.jobs), size=data.size))
         ctx.data_layouts[data.relpath] = {k: v for k, v in data.layout().items() if is_shareable(k)}

@@ -21,7 +21,7 @@ from .builder import ONNX_DTYPES, BuiltGraph, GraphBuilder, GraphData
 from .moe import feed_forward
 from .parameters import ParameterSource
 from .roles import input_name, output_name
-from .sequence import sequence_ops
+from .layouts import sequence_ops
 
 Progress = Callable[[str], None]
 Mixer = Callable[[oir.Value], oir.Value]

@@ -32,7 +32,7 @@ from .moe import feed_forward
 from .parameters import ParameterSource
 from .decoder import Progress, has_position_rows
 from .roles import input_name, output_name
-from .sequence import sequence_ops
+from .layouts import sequence_ops
 
 HEAD_LAYER = "mtp.layers.0."
 # The draft vocabulary's Gather table: for every token id, its row in the head's own LM head (K: not there).

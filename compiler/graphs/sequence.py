@@ -1,4 +1,4 @@
-"""Token-layout-dependent ops for dense `[B, S, X]` graphs (CPU-runnable), and the choice of layout.
+"""Token-layout-dependent ops for dense `[B, S, X]` graphs (CPU-runnable); `layouts.py` chooses among layouts.
 
 Dense graphs use GroupQueryAttention with BNSH past/present KV (rotary applied
 before it, so `do_rotary=0`), CausalConvWithState and LinearAttention with
@@ -11,23 +11,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as oir
 
-from ..ir.contracts import PAGED_INPUT_NAMES
-from ..ir import Architecture, AttentionMode, DecoderConfig
+from ..ir import Architecture
 from .blocks import SequenceOps, merge_heads, split_heads
 from .builder import MS, GraphBuilder
-from .roles import input_name
-
-
-def sequence_ops(b: GraphBuilder, cfg: DecoderConfig) -> SequenceOps:
-    if cfg.attention is AttentionMode.PAGED:
-        from .paged import PagedOps, StateUpdates
-
-        updates = None
-        if cfg.state_update_capacity:
-            updates = StateUpdates(cfg.state_update_capacity, b.inputs[input_name(cfg, "state_update_capture_count")],
-                                   b.inputs[input_name(cfg, "state_update_active")])
-        return PagedOps(b, *(b.inputs[input_name(cfg, role)] for role in PAGED_INPUT_NAMES), state_updates=updates)
-    return DenseOps(b, b.inputs[input_name(cfg, "attention_mask")])
 
 
 class DenseOps:
@@ -62,14 +48,27 @@ class DenseOps:
 
     def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
         la = arch.linear_attention
+        q, k, v, decay, beta = self.recurrence_inputs(b, q, k, v, decay, beta, arch)
+        out, present = linear_attention(b, q, k, v, past, decay, beta, arch, "LinearAttention")
+        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present
+
+    def recurrence_inputs(self, b, q, k, v, decay, beta, arch: Architecture):
+        """q / k with their heads merged, and the gates in the op's dtype (the state's)."""
+        la = arch.linear_attention
         q = merge_heads(b, self, q, la.key_dim, "q/merge")
         k = merge_heads(b, self, k, la.key_dim, "k/merge")
         if b.io_dtype != oir.DataType.FLOAT:
             decay = b.op("Cast", [decay], {"to": b.io_dtype}, name="decay/Cast")
             beta = b.op("Cast", [beta], {"to": b.io_dtype}, name="beta/Cast")
-        # q/k heads < value heads: value head j reads key head j // (Hv / Hk) (grouped), as the weights are stored.
-        attrs = {"q_num_heads": la.num_key_heads, "kv_num_heads": la.num_value_heads,
-                 "update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
-        out, present = b.op_multi("LinearAttention", [q, k, v, past, decay, beta], attrs,
-                                  name="LinearAttention", num_outputs=2, domain=MS)
-        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present
+        return q, k, v, decay, beta
+
+
+def linear_attention(b: GraphBuilder, q, k, v, past, decay, beta, arch: Architecture, name: str):
+    """com.microsoft LinearAttention (gated delta rule) over `[B, S, X]` -> (output, present state)."""
+    la = arch.linear_attention
+    # q/k heads < value heads: value head j reads key head j // (Hv / Hk) (grouped), as the weights are stored.
+    attrs = {"q_num_heads": la.num_key_heads, "kv_num_heads": la.num_value_heads,
+             "update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
+    out, present = b.op_multi("LinearAttention", [q, k, v, past, decay, beta], attrs, name=name, num_outputs=2,
+                              domain=MS)
+    return out, present

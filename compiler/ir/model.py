@@ -265,6 +265,9 @@ class OrtGenaiTarget:
     # "static": one KV buffer per layer, allocated at max_length by the runtime and
     # written in place (onnxruntime-genai's search.past_present_share_buffer); dense only.
     kv_cache: str = "dynamic"
+    # Per-token linear-attention state window of the dense main graph (onnxruntime-genai crops to an
+    # accepted draft instead of replaying it): "auto", "off" or W (see passes/state_window.py).
+    state_window: str | int = "auto"
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,9 @@ class ModelIR:
     source_tensors: tuple[SourceTensor, ...] = ()
     # How each weight the package uses is stored; filled by passes/quantization.py.
     weights: tuple[WeightDecision, ...] = ()
+    # onnx-genai's own main decoder when it cannot load `main` (`decoder.onnx`, which its loader prefers,
+    # reading `main`'s data file): set by passes/state_window.py when `main`'s state is windowed.
+    onnx_genai_main: DecoderConfig | None = added(None)
 
     def head(self, contract: HeadContract) -> DecoderConfig | None:
         return dict(self.heads).get(contract)

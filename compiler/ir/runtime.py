@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .enums import AttentionMode, LayerKind
+from .fields import added
 
 # ----------------------------------------------------------------------------- I/O contracts
 
@@ -109,6 +110,9 @@ class DecoderConfig:
     # Tokens of a verify step whose conv / recurrent transitions the graph captures (paged hybrids
     # with a head; decoder.state_update_capacity). 0: none.
     state_update_capacity: int = 0
+    # W > 1: the conv / recurrent state I/O is windowed, `[W, batch, ...]`, slot j the state after token
+    # T - W + j of a T-token forward (onnxruntime-genai's croppable recurrent state). 0: unwindowed.
+    state_window: int = added(0)
 
     @property
     def num_hidden_layers(self) -> int:

@@ -18,7 +18,9 @@ def default_pipeline(observer: Callable[[str, PassResult], None] | None = None) 
     from .mtp_projection import MtpHeadProjection
     from .paged_io import PagedIoRewrite
     from .quantization import QuantizationPlanning
+    from .state_window import StateWindow
 
     return Pipeline(
-        [HeadDetection(), ApplyRuntimeProfile(), QuantizationPlanning(), MtpHeadProjection(), PagedIoRewrite()], observer
+        [HeadDetection(), ApplyRuntimeProfile(), QuantizationPlanning(), MtpHeadProjection(), PagedIoRewrite(),
+         StateWindow()], observer
     )

@@ -96,6 +96,15 @@ class OrtGenaiProfile:
             )
         if target.attention is AttentionMode.PAGED:
             out += self._paged_problems(target, io_dtype)
+        if isinstance(target.state_window, int) and target.attention is AttentionMode.PAGED:
+            out.append(
+                TargetProblem(
+                    ("state_window",),
+                    "a state window belongs to a dense main graph; the paged engine rolls back rejected drafts "
+                    "from compact state updates instead",
+                    "remove state_window, or use attention: dense",
+                )
+            )
         if not self.supports_kv_cache(target.attention, target.kv_cache):
             out.append(
                 TargetProblem(
@@ -111,6 +120,16 @@ class OrtGenaiProfile:
                     ("max_draft_tokens",),
                     f"max_draft_tokens must be in {low}..{high} for onnxruntime-genai {self.version}, "
                     f"not {target.max_draft_tokens}",
+                )
+            )
+        elif isinstance(target.state_window, int) and target.state_window < target.max_draft_tokens + 1:
+            out.append(
+                TargetProblem(
+                    ("state_window",),
+                    f"state_window {target.state_window} holds fewer tokens than a verify of "
+                    f"max_draft_tokens {target.max_draft_tokens} + 1",
+                    f"use state_window {target.max_draft_tokens + 1} (or auto); onnxruntime-genai {self.version} "
+                    f"would silently draft only {target.state_window - 1} tokens",
                 )
             )
         elif target.attention is AttentionMode.PAGED and target.max_draft_tokens > self.max_state_update_capacity:

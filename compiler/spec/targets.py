@@ -37,4 +37,5 @@ def ort_target(ort: dict) -> OrtGenaiTarget:
         max_draft_tokens=ort["max_draft_tokens"],
         prune_lm_head=paged["prune_lm_head"],
         kv_cache=ort["kv_cache"],
+        state_window=ort["state_window"],
     )

@@ -29,6 +29,9 @@ class TunablePackage:
     max_draft_tokens: int | None  # speculative.max_draft_tokens as the package sets it
     providers: tuple[str, ...]  # execution providers the config asks for ("cpu" when none)
     eos_token_ids: frozenset[int] = frozenset()
+    # W of the main graph's windowed linear-attention state (0: none): with W > 1, og.MtpGenerator crops a
+    # partly accepted verify at 2 or more drafts instead of replaying it, and drafts at most W - 1 tokens.
+    state_window: int = 0
 
 
 # is_paged and head_folder read a package for `mtpc verify` too (cli/verify_steps.py).
@@ -51,6 +54,25 @@ def head_folder(root: Path, cfg: dict) -> Path | None:
         if str(rel) == head_file:
             return sub.parent
     return None
+
+
+def state_window(root: Path, cfg: dict) -> int:
+    """W of the main graph's conv state when it is windowed (`[W, batch, conv_dim, K-1]`, rank 4), else 0: the
+    shape onnxruntime-genai decides by (src/models/recurrent_state.cpp)."""
+    import onnx
+
+    decoder = (cfg.get("model") or {}).get("decoder") or {}
+    template = (decoder.get("inputs") or {}).get("past_conv_names", "past_key_values.%d.conv_state")
+    if "%d" not in template or not decoder.get("filename"):
+        return 0
+    prefix, suffix = template.split("%d", 1)
+    graph = onnx.load(str(root / decoder["filename"]), load_external_data=False).graph
+    for value in graph.input:
+        layer = value.name[len(prefix):len(value.name) - len(suffix)] if value.name.endswith(suffix) else ""
+        if value.name.startswith(prefix) and layer.isdigit():
+            dims = value.type.tensor_type.shape.dim
+            return dims[0].dim_value if len(dims) == 4 else 0
+    return 0
 
 
 def providers(cfg: dict) -> tuple[str, ...]:
@@ -126,6 +148,7 @@ def open_package(path: str | Path, needs_tokenizer: bool = True) -> TunablePacka
         max_draft_tokens=speculative.get("max_draft_tokens"),
         providers=wanted,
         eos_token_ids=frozenset(eos if isinstance(eos := model.get("eos_token_id", []), list) else [eos]),
+        state_window=state_window(root, cfg),
     )
 
 

@@ -49,13 +49,15 @@ def _rate(tokens: int, spent: float) -> float:
 
 
 def predict(
-    decodings: Sequence[Decoding], costs: StepCosts, max_draft: int, cpu_costs: StepCosts | None = None
+    decodings: Sequence[Decoding], costs: StepCosts, max_draft: int, cpu_costs: StepCosts | None = None,
+    window: int = 0,
 ) -> tuple[Prediction, ...]:
-    """One prediction per draft count 0..max_draft (`cpu_costs`: CPU-seconds, default `costs`)."""
+    """One prediction per draft count 0..max_draft (`cpu_costs`: CPU-seconds, default `costs`) for a package whose
+    state window is `window` (0: none; a windowed package crops instead of replaying at 2 drafts or more)."""
     results = []
     plain_rate = None
     for draft in range(max_draft + 1):
-        plan = total_schedule(decodings, draft)
+        plan = total_schedule(decodings, draft, window)
         rate = _rate(plan.tokens, seconds(plan, costs))
         if draft == 0:
             plain_rate = rate

@@ -7,8 +7,8 @@ main model's and the head's), then splits each round's wall time (`decode.Round.
   next token: onnxruntime-genai 0.18.0 fuses the head's catch-up into the next round's first draft);
 - **verify**: the main model's forward over [token, drafts] (N + 1 tokens);
 - **replay**: after a rejection, the main model's forward of the accepted prefix again
-  (onnxruntime-genai restores a snapshot of the recurrent state first; a model with windowed
-  state would crop instead);
+  (onnxruntime-genai restores a snapshot of the recurrent state first); a package with a state
+  window has none at 2 drafts or more: the runtime crops the window to the accepted token instead;
 - **runtime**: everything else inside the call: the host-side argmax over each logits row, the
   logits' cast to float32, state snapshots and restores, copies of hidden rows, the Python call.
 
@@ -90,7 +90,8 @@ def profile_speculative(package: str | Path, prompt: Sequence[int], steps: int, 
                         session_options: dict[str, Any] | None = None) -> RoundProfile:
     run, main, head = _profiled(Path(package), session_options or {},
                                 lambda runtime: decode(runtime, prompt, steps, drafts))
-    verify, replay = _split(main[1:], run)  # the first forward is the prompt's
+    crop = open_package(package, needs_tokenizer=False).state_window > 1 and drafts > 1
+    verify, replay = _split(main[1:], run, crop)  # the first forward is the prompt's
     rounds = max(1, len(run.rounds))
     per_round = lambda forwards: sum(f.duration_us for f in forwards) / 1000 / rounds  # noqa: E731
     total = sum(r.seconds for r in run.rounds) * 1000 / rounds
@@ -99,14 +100,16 @@ def profile_speculative(package: str | Path, prompt: Sequence[int], steps: int, 
                      max(0.0, total - head_ms - verify_ms - replay_ms), len(head), len(replay))
 
 
-def _split(forwards: list[_Forward], run: Run) -> tuple[list[_Forward], list[_Forward]]:
-    """The main model's forwards of each round: its verify, then a replay when it rejected a draft."""
-    if len(forwards) != len(run.rounds) + run.rejected:
-        raise ValueError(f"{len(forwards)} main-model forwards for {len(run.rounds)} rounds and {run.rejected} rejections")
+def _split(forwards: list[_Forward], run: Run, crop: bool = False) -> tuple[list[_Forward], list[_Forward]]:
+    """The main model's forwards of each round: its verify, then a replay when it rejected a draft (none when the
+    runtime crops a windowed state instead)."""
+    replays = 0 if crop else run.rejected
+    if len(forwards) != len(run.rounds) + replays:
+        raise ValueError(f"{len(forwards)} main-model forwards for {len(run.rounds)} rounds and {replays} replays")
     verify, replay, at = [], [], iter(forwards)
     for r in run.rounds:
         verify.append(next(at))
-        if r.accepted < r.drafted:
+        if r.accepted < r.drafted and not crop:
             replay.append(next(at))
     return verify, replay
 

@@ -74,6 +74,8 @@ def tune(
     require_runtime()
     if max_draft is None:
         max_draft = max(DEFAULT_MAX_DRAFT, min(opened.max_draft_tokens or 0, MAX_DRAFT))
+        if opened.state_window > 1:  # the runtime drafts at most W - 1 tokens on a windowed package
+            max_draft = min(max_draft, opened.state_window - 1)
     for what, value, least in (("max_draft", max_draft, 1), ("new_tokens", new_tokens, 2), ("sweeps", sweeps, 1),
                                ("threads", threads if threads is not None else 1, 1)):
         if value < least or (what == "max_draft" and value > MAX_DRAFT):
@@ -88,7 +90,7 @@ def tune(
     names = list(prompt_names or [f"prompt {n}" for n in range(1, len(texts) + 1)])
     _check_lengths(encoded, names, new_tokens, max_draft, opened)
     measured = measure(runtime, encoded, new_tokens=new_tokens, max_draft=max_draft, sweeps=sweeps, progress=progress)
-    predictions = predict(measured.decodings, measured.costs, max_draft, measured.cpu_costs)
+    predictions = predict(measured.decodings, measured.costs, max_draft, measured.cpu_costs, opened.state_window)
     recommended = recommend(predictions)
     reason = _reason(predictions, recommended)
     acceptance = acceptance_by_position(measured.decodings, max_draft)

@@ -16,8 +16,11 @@ module replays, for any N, the runtime's rounds as `src/mtp_generator.cpp` runs 
 - N > 1 (`GenerateStepMulti`): N chained head forwards, the first fed the previous
   round's accepted drafts too (a + 1 tokens wide, after a rewind of the head's cache);
   a partly accepted verify restores the snapshot and replays the committed prefix
-  (a + 1 tokens wide). The windowed-state crop path (`state_window`) is not modelled:
-  mtpc's packages export no windowed state (onnxruntime's CPU kernels refuse it);
+  (a + 1 tokens wide);
+- with a windowed state (`window` W > 1, `direct_commit` in `GenerateStepMulti`), N > 1 takes no
+  snapshot and a partly accepted verify is cropped to the accepted token (a byte copy of one window
+  slot per state, `CROP`), never replayed; N = 1 snapshots and replays as without a window; the
+  runtime drafts at most W - 1 tokens;
 - a round stops as soon as the committed sequence reaches `max_length` or an end token,
   before any replay; near `max_length` a round drafts only as many tokens as fit.
 
@@ -47,6 +50,7 @@ PLAIN_STEP = "plain_step"  # og.Generator.generate_next_token: one 1-token forwa
 SNAPSHOT = "snapshot"  # the main model's recurrent state copied before a verify
 RESTORE = "restore"  # ... and restored (with the KV cache cropped) after a rejection
 HEAD_REWIND = "head_rewind"  # the head's cache cut back to the committed tokens
+CROP = "crop"  # a windowed state's accepted slot copied to the slot the next forward reads, instead of a replay
 
 
 @dataclass(frozen=True)
@@ -100,11 +104,15 @@ def _sorted(ops: Counter) -> tuple[tuple[str, int, int], ...]:
     return tuple((k, w, n) for (k, w), n in sorted(ops.items()) if n)
 
 
-def schedule(decoding: Decoding, draft: int) -> Schedule:
-    """The operations and counters of decoding `decoding`'s prompt with `draft` drafts per step (0: plain)."""
+def schedule(decoding: Decoding, draft: int, window: int = 0) -> Schedule:
+    """The operations and counters of decoding `decoding`'s prompt with `draft` drafts per step (0: plain), on a
+    package whose state window is `window` (0: none)."""
     tokens = len(decoding.generated)
     if draft == 0:
         return Schedule(0, tokens, operations=_sorted(Counter({(PLAIN_STEP, 1): max(tokens - 1, 0)})))
+    planned, crop = draft, window > 1 and draft > 1
+    if window > 1:
+        draft = min(draft, window - 1)  # the runtime clamps max_draft_tokens to W - 1
     ops: Counter = Counter()
     rounds = proposed = evaluated = accepted = 0
     i = 0  # index of the token the next round commits (predicted by the last forward)
@@ -125,7 +133,8 @@ def schedule(decoding: Decoding, draft: int) -> Schedule:
                 ops[(HEAD_REWIND, 0)] += 1
             ops[(HEAD_FORWARD, (refeed or 0) + 1)] += 1
             ops[(HEAD_CHAIN, 1)] += n - 1
-        ops[(SNAPSHOT, 0)] += 1
+        if not crop:
+            ops[(SNAPSHOT, 0)] += 1
         ops[(VERIFY, n + 1)] += 1
         agreed = min(decoding.matches[i], n)
         evaluated += agreed + 1 if agreed < n else n
@@ -139,17 +148,19 @@ def schedule(decoding: Decoding, draft: int) -> Schedule:
                 ops[(HEAD_FORWARD, 2)] += 1
         else:
             refeed = agreed
-        if agreed < n:
+        if agreed < n and crop:
+            ops[(CROP, 0)] += 1
+        elif agreed < n:
             ops[(RESTORE, 0)] += 1
             ops[(REPLAY, agreed + 1)] += 1
         i = committed
-    return Schedule(draft, tokens, rounds, proposed, evaluated, accepted, _sorted(ops))
+    return Schedule(planned, tokens, rounds, proposed, evaluated, accepted, _sorted(ops))
 
 
-def total_schedule(decodings: Sequence[Decoding], draft: int) -> Schedule:
+def total_schedule(decodings: Sequence[Decoding], draft: int, window: int = 0) -> Schedule:
     result = Schedule(draft, 0)
     for decoding in decodings:
-        result = result + schedule(decoding, draft)
+        result = result + schedule(decoding, draft, window)
     return result
 
 
@@ -170,8 +181,10 @@ class StepCosts:
         widths = {VERIFY: self.verify, REPLAY: self.replay, HEAD_FORWARD: self.head_forward}
         if kind in widths:
             return widths[kind][width - 1]
+        # A crop copies one window slot per state (the 348M checkpoint's: about 1 MiB a layer), microseconds
+        # beside a forward; it is not timed apart.
         return {PLAIN_STEP: self.plain_step, HEAD_CHAIN: self.head_chain, SNAPSHOT: self.snapshot,
-                RESTORE: self.restore, HEAD_REWIND: self.head_rewind}[kind]
+                RESTORE: self.restore, HEAD_REWIND: self.head_rewind, CROP: 0.0}[kind]
 
 
 def seconds(plan: Schedule, costs: StepCosts) -> float:

@@ -77,6 +77,9 @@ def _hc_mult_bshc(block: dict) -> None:
 
 
 def _sidecar_at_the_root(package: Path) -> None:
+    # decoder.onnx (onnx-genai's unwindowed main graph) would be taken before any other root .onnx, so the
+    # second root graph matters where there is none: gone, onnx-genai sees model.onnx and the sidecar.
+    (package / "decoder.onnx").unlink(missing_ok=True)
     for name in ("mtp_sidecar.onnx", "mtp_sidecar.onnx.data"):  # the graph names its data beside itself
         (package / "mtp_sidecar" / name).rename(package / name)
     (package / "mtp_sidecar").rmdir()
@@ -92,7 +95,7 @@ S = "/speculator_config"
 MUTANTS = [
     # --- MUTANTS.md, config.json -> speculator_config
     Mutant("01", "target_hidden_output names an output the main graph does not have", _set(target_hidden_output="no_such_hidden"),
-           CONFIG, f"{S}/target_hidden_output", "'no_such_hidden' is not an output of model.onnx",
+           CONFIG, f"{S}/target_hidden_output", "'no_such_hidden' is not an output of decoder.onnx",
            "native MTP target model must expose hidden-state output 'no_such_hidden'"),
     Mutant("02", "hc_mult: 2 with target_hidden_layout: BSH", _set(hc_mult=2),
            CONFIG, f"{S}/hc_mult", "MTP BSH target_hidden_layout requires hc_mult == 1",
@@ -106,7 +109,7 @@ MUTANTS = [
            "mtp metadata `lm_head.name` must not be empty"),
     Mutant("06", "lm_head.name names an initializer the main graph does not have",
            _speculator(lambda b: b["lm_head"].update(name="no_such_lm_head")),
-           CONFIG, f"{S}/lm_head/name", "'no_such_lm_head' is not an initializer of model.onnx",
+           CONFIG, f"{S}/lm_head/name", "'no_such_lm_head' is not an initializer of decoder.onnx",
            "target model initializer 'no_such_lm_head' was not found"),
     Mutant("07", "embedding.source: file (silently dropped)", _speculator(lambda b: b["embedding"].update(source="file")),
            CONFIG, f"{S}/embedding/source", "`embedding.source` must be `target_initializer`", DROPPED),
@@ -115,7 +118,7 @@ MUTANTS = [
     Mutant("09", "target_hidden_layout omitted: the default BSHC does not fit the rank-3 seed", _drop("target_hidden_layout"),
            CONFIG, f"{S}/target_hidden_layout", "BSHC needs a rank-4 seed", "does not match configured Bshc"),
     Mutant("10", "target_hidden_size differs from the graph's hidden width", _set(target_hidden_size=65),
-           CONFIG, f"{S}/target_hidden_size", "is 65 but 'hidden_states' in model.onnx is 64 wide",
+           CONFIG, f"{S}/target_hidden_size", "is 65 but 'hidden_states' in decoder.onnx is 64 wide",
            "does not match configured target hidden size 65"),
     Mutant("11", "num_speculative_tokens: 0", _set(num_speculative_tokens=0),
            CONFIG, f"{S}/num_speculative_tokens", "`num_speculative_tokens` must be greater than zero",
@@ -138,7 +141,7 @@ MUTANTS = [
            "workflow invoke references unknown component 'no_such_component'", base="workflow"),
     Mutant("16b", "flat analogue of 16: model.io.token_input names an input the graph does not have",
            _metadata(lambda t: t.replace("token_input: input_ids", "token_input: no_such_input")),
-           METADATA, "/model/io/token_input", "'no_such_input' is not an input of model.onnx", None,
+           METADATA, "/model/io/token_input", "'no_such_input' is not an input of decoder.onnx", None,
            why="ong-check does not hold model.io to the graph; onnx-genai's engine does and refuses the load "
                "(native_decode/load.rs:475-585, decode/resolved_io.rs:432-485 at ac9c7dd)"),
     Mutant("17", "a flat-layout `speculative: {proposal_type: mtp, model: ...}` block added",
@@ -154,7 +157,7 @@ MUTANTS = [
     Mutant("20", "required_capabilities lists workflow_ssa",
            _metadata(lambda t: t.replace("required_capabilities: [kv_cache,", "required_capabilities: [workflow_ssa, kv_cache,")),
            METADATA, "/required_capabilities/0", "'workflow_ssa' is not a capability", "workflow_ssa"),
-    Mutant("21", "the sidecar back at the package root, beside model.onnx", _sidecar_at_the_root,
+    Mutant("21", "the sidecar back at the package root, beside model.onnx (and no decoder.onnx)", _sidecar_at_the_root,
            CONFIG, f"{S}/model", "'mtp_sidecar.onnx' sits at the package root beside model.onnx", "multiple .onnx files"),
     Mutant("22", "hc_mult: '1', a string (silently dropped)", _set(hc_mult="1"),
            CONFIG, f"{S}/hc_mult", "`hc_mult` must be an integer", DROPPED),

@@ -71,6 +71,8 @@ REQUIRED = [
     ("inference_metadata.yaml", "is missing: config.json declares an MTP sidecar (speculator_config), and onnx-genai loads"),
     ("config.json", "is missing: mtp_sidecar/mtp_sidecar.onnx is onnx-genai's MTP head, and onnx-genai reads its declaration only"),
     ("model.onnx", "'model.onnx' does not exist in the package"),
+    # Without its own unwindowed main graph, onnx-genai takes model.onnx, whose state it cannot zero-fill.
+    ("decoder.onnx", "'past.0.conv' in model.onnx has the symbolic dim 'batch_size' at axis 1: onnx-genai zero-fills"),
     ("mtp/mtp.onnx", "'mtp/mtp.onnx' does not exist in the package"),
     ("mtp_sidecar/mtp_sidecar.onnx", "'mtp_sidecar/mtp_sidecar.onnx' does not exist in the package"),
     ("model.onnx.data", "'model.onnx.data' does not exist in the package"),
@@ -189,7 +191,7 @@ def test_a_yaml_finding_carries_the_line_of_its_key(copy, capsys):
     assert code == 1
     line = line_of(metadata, "position_ids_input: position_id")
     assert any(
-        o.startswith(f"{metadata}:{line}:") and "/model/io/position_ids_input: 'position_id' is not an input of model.onnx" in o
+        o.startswith(f"{metadata}:{line}:") and "/model/io/position_ids_input: 'position_id' is not an input of decoder.onnx" in o
         for o in out
     ), out
 

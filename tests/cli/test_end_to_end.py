@@ -113,15 +113,17 @@ def test_plan_against_the_package_and_an_edited_copy(package, tmp_path, capsys):
 def test_plan_prints_ir_after_every_pass(tmp_path, capsys):
     assert main(["plan", "-q", str(TINY), "--against", str(tmp_path), "--print-ir-after-all"]) == 0
     text = capsys.readouterr().out
-    assert text.count("--- IR after ") == 5
+    assert text.count("--- IR after ") == 6
     assert "  + README.md  (create)" in text
 
 
 def test_diff_of_two_specs_shows_ir_and_artifact_paths(tmp_path, capsys):
-    variant = spec_variant(tmp_path, "max_draft_tokens: 4", "max_draft_tokens: 2")
+    # The window pinned at what `auto` gives for 4 drafts, so only the runtime's settings change.
+    variant = spec_variant(tmp_path, "max_draft_tokens: 4", "max_draft_tokens: 2\n    state_window: 5")
     assert main(["diff", str(TINY), str(variant)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert "~ <ir>:/targets/onnxruntime_genai/max_draft_tokens: 4 -> 2" in lines
+    assert '~ <ir>:/targets/onnxruntime_genai/state_window: "auto" -> 5' in lines
     assert "~ genai_config.json:/speculative/max_draft_tokens: 4 -> 2" in lines
     # the severity summary (a line and one per changed file) comes first, the one-line summary last
     verdicts = [line for line in lines[1:] if line.startswith("  minor ")]
@@ -148,9 +150,10 @@ def test_check_finds_a_hand_broken_compiled_package(package, tmp_path, capsys):
     assert main(["check", str(broken)]) == 1
     # Each finding at its file's line and column (tests/checks/test_completeness.py holds which); here, what and where.
     out = [re.sub(r"^(\S+?):\d+:\d+: ", r"\1:", line) for line in capsys.readouterr().out.splitlines()]
-    assert f"{broken}/config.json:/speculator_config/target_hidden_output: 'hidden_states.9' is not an output of model.onnx" in out
+    # onnx-genai's files are held to its own main graph, decoder.onnx (model.onnx's state is windowed).
+    assert f"{broken}/config.json:/speculator_config/target_hidden_output: 'hidden_states.9' is not an output of decoder.onnx" in out
     assert f"{broken}/genai_config.json:/model/decoder/outputs/present_key_names: 'present.1.k' is not an output of model.onnx" in out
-    assert f"{broken}/inference_metadata.yaml:/model/io/kv_outputs/3: 'present.3.v' is not an output of model.onnx" in out
+    assert f"{broken}/inference_metadata.yaml:/model/io/kv_outputs/3: 'present.3.v' is not an output of decoder.onnx" in out
 
 
 def test_verify_runs_reference_greedy_and_speculative(package, capsys):

@@ -147,12 +147,14 @@ def test_diff_of_two_specs_without_their_graphs_says_what_building_them_says(ggu
     assert [c.render() for c in slow.report.changes] == [c.render() for c in fast.report.changes]
 
 
-_RUNTIME = {"ort": "{execution_provider: cpu}", "og": "{layout: flat}", "mtp": ""}
+# A state window that holds a verify of every draft count here keeps max_draft_tokens a runtime setting
+# (with `auto`, the window follows it, and so do the main graph's state shapes).
+_RUNTIME = {"ort": "{execution_provider: cpu, state_window: 5}", "og": "{layout: flat}", "mtp": ""}
 
 
-@pytest.mark.parametrize("setting", [{"ort": "{execution_provider: cpu, max_draft_tokens: 3}"},
+@pytest.mark.parametrize("setting", [{"ort": "{execution_provider: cpu, max_draft_tokens: 3, state_window: 5}"},
                                      {"mtp": "mtp: {num_speculative_tokens: 2}\n"},
-                                     {"ort": "{execution_provider: cpu, max_draft_tokens: 2}",
+                                     {"ort": "{execution_provider: cpu, max_draft_tokens: 2, state_window: 5}",
                                       "mtp": "mtp: {num_speculative_tokens: 3}\n"}], ids=["draft", "speculative", "both"])
 def test_diff_of_two_specs_that_differ_in_a_runtime_setting_builds_no_graph(gguf_spec, setting, monkeypatch):
     """A runtime setting no graph reads (what one decides for a graph, the passes write into the decoder

@@ -28,7 +28,8 @@ from tests.fixtures.checkpoints import write_hf_checkpoint
 # What reading a checkpoint's headers and naming its tokenizer files needs none of.
 HEADERS_ONLY = ("numpy", "tokenizers")
 SPEC = ("mtpc: 1\nname: {name}\nsource: {{hf: {folder}}}\nquantization:\n  default: {{bits: 4, block_size: 32}}\n"
-        "targets:\n  onnxruntime_genai: {{execution_provider: cpu, max_draft_tokens: {draft}}}\n"
+        # A window that holds a verify of either draft count keeps max_draft_tokens a runtime setting.
+        "targets:\n  onnxruntime_genai: {{execution_provider: cpu, max_draft_tokens: {draft}, state_window: 5}}\n"
         "  onnx_genai: {{layout: flat}}\n")
 
 

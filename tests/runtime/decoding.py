@@ -14,14 +14,30 @@ class Speculation:
     accepted: int  # drafts the main model agreed with
     proposed: int  # drafts the head made
     evaluated: int  # drafts the main model checked (those past max_length are not)
+    target_forwards: int = 0  # main-model forwards after the prompt's: verifies, and replays after rejections
 
     @property
     def rejected(self) -> int:
         return self.evaluated - self.accepted
 
 
+# The state window of each main model `load` opened (og.Model does not say), by id.
+_WINDOWS: dict[int, int] = {}
+
+
 def load(package: Path) -> og.Model:
-    return og.Model(str(package))
+    model = og.Model(str(package))
+    _WINDOWS[id(model)] = state_window(package)
+    return model
+
+
+def state_window(package: Path) -> int:
+    """W of a package's windowed conv / recurrent state (0: unwindowed), as `mtpc tune` reads it."""
+    import json
+
+    from mtpc.tuning.package import state_window as read_window
+
+    return read_window(Path(package), json.loads((Path(package) / "genai_config.json").read_text()))
 
 
 def greedy(model: og.Model, prompt: list[int], steps: int) -> list[int]:
@@ -51,6 +67,7 @@ def speculative(main: og.Model, head: og.Model, prompt: list[int], steps: int, m
         accepted=int(stats["draft_tokens_accepted"]),
         proposed=int(stats["draft_tokens_proposed"]),
         evaluated=int(stats["draft_tokens_evaluated"]),
+        target_forwards=int(stats["target_forward_passes"]),
     )
 
 
@@ -67,3 +84,6 @@ def check_speculative(models, greedy: list[int], reference, head_reference, prom
     expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
     assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
     assert run.accepted > 0 and run.rejected > 0, run
+    # A windowed package crops a partly accepted verify (greedy, 2 or more drafts): no replay forward.
+    crop = _WINDOWS[id(main_model)] > 1 and max_draft >= 2
+    assert run.target_forwards == expected.main_forwards(crop), (run, expected, crop)

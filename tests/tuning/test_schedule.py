@@ -12,7 +12,7 @@ import pytest
 
 from mtpc.tuning.predict import MARGIN, predict, recommend
 from mtpc.tuning.schedule import (
-    HEAD_CHAIN, HEAD_FORWARD, HEAD_REWIND, PLAIN_STEP, REPLAY, RESTORE, SNAPSHOT, VERIFY,
+    CROP, HEAD_CHAIN, HEAD_FORWARD, HEAD_REWIND, PLAIN_STEP, REPLAY, RESTORE, SNAPSHOT, VERIFY,
     Decoding, StepCosts, acceptance_by_position, schedule, seconds, total_schedule,
 )
 
@@ -64,6 +64,27 @@ def test_chained_drafts_feed_the_accepted_ones_back_with_the_next_first_draft():
         (SNAPSHOT, 0): 2, (VERIFY, 4): 2, (RESTORE, 0): 1, (REPLAY, 2): 1,
     }
     assert (plan.rounds, plan.proposed, plan.evaluated, plan.accepted) == (2, 6, 5, 4)
+
+
+def test_a_windowed_state_crops_instead_of_snapshotting_and_replaying_at_two_drafts_or_more():
+    # The N=3 case above on a package with a state window (GenerateStepMulti's direct_commit): no snapshot
+    # before either verify, and the round at 0 that kept 1 of 3 drafts crops where it replayed.
+    plan = schedule(decoding([1, 0, 3, 2, 1, 0]), 3, window=4)
+    assert ops(plan) == {
+        (HEAD_FORWARD, 1): 1, (HEAD_FORWARD, 2): 1, (HEAD_CHAIN, 1): 4, (HEAD_REWIND, 0): 1,
+        (VERIFY, 4): 2, (CROP, 0): 1,
+    }
+    assert (plan.rounds, plan.proposed, plan.evaluated, plan.accepted) == (2, 6, 5, 4)
+    assert plan.target_forwards == 2  # the verifies alone
+    # One draft (GenerateStepSingle) snapshots and replays whatever the window.
+    assert schedule(decoding([0] * 5), 1, window=4) == schedule(decoding([0] * 5), 1)
+
+
+def test_a_window_caps_the_drafts_at_one_less_than_its_size():
+    # W = 3: the runtime drafts at most 2 tokens, so asking for 4 runs as 2 (the schedule keeps the count asked).
+    capped, two = schedule(decoding([4, 3, 2, 1, 0, 0]), 4, window=3), schedule(decoding([4, 3, 2, 1, 0, 0]), 2, window=3)
+    assert capped.draft == 4 and (capped.rounds, capped.proposed, capped.operations) == (two.rounds, two.proposed,
+                                                                                          two.operations)
 
 
 def test_rounds_near_max_length_draft_only_what_fits():

@@ -67,7 +67,8 @@ def test_the_replayed_rounds_are_the_runtimes_own(mixed_runtime, mixed_decodings
     for prompt, decoding in mixed_decodings:
         tokens, stats = measured_run(mixed_runtime, prompt, draft)
         assert tuple(tokens) == decoding.generated  # lossless: the tokens tune priced are the ones MTP emits
-        plan = schedule(decoding, draft)
+        # The package's state is windowed (auto, W = 5): from 2 drafts on, the runtime crops instead of replaying.
+        plan = schedule(decoding, draft, mixed_runtime.package.state_window)
         assert {k: int(stats[k]) for k in COUNTERS} == {k: f(plan) for k, f in COUNTERS.items()}, prompt
         accepted += plan.accepted
         rejected += plan.evaluated - plan.accepted
@@ -76,6 +77,7 @@ def test_the_replayed_rounds_are_the_runtimes_own(mixed_runtime, mixed_decodings
 
 def test_partly_accepted_rounds_are_among_those_compared(mixed_decodings):
     # A round that keeps some drafts and refuses the next replays a prefix and refeeds the head with it.
+    assert {kind for _, d in mixed_decodings for kind, _, _ in schedule(d, 4, window=5).operations} >= {"crop"}
     widths = {w for _, d in mixed_decodings for kind, w, _ in schedule(d, 4).operations if kind in ("head_forward", "replay")}
     assert widths - {1}, widths  # a refeed wider than the first draft, a replay past the committed token
 

@@ -1,0 +1,95 @@
+"""Window the dense main graph's linear-attention state, so a rejected draft costs no replay forward.
+
+onnxruntime-genai's `og.MtpGenerator` verifies [token, drafts] in one main forward. When only a
+prefix is accepted, the linear-attention layers' state has run past it; without a window the
+runtime restores a snapshot and replays the accepted prefix, a whole extra forward. With a window
+it crops instead (`mtp_generator.cpp`, `direct_commit`: greedy with N >= 2, and sampling):
+
+- the switch is the graph's input shapes and nothing else (`src/models/recurrent_state.cpp`):
+  conv state of rank 4 and recurrent state of rank 5, `W = dim 0`, the same W on both, every dim
+  static but batch (axis 1);
+- past and present are `[W, batch, ...]`; present slot j holds the state after token T - W + j of
+  the T tokens run (right-aligned; slots before the forward's first token are zero, as onnxruntime's
+  own `state_window` leaves them); the runtime reads only past slot W - 1 and, after a verify,
+  copies the accepted token's slot to W - 1 (`CropToPosition`, a byte copy);
+- the runtime drafts at most W - 1 tokens (`max_draft_tokens` is clamped), so W = drafts + 1.
+
+`state_window: auto` windows a dense main graph with linear-attention layers when the package
+drafts with an onnxruntime-genai head; `off` never; a number W always (the profile has checked it
+holds a verify). The graphs compute the window with ops every execution provider runs
+(`graphs/state_window.py`).
+
+onnx-genai cannot run a windowed graph: its engine zero-fills a state input of the graph's own shape
+with only the leading axis taken for batch, and refuses a symbolic dim anywhere else
+(`crates/onnx-genai-engine/src/decode/values.rs`, `concrete_fixed_state_shape`, at ac9c7dd). With an
+onnx_genai target the package therefore also holds the unwindowed main graph as `decoder.onnx`, the
+name onnx-genai's loader takes before any other (`crates/onnx-genai-ort/src/loader.rs`,
+`resolve_model_path`); it reads the windowed graph's data file, so the weights are stored once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import AttentionMode, GraphContract, HeadContract, LayerKind, ModelIR, TensorSpec
+from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
+from ..util.diagnostics import MtpcError
+from .pipeline import PassResult
+
+# onnx-genai's loader takes `decoder.onnx` before any other `.onnx` at the package root.
+ONNX_GENAI_DECODER = ONNX_GENAI.decoder_graph
+STATE_ROLES = ("past_conv_names", "past_recurrent_names", "present_conv_names", "present_recurrent_names")
+SETTING_PATH = "targets.onnxruntime_genai.state_window"
+
+
+def resolved_window(ir: ModelIR) -> int:
+    """The W the package's main graph gets (0: unwindowed), or an error for a W that cannot apply."""
+    target = ir.targets.onnxruntime_genai
+    if target is None or target.state_window == "off" or target.attention is AttentionMode.PAGED:
+        return 0
+    has_linear = bool(ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION))
+    if target.state_window == "auto":
+        drafts = ir.head(HeadContract.ORT_GENAI) is not None
+        return target.max_draft_tokens + 1 if drafts and has_linear else 0
+    if not has_linear:
+        raise MtpcError.single(
+            f"state_window {target.state_window}: the model has no linear-attention layers, so it has no state to window",
+            hint="remove state_window (auto leaves such a model as it is)",
+            path=SETTING_PATH,
+        )
+    return int(target.state_window)
+
+
+class StateWindow:
+    name = "state-window"
+
+    def __call__(self, ir: ModelIR) -> PassResult:
+        window = resolved_window(ir)
+        if window == ir.main.state_window:
+            return PassResult(ir, False)
+        main = windowed_decoder(ir.main, window)
+        changes = [f"main decoder: conv and recurrent state windowed over {window} tokens ([{window}, batch, ...]; "
+                   f"onnxruntime-genai crops a partly accepted verify instead of replaying it)"]
+        onnx_genai_main = None
+        if ir.targets.onnx_genai is not None:
+            onnx_genai_main = replace(ir.main, filename=ONNX_GENAI_DECODER)
+            changes.append(f"onnx-genai main decoder: {ONNX_GENAI_DECODER}, unwindowed, on {ir.main.filename}'s "
+                           f"weights (onnx-genai cannot zero-fill a windowed state)")
+        return PassResult(replace(ir, main=main, onnx_genai_main=onnx_genai_main), True, tuple(changes))
+
+
+def windowed_decoder(cfg, window: int):
+    """`cfg` (dense, unwindowed) with every conv / recurrent state tensor given a leading window axis."""
+    if cfg.attention is not AttentionMode.DENSE or cfg.state_window:
+        raise AssertionError(f"{cfg.filename}: only a dense, unwindowed decoder gets a state window")
+    names = {name for role, name in cfg.inputs + cfg.outputs if role in STATE_ROLES}
+    patterns = tuple(n.split("%d") for n in names)
+
+    def windowed(t: TensorSpec) -> TensorSpec:
+        if any(len(p) == 2 and t.name.startswith(p[0]) and t.name.endswith(p[1])
+               and t.name[len(p[0]):len(t.name) - len(p[1])].isdigit() for p in patterns):
+            return replace(t, shape=(window, *t.shape))
+        return t
+
+    contract = GraphContract(tuple(map(windowed, cfg.contract.inputs)), tuple(map(windowed, cfg.contract.outputs)))
+    return replace(cfg, contract=contract, state_window=window)

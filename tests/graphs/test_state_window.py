@@ -1,0 +1,122 @@
+"""The windowed main graph on onnxruntime CPU: every window slot against the numpy reference's per-token state.
+
+The reference knows nothing of windows: it runs the continuation one token at a time and keeps the
+state after each, which is what slot j must hold for token T - W + j (zero before the forward's
+first token). Past slots other than W - 1 are filled with noise, so a graph that read them would fail.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mtpc.passes.state_window import windowed_decoder
+from mtpc.reference.forward import Qwen35Reference
+from mtpc.sources.random_weights import seeded_store
+
+from .tiny import emit, make_ir, run, session
+
+TOL = 1e-4
+WINDOW = 4
+PROMPT = np.array([[3, 17, 42, 9, 250, 1], [7, 7, 128, 64, 2, 33]], np.int64)
+
+
+@pytest.fixture(scope="module")
+def store(arch):
+    return seeded_store(arch, 0)
+
+
+@pytest.fixture(scope="module")
+def reference(arch, store):
+    return Qwen35Reference(arch, store)
+
+
+@pytest.fixture(scope="module")
+def windowed(arch, store, tmp_path_factory):
+    ir = make_ir(arch, heads=())
+    out = tmp_path_factory.mktemp("windowed") / "pkg"
+    emit(replace(ir, main=windowed_decoder(ir.main, WINDOW)), store, out)
+    return session(out / "model.onnx")
+
+
+def feeds(ids: np.ndarray, past_length: int, state, rng) -> dict:
+    """Inputs for `ids` after the reference `state`: KV as is, each linear layer's state in slot W-1 of noise."""
+    b, s = ids.shape
+    positions = np.broadcast_to(np.arange(past_length, past_length + s), (3, b, s)).astype(np.int64)
+    out = {"input_ids": ids, "attention_mask": np.ones((b, past_length + s), np.int64), "position_ids": positions}
+    for i, (k, v) in state.kv.items():
+        out[f"past_key_values.{i}.key"], out[f"past_key_values.{i}.value"] = k.astype(np.float32), v.astype(np.float32)
+    for kind, states in (("conv", state.conv), ("recurrent", state.recurrent)):
+        for i, value in states.items():
+            window = rng.standard_normal((WINDOW, *value.shape)).astype(np.float32)
+            window[-1] = value
+            out[f"past.{i}.{kind}"] = window
+    return out
+
+
+def reference_window(reference, ids: np.ndarray, state) -> dict[str, np.ndarray]:
+    """The expected present windows: the reference's state after each token, one token at a time."""
+    after = []
+    for t in range(ids.shape[1]):
+        *_, state = reference.forward(ids[:, t : t + 1], state)
+        after.append(state)
+    expected = {}
+    for kind in ("conv", "recurrent"):
+        for i, last in getattr(state, kind).items():
+            slots = np.zeros((WINDOW, *last.shape))
+            for j in range(WINDOW):
+                token = ids.shape[1] - WINDOW + j
+                if token >= 0:
+                    slots[j] = getattr(after[token], kind)[i]
+            expected[f"present.{i}.{kind}"] = slots
+    return expected
+
+
+# T = 1 (a decode step), 2 and W (verifies: the window holds the whole forward), W + 3 (a prefill chunk longer
+# than the window); batch 2 only on the empty past (GQA takes several tokens after a past for batch 1 only).
+@pytest.mark.parametrize("batch, prefix, tokens", [(1, 4, 1), (1, 4, 2), (1, 4, WINDOW), (1, 4, WINDOW + 3),
+                                                   (2, 0, WINDOW + 2), (2, 0, 3)])
+def test_every_slot_is_the_state_after_its_token(windowed, reference, batch, prefix, tokens):
+    rng = np.random.default_rng(tokens)
+    ids = PROMPT[:batch]
+    state = reference.initial_state(batch)
+    if prefix:
+        *_, state = reference.forward(ids[:, :prefix], state)
+    continuation = (ids[:, ::-1] * 3 + 11)[:, :tokens] % 256
+    out = run(windowed, feeds(continuation, prefix, state, rng))
+    logits, post, _, _ = reference.forward(continuation, state)
+    np.testing.assert_allclose(out["logits"], logits, atol=TOL, rtol=0)
+    np.testing.assert_allclose(out["hidden_states"], post, atol=TOL, rtol=0)
+    for name, slots in reference_window(reference, continuation, state).items():
+        assert out[name].shape == slots.shape
+        np.testing.assert_allclose(out[name], slots, atol=TOL, rtol=0, err_msg=name)
+
+
+def test_past_and_present_bound_to_one_buffer_give_the_same_result(windowed, reference):
+    """onnxruntime-genai binds each state's past and present to one buffer on CPU (RecurrentState's
+    share_buffers_): the graph must read slot W - 1 before it writes any slot."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    *_, state = reference.forward(PROMPT[:1, :4])
+    inputs = feeds(PROMPT[:1, 3:6] + 1, 4, state, rng)
+    expected = run(windowed, inputs)
+    binding = windowed.io_binding()
+    shared, bound = {}, []
+    for name, value in inputs.items():
+        if name.startswith("past."):
+            shared[name] = ort.OrtValue.ortvalue_from_numpy(value.copy())
+            binding.bind_ortvalue_input(name, shared[name])
+            binding.bind_ortvalue_output(name.replace("past.", "present."), shared[name])
+            bound.append(name.replace("past.", "present."))
+        else:
+            binding.bind_cpu_input(name, value)
+    for output in windowed.get_outputs():
+        if output.name not in bound:
+            binding.bind_output(output.name)
+            bound.append(output.name)
+    windowed.run_with_iobinding(binding)
+    for name, value in shared.items():
+        np.testing.assert_array_equal(value.numpy(), expected[name.replace("past.", "present.")], err_msg=name)
+    for name, value in zip(bound, binding.copy_outputs_to_cpu()):
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)
