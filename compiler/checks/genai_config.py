@@ -19,6 +19,7 @@ from ..schema.validation import json_pointer
 from ..util.diagnostics import MtpcError
 from .graphs import Graph, Tensor
 from .package import Checker, byte_count, folder
+from .state_window import check_state_window
 
 
 # Roles whose names repeat per layer ("%d"), by the kind of layer that has them.
@@ -159,6 +160,7 @@ def check_genai_config(c: Checker, rel: str, cfg: dict) -> tuple[Graph | None, G
         layers = _num_layers(c, rel, json_pointer("model", "decoder", "num_hidden_layers"), decoder.get("num_hidden_layers"))
         if main is not None and layers is not None:
             _check_io_names(c, rel, ["model", "decoder"], decoder, main, layers)
+            check_state_window(c, rel, cfg, decoder, main, _state_names(decoder, layers))
             hidden = decoder.get("outputs", {}).get("hidden_states") if isinstance(decoder.get("outputs"), dict) else None
             width = decoder.get("hidden_size")
             for name in filter(None, [hidden, (decoder.get("inputs") or {}).get("hidden_states")]):
@@ -178,6 +180,19 @@ def check_genai_config(c: Checker, rel: str, cfg: dict) -> tuple[Graph | None, G
             if main is not None:
                 _check_mtp_against_main(c, rel, decoder, mtp, main, head)
     return main, head
+
+
+def _state_names(decoder: dict, num_layers: int) -> dict[str, list[str]]:
+    """The conv / recurrent past and present tensor names per layer (one entry per layer, in order)."""
+    out: dict[str, list[str]] = {}
+    for section, prefix in (("inputs", "past"), ("outputs", "present")):
+        names = decoder.get(section) if isinstance(decoder.get(section), dict) else {}
+        for kind in ("conv", "recurrent"):
+            role = f"{prefix}_{kind}_names"
+            template = names.get(role, _DEFAULT_INPUTS.get(role))
+            if isinstance(template, str) and "%d" in template:
+                out[role] = [template.replace("%d", str(i)) for i in range(num_layers)]
+    return out
 
 
 def _check_mtp_against_main(c: Checker, rel: str, decoder: dict, mtp: dict, main: Graph, head: Graph) -> None:
