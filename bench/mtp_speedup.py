@@ -2,7 +2,7 @@
 
     pip install -e '.[bench]'
     python bench/mtp_speedup.py [--repeats 5] [--steps 128] [--threads 1,2] [--work DIR] [--json FILE]
-                                [--only og|llama|options] [--options] [--variants TEXT,...]
+                                [--only og|llama|options] [--options] [--unwindowed] [--variants TEXT,...]
 
 1. One seeded Qwen3.5 checkpoint (`compile_bench.SIZES["mtp"]`: 16 layers, vocabulary 32k, 351M
    parameters) with three heads (bench/mtp_heads.py): **best** (final norms zeroed: trunk and head
@@ -60,6 +60,7 @@ class Variant:
     precision: str  # fp32 | int4
     mtp: str = ""  # YAML under `mtp:`
     overrides: tuple[str, ...] = ()  # quantization overrides (flow-style mappings)
+    state_window: str = ""  # targets.onnxruntime_genai.state_window ("": the default, auto)
 
     @property
     def name(self) -> str:
@@ -80,12 +81,16 @@ class Variant:
             lines.append("quantization:\n" + PRECISIONS[self.precision])
             if self.overrides:
                 lines.append("  overrides:\n" + "".join(f"    - {o}\n" for o in self.overrides))
-        lines.append("targets:\n  onnxruntime_genai: {execution_provider: cpu}\n")
+        window = f", state_window: {self.state_window}" if self.state_window else ""
+        lines.append(f"targets:\n  onnxruntime_genai: {{execution_provider: cpu{window}}}\n")
         return "".join(lines)
 
 
-def variants(options: bool, base: bool = True) -> list[Variant]:
+def variants(options: bool, base: bool = True, unwindowed: bool = False) -> list[Variant]:
     out = [Variant(head, head, precision) for precision in PRECISIONS for head in ("best", "worst", "realistic")] if base else []
+    if unwindowed:  # the packages as they were before state windows: every rejected draft replays
+        out += [Variant(f"{head}, state window off", head, precision, state_window="off")
+                for precision in PRECISIONS for head in ("best", "worst", "realistic")]
     if options:
         from bench.mtp_options import option_variants
 
@@ -269,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only onnxruntime-genai's rows, only llama.cpp's, or only the draft options' rows "
                              "(each option against its own package's plain decoding)")
     parser.add_argument("--options", action="store_true", help="also the draft options (bench/mtp_options.py)")
+    parser.add_argument("--unwindowed", action="store_true",
+                        help="also each package with state_window: off (a rejected draft replays), for comparison")
     parser.add_argument("--variants", metavar="TEXT,...",
                         help="only the packages whose name contains one of these (e.g. int4-draft-side)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
@@ -285,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows, llama = [], []
         if args.only != "llama":
-            wanted = variants(True, base=False) if args.only == "options" else variants(args.options)
+            wanted = variants(True, base=False) if args.only == "options" else variants(args.options,
+                                                                                      unwindowed=args.unwindowed)
             if args.variants:
                 wanted = [v for v in wanted if any(part in v.name for part in args.variants.split(","))]
             packages = build(work, wanted, args.steps, args.size)

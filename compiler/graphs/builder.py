@@ -96,6 +96,27 @@ class GraphBuilder:
             op_type, list(inputs), attrs, outputs=outputs, domain=domain, name=node_name
         )
 
+    @contextlib.contextmanager
+    def subgraph(self) -> Iterator[list]:
+        """Nodes built inside go to a graph of their own (an If branch), not this one; they may read this
+        graph's values. The list yielded receives the nodes when the block ends."""
+        outer, self.tape = self.tape, oir.tape.Tape()
+        nodes: list = []
+        try:
+            yield nodes
+        finally:
+            nodes.extend(self.tape.nodes)
+            self.tape = outer
+
+    def branch(self, name: str, build: Callable[[], Sequence[oir.Value]]) -> oir.Graph:
+        """An If branch: `build()` makes its nodes and returns its outputs (each produced by a node inside)."""
+        with self.subgraph() as nodes:
+            outputs = list(build())
+            for i, value in enumerate(outputs):
+                if value.producer() is None or value.producer() not in self.tape.nodes:
+                    outputs[i] = self.op("Identity", [value], name=f"{name}/output_{i}")
+        return oir.Graph([], outputs, nodes=nodes, name=name)
+
     # ------------------------------------------------------------------ constants and weights
 
     def constant(self, local: str, value: np.ndarray) -> oir.Value:

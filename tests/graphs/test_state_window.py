@@ -1,8 +1,9 @@
 """The windowed main graph on onnxruntime CPU: every window slot against the numpy reference's per-token state.
 
 The reference knows nothing of windows: it runs the continuation one token at a time and keeps the
-state after each, which is what slot j must hold for token T - W + j (zero before the forward's
-first token). Past slots other than W - 1 are filled with noise, so a graph that read them would fail.
+state after each, which is what slot j must hold for token T - W + j (before the forward's first
+token, zeros or the state it started from: the runtime never reads those). Past slots other than W - 1 are filled with noise, so a graph that
+read them would fail.
 """
 
 from dataclasses import replace
@@ -56,19 +57,14 @@ def feeds(ids: np.ndarray, past_length: int, state, rng) -> dict:
 
 def reference_window(reference, ids: np.ndarray, state) -> dict[str, np.ndarray]:
     """The expected present windows: the reference's state after each token, one token at a time."""
-    after = []
+    after = {-1: state}
     for t in range(ids.shape[1]):
-        *_, state = reference.forward(ids[:, t : t + 1], state)
-        after.append(state)
+        *_, after[t] = reference.forward(ids[:, t : t + 1], after[t - 1])
     expected = {}
     for kind in ("conv", "recurrent"):
-        for i, last in getattr(state, kind).items():
-            slots = np.zeros((WINDOW, *last.shape))
-            for j in range(WINDOW):
-                token = ids.shape[1] - WINDOW + j
-                if token >= 0:
-                    slots[j] = getattr(after[token], kind)[i]
-            expected[f"present.{i}.{kind}"] = slots
+        for i in getattr(state, kind):
+            tokens = [max(ids.shape[1] - WINDOW + j, -1) for j in range(WINDOW)]
+            expected[f"present.{i}.{kind}"] = np.stack([getattr(after[t], kind)[i] for t in tokens])
     return expected
 
 
@@ -87,9 +83,13 @@ def test_every_slot_is_the_state_after_its_token(windowed, reference, batch, pre
     logits, post, _, _ = reference.forward(continuation, state)
     np.testing.assert_allclose(out["logits"], logits, atol=TOL, rtol=0)
     np.testing.assert_allclose(out["hidden_states"], post, atol=TOL, rtol=0)
+    before = min(WINDOW - tokens, WINDOW) if tokens < WINDOW else 0  # slots of tokens before the forward
     for name, slots in reference_window(reference, continuation, state).items():
         assert out[name].shape == slots.shape
-        np.testing.assert_allclose(out[name], slots, atol=TOL, rtol=0, err_msg=name)
+        np.testing.assert_allclose(out[name][before:], slots[before:], atol=TOL, rtol=0, err_msg=name)
+        # Never read by the runtime: zeros (a one-token forward's recurrent state) or the state it started from.
+        for j in range(before):
+            assert np.allclose(out[name][j], slots[j], atol=TOL) or not out[name][j].any(), (name, j)
 
 
 def test_past_and_present_bound_to_one_buffer_give_the_same_result(windowed, reference):
