@@ -55,6 +55,14 @@ def test_the_good_package_reports_tokens_and_acceptance(packages):
     assert result.stats["draft_tokens_proposed"] > 0 and result.acceptance_rate is not None
 
 
+def test_the_default_specs_fitted_head_has_its_drafts_accepted(packages):
+    """specs/qwen35-tiny-mtp.yaml's head is fitted (`mtp_head: fitted`): verify's defaults see most drafts accepted,
+    counted by onnxruntime-genai's own MtpGenerator, and speculative decoding still gives greedy's tokens."""
+    result = mtpc.verify(packages["qwen35-tiny-mtp"], TINY)
+    assert result.ok and result.speculative == result.greedy
+    assert result.stats["draft_tokens_accepted"] > 0 and result.acceptance_rate >= 0.5
+
+
 @pytest.mark.parametrize("arguments", [
     {"prompt": []}, {"prompt": [-1]}, {"new_tokens": 0}, {"draft_tokens": 17}, {"atol": -1.0},
 ])
