@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from ..util.diagnostics import ExitCode, MtpcError
-from ..util.user_files import existing_dir, existing_file  # noqa: F401  (the verbs name them from here)
+from ..util.diagnostics import MtpcError
+from ..util.user_files import existing_file  # noqa: F401  (the verbs name it from here)
 
 FORMAT_VERSION = 1
 
