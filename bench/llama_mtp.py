@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from statistics import median
 
-from bench.mtp_speedup import DRAFTS, PY, interleaved, measure, run
+from bench.decode_runs import DRAFTS, PY, interleaved, measure, run
 
 QTYPES = ("Q4_0", "Q8_0")
 HEADS = ("best", "worst")

@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,10 +42,8 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-PY = sys.executable
-PROMPT = list(range(10, 18))
-WARMUP_STEPS = 16
-DRAFTS = (1, 2, 3, 4)
+from bench.decode_runs import DRAFTS, PROMPT, PY, interleaved, measure, measure_child, run  # noqa: E402
+
 PRECISIONS = {"fp32": "", "int4": "  default: {bits: 4, block_size: 32}\n"}
 REALISTIC_SHARE = 0.6
 
@@ -101,13 +98,6 @@ def variants(options: bool, base: bool = True, unwindowed: bool = False) -> list
 # ----------------------------------------------------------------------------- building
 
 
-def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, capture_output=True, text=True, errors="replace", **kw)  # llama.cpp prints raw bytes
-    if done.returncode:
-        raise SystemExit(f"failed (exit {done.returncode}): {' '.join(map(str, argv))}\n{done.stderr[-4000:]}")
-    return done
-
-
 def compile_package(work: Path, variant: Variant) -> Path:
     out = work / "packages" / variant.name
     if (out / "genai_config.json").is_file():
@@ -150,37 +140,6 @@ def build(work: Path, wanted: list[Variant], steps: int, size: str = "mtp") -> d
 
 
 # ----------------------------------------------------------------------------- measuring
-
-
-def measure_child(package: Path, threads: int, drafts: int, steps: int) -> None:
-    """Prints one JSON line: a warm-up, then one measured decode (`--child`)."""
-    from mtpc.tuning.decode import decode
-    from mtpc.tuning.package import open_package
-    from mtpc.tuning.runtime import Runtime
-
-    runtime = Runtime(open_package(package, needs_tokenizer=False), threads)
-    decode(runtime, PROMPT, WARMUP_STEPS, drafts)
-    result = decode(runtime, PROMPT, steps, drafts)
-    print(json.dumps({"tok_s": result.tok_s, "tok_cpu_s": result.tok_cpu_s, "tokens": list(result.tokens),
-                      "rounds": [[r.drafted, r.accepted] for r in result.rounds]}))
-
-
-def measure(package: Path, threads: int, drafts: int, steps: int) -> dict:
-    done = run([PY, __file__, "--child", str(package), str(threads), str(drafts), str(steps)])
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def interleaved(configs: list, repeats: int, measure_one) -> dict:
-    """Every config measured `repeats` times, each repeat in an order rotated by a different offset."""
-    results: dict = {config: [] for config in configs}
-    for r in range(repeats):
-        shift = (r * len(configs)) // max(repeats, 1)
-        order = configs[shift:] + configs[:shift]
-        if r % 2:
-            order.reverse()
-        for config in order:
-            results[config].append(measure_one(config))
-    return results
 
 
 def og_rows(packages: dict[Variant, Path], threads_list: list[int], repeats: int, steps: int,

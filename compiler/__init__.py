@@ -1,7 +1,7 @@
 """mtpc: compile checkpoints that ship a multi-token-prediction head into runtime packages.
 
 The Python API (see `mtpc.api`): `mtpc.compile(spec, output)`, `mtpc.check(*targets)`,
-`mtpc.diff(old, new)` and `mtpc.tune(package)`, each returning a frozen result object. They are imported on first
+`mtpc.diff(old, new)`, `mtpc.tune(package)` and `mtpc.verify(package, spec)`, each returning a frozen result object. They are imported on first
 use, so `import mtpc` stays instant. `mtpc.diagnostics` (the `MtpcError` the API raises) and
 `mtpc.progress` (`Console`, to report as the command does) are the two utilities a script needs.
 docs/architecture.md shows how the packages below fit together.
@@ -9,8 +9,8 @@ docs/architecture.md shows how the packages below fit together.
 
 from .util.version import __version__
 
-_API = ("compile", "check", "diff", "tune", "CompileResult", "CheckResult", "DiffResult", "PackageFile", "CheckedTarget",
-        "TuneResult")
+_API = ("compile", "check", "diff", "tune", "verify", "CompileResult", "CheckResult", "DiffResult", "PackageFile",
+        "CheckedTarget", "TuneResult", "VerifyResult")
 _UTILITIES = ("diagnostics", "progress")
 __all__ = ["__version__", *_API, *_UTILITIES]
 

@@ -1,6 +1,6 @@
 """The Python and shell examples of README.md and docs/*.md run as written, from a folder holding a copy of `specs/`
 (what a user has after cloning), so an example cannot name a file it never made. The module docstring of
-`mtpc.api.compiling` carries the README's example too. (YAML examples: tests/spec/test_doc_examples.py.)"""
+`mtpc.api.compiling` carries docs/api.md's example too. (YAML examples: tests/spec/test_doc_examples.py.)"""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ PYTHON = blocks("python")
 
 
 def test_the_docs_have_python_examples():
-    assert {name.split("#")[0] for name, _ in PYTHON} >= {"README.md", "diff.md"}
+    assert {name.split("#")[0] for name, _ in PYTHON} >= {"api.md", "diff.md"}
 
 
 @pytest.mark.parametrize("name, code", PYTHON, ids=[n for n, _ in PYTHON])
@@ -49,17 +49,18 @@ def test_each_python_example_runs_as_written(tmp_path, name, code):
     assert ran.stdout.strip(), name  # it prints what it says it prints
 
 
-def test_the_api_docstring_example_is_the_readmes():
+def test_the_api_docstring_example_is_the_api_pages():
     from mtpc.api import compiling
 
-    readme = dict(PYTHON)["README.md#0"]
+    readme = dict(PYTHON)["api.md#0"]
     for line in ('mtpc.compile("specs/qwen35-tiny-nohead.yaml", "out/nohead")', 'mtpc.diff("out/tiny", "out/nohead")'):
         assert line in readme and line in compiling.__doc__
 
 
 def test_the_readmes_set_up_commands_run_after_the_install(tmp_path):
     """`python3 -m venv .venv && .venv/bin/pip install ... && .venv/bin/mtpc compile ... && .venv/bin/mtpc verify ...`:
-    the install is this environment; each mtpc command after it runs as written."""
+    the install is this environment; each mtpc command after it runs as written, and verify ends in `verify: ok`
+    with at least half of the default head's drafts accepted."""
     (setup,) = [b for n, b in blocks("sh") if n.startswith("README.md") and "mtpc verify" in b]
     commands = [c.strip() for c in setup.strip().split("&&")]
     assert commands[0].startswith("python3 -m venv .venv") and ".venv/bin/pip install" in commands[1]
@@ -72,6 +73,13 @@ def test_the_readmes_set_up_commands_run_after_the_install(tmp_path):
         ran = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=900,
                              env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
         assert ran.returncode == 0, f"{command}:\n{ran.stdout}\n{ran.stderr}"
+        if " verify " in f" {command} ":
+            # The first run shows what MTP is for: a head whose drafts the main model accepts.
+            last = ran.stdout.strip().splitlines()
+            assert last[-1] == "verify: ok", ran.stdout
+            (acceptance,) = [line for line in last if line.startswith("draft acceptance:")]
+            percent = int(re.search(r"(\d+)%", acceptance).group(1))
+            assert percent >= 50, ran.stdout
 
 
 def test_ci_runs_the_readmes_test_command():

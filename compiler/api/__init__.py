@@ -1,9 +1,9 @@
 """The Python API: `mtpc.compile` (`compiling`), `mtpc.check` (`checking`), `mtpc.diff`
-(`comparing`) and `mtpc.tune` (`mtpc.tuning`), each returning a frozen result object; the verbs of
+(`comparing`), `mtpc.tune` (`mtpc.tuning`) and `mtpc.verify` (`mtpc.verification`), each returning a frozen result object; the verbs of
 the same names are these plus rendering. `import mtpc` loads this package on first use, and this
 package loads each module on first use (a verb imports its own alone).
 
-May import every layer below it (`pipeline`, `output`, `diffing`, `checks`, ...; only `cli` imports it.
+May import every layer below it (`verification`, `pipeline`, `output`, `diffing`, `checks`, ...; only `cli` imports it.
 """
 
 import importlib
@@ -13,6 +13,7 @@ _MODULES = {
     "DiffResult": ".comparing", "diff": ".comparing",
     "CompileResult": ".compiling", "PackageFile": ".compiling", "compile": ".compiling",
     "TuneResult": "..tuning", "tune": "..tuning",  # `mtpc.tune`: the measuring is imported when it runs
+    "VerifyResult": "..verification", "verify": "..verification",  # `mtpc.verify`: likewise
 }
 __all__ = sorted(_MODULES)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from ..util.diagnostics import ExitCode, MtpcError
+from ..util.diagnostics import MtpcError
+from ..util.user_files import existing_file  # noqa: F401  (the verbs name it from here)
 
 FORMAT_VERSION = 1
 
@@ -73,25 +73,6 @@ def console(args):
 
     quiet = bool(getattr(args, "quiet", False)) or getattr(args, "format", "text") == "json"
     return Console(quiet=quiet, verbose=int(getattr(args, "verbose", 0) or 0))
-
-
-def existing_file(path: str, what: str) -> Path:
-    return _existing(path, what, Path.is_file, "a file")
-
-
-def existing_dir(path: str, what: str) -> Path:
-    return _existing(path, what, Path.is_dir, "a directory")
-
-
-def _existing(path: str, what: str, is_kind, kind: str) -> Path:
-    p = Path(path)
-    if not p.exists():
-        from ..util.suggest import path_hint
-
-        raise MtpcError.single(f"{what} {path!r} does not exist", exit_code=ExitCode.USAGE, hint=path_hint(path))
-    if not is_kind(p):
-        raise MtpcError.single(f"{what} {path!r} is not {kind}", exit_code=ExitCode.USAGE)
-    return p
 
 
 def verb_parser(sub, name: str, help: str, epilog: str, formats: tuple[str, ...] = ("text", "json")):

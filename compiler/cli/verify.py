@@ -1,43 +1,18 @@
-"""`mtpc verify DIR --spec SPEC`: run a package and compare it with the numpy reference.
+"""`mtpc verify DIR --spec SPEC`: the arguments of `mtpc.verification.verify` and the rendering of its result.
 
-The package does not record where its weights came from (it holds only what
-its runtimes read), so `verify` takes the spec it was compiled from and
-re-derives the weights from the spec's source. Steps, stopping at the first
-that fails:
-
-1. the static checks of `mtpc check DIR`;
-2. onnxruntime: `model.onnx` on a prompt (prefill) and one more token (a step
-   with the caches it returned), logits and the hidden state the head is
-   seeded from, against `mtpc.reference.forward.DecoderReference`;
-3. the MTP head graph named by `model.mtp.filename` on the same tokens, seeded
-   with the reference's hidden state, against `MtpHeadReference`; likewise the
-   onnx-genai head the speculator config names, fed the embedded tokens;
-4. onnxruntime-genai: plain greedy decoding, then `og.MtpGenerator`
-   speculative decoding from the head's own folder; the two token sequences
-   must be identical. The draft acceptance rate is reported.
-
-Paged packages (CUDA, packed `[N]` inputs) cannot run on CPU: only step 1, and
-the verdict says so; that exits 2 (the package was not run), unless `--static-only`
-asked for the static checks alone. A package with an MTP head checked against a spec whose
-source ships none is the wrong spec: a failed check, not a note.
-A runtime that refuses the package (a graph it cannot load or run) is a failed
-check with the runtime's one-line reason, not a crash.
+What verify runs and how it decides is `mtpc.verification`'s docstring; this module only parses, calls it and
+prints the result (text or JSON) with its exit code.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from pathlib import Path
 
-from typing import TYPE_CHECKING
+from ..util.decoding_defaults import MAX_DRAFT_TOKENS, VERIFY_DRAFT_TOKENS, VERIFY_NEW_TOKENS, VERIFY_PROMPT
+from .report import console, verb_parser, err, out, print_json, whole_number
 
-from ..util.diagnostics import ExitCode, MtpcError
-from .report import console, verb_parser, err, existing_dir, existing_file, out, print_json, whole_number
-
-if TYPE_CHECKING:  # imported where they are used: every `mtpc` run builds this verb's parser (`mtpc --help` too)
-    from .verify_steps import Report
+# The verification itself is imported in `run`: every `mtpc` run builds this verb's parser (`mtpc --help` too).
 
 HELP = "run a package on CPU and compare it with the numpy reference and greedy decoding"
 EPILOG = """\
@@ -67,8 +42,6 @@ examples:
   mtpc verify pkg --spec spec.yaml --format json | jq .acceptance_rate
 """
 
-DEFAULT_PROMPT = (1, 17, 42, 99, 5, 23)
-MAX_DRAFT_TOKENS = 16  # onnxruntime-genai 0.18.0 accepts max_draft_tokens in 1..16
 
 
 def add_parser(sub) -> None:
@@ -76,16 +49,16 @@ def add_parser(sub) -> None:
     p.add_argument("package", metavar="DIR", help="the compiled package")
     p.add_argument("--spec", required=True, metavar="SPEC", help="the spec the package was compiled from")
     p.add_argument(
-        "--prompt", type=token_ids, default=DEFAULT_PROMPT, metavar="IDS",
+        "--prompt", type=token_ids, default=VERIFY_PROMPT, metavar="IDS",
         help="comma-separated prompt token ids (default: a fixed short prompt)",
     )
     p.add_argument(
-        "--new-tokens", type=whole_number(1), default=8, metavar="N",
-        help="tokens to generate, at least 1; prompt plus N must fit the context length (default 8)",
+        "--new-tokens", type=whole_number(1), default=VERIFY_NEW_TOKENS, metavar="N",
+        help=f"tokens to generate, at least 1; prompt plus N must fit the context length (default {VERIFY_NEW_TOKENS})",
     )
     p.add_argument(
-        "--draft-tokens", type=whole_number(1, MAX_DRAFT_TOKENS), default=2, metavar="K",
-        help=f"MTP draft tokens per step, 1 to {MAX_DRAFT_TOKENS} (default 2)",
+        "--draft-tokens", type=whole_number(1, MAX_DRAFT_TOKENS), default=VERIFY_DRAFT_TOKENS, metavar="K",
+        help=f"MTP draft tokens per step, 1 to {MAX_DRAFT_TOKENS} (default {VERIFY_DRAFT_TOKENS})",
     )
     p.add_argument(
         "--atol", type=tolerance_value, metavar="X",
@@ -97,8 +70,6 @@ def add_parser(sub) -> None:
         "package that cannot run here (paged, CUDA-only) exits 2 after its static checks, so a gate cannot pass untested",
     )
     p.set_defaults(run=run)
-
-
 
 
 def tolerance_value(text: str) -> float:
@@ -125,175 +96,32 @@ def token_ids(text: str) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    from ..checks import GENAI_CONFIG, check_package
-    from .verify_runner import RuntimeRefused
-    from ..tuning.package import is_paged
-    from .verify_steps import Report
+    from ..verification import NOT_RUN_HINT, verify
 
-    root = package_root(args.package)
-    spec = existing_file(args.spec, "spec")
-    progress = console(args)
-    prompt = args.prompt
-    report = Report()
-
-    progress("static checks")
-    report.steps.append("static checks")
-    findings = check_package(root)
-    for f in findings:
-        if f.blocking:
-            report.agree("static", False, f.render())
-        else:
-            report.notes.append(f.render())
-    if any(f.blocking for f in findings):
-        return _finish(args, report)
-    cfg_path = root / GENAI_CONFIG
-    if not cfg_path.is_file():
-        report.static_only = "no genai_config.json: nothing to run on onnxruntime"
-        return _finish(args, report)
-    cfg = json.loads(cfg_path.read_text("utf-8"))
-    if is_paged(cfg):
-        report.static_only = "paged packages cannot run on CPU"
-        return _finish(args, report)
-    if args.static_only:
-        report.static_only = "--static-only: the package was not run"
-        return _finish(args, report)
-    context = (cfg.get("model") or {}).get("context_length")
-    if isinstance(context, int) and len(prompt) + args.new_tokens > context:
-        raise MtpcError.single(
-            f"--new-tokens {args.new_tokens} with a {len(prompt)}-token prompt exceeds the package's context length ({context})",
-            exit_code=ExitCode.USAGE,
-            hint=f"use --new-tokens {context - len(prompt)} or less" if len(prompt) < context else "use a shorter --prompt",
-        )
-    try:
-        _run_package(args, root, spec, cfg, prompt, report, progress)
-    except RuntimeRefused as refused:
-        report.agree("runtime", False, str(refused))
-    return _finish(args, report)
-
-
-def package_root(path: str) -> Path:
-    """The package folder `verify` was given, refused (usage) when it is not a package root."""
-    from ..checks import GENAI_CONFIG, is_runtime_package
-
-    root = existing_dir(path, "package")
-    if not is_runtime_package(root):
-        raise MtpcError.single(
-            f"{path!r} holds no genai_config.json or inference_metadata.yaml: not an mtpc package",
-            exit_code=ExitCode.USAGE,
-            hint="give the folder `mtpc compile` wrote (a checkpoint is the spec's source, not a package)",
-        )
-    config = root / GENAI_CONFIG
-    if config.is_file():
-        try:
-            decoder = (json.loads(config.read_text("utf-8")).get("model") or {}).get("decoder") or {}
-        except (ValueError, AttributeError):
-            decoder = {}  # a malformed config is for the static checks to report
-        if isinstance(decoder, dict) and "hidden_states" in (decoder.get("inputs") or {}):
-            raise MtpcError.single(
-                f"{path!r}: this is the MTP head's folder; pass the package root", exit_code=ExitCode.USAGE,
-                hint=f"mtpc verify {root.resolve().parent} --spec ...",
-            )
-    return root
-
-
-
-
-def _run_package(args, root: Path, spec: Path, cfg: dict, prompt, report: Report, progress) -> None:
-    """Steps 2 to 4 of the module docstring, adding to `report`."""
-    from ..tuning.run import require_runtime
-
-    require_runtime("verify")
-    from .. import sources
-    from ..pipeline.driver import build_ir
-    from .verify_steps import compare_package
-
-    ir, info = build_ir(spec)
-    from ..emit.provenance_record import package_mismatches
-
-    report.provenance = package_mismatches(root, ir, spec)
-    for message in report.provenance:  # said now: a wrong spec makes everything after it fail
-        progress(f"warning: {message}")
-    if max(prompt) >= ir.architecture.vocab_size:
-        raise MtpcError.single(
-            f"prompt token {max(prompt)} is outside the vocabulary ({ir.architecture.vocab_size})",
-            exit_code=ExitCode.USAGE,
-        )
-    progress("reading weights for the reference")
-    weights = sources.open_model_weights(ir, info)
-    try:
-        compare_package(args, root, cfg, prompt, report, progress, ir, weights)
-    finally:
-        weights.close()
-
-
-def _verdict(report: Report, refused: bool) -> str:
-    if report.ok:
-        return "verify: ok" + (" (but see the provenance warnings above)" if report.provenance else "")
-    if refused:
-        return "verify: FAILED (a runtime refused the package)"
-    if any(c["check"] == "static" and not c["ok"] for c in report.checks):
-        return "verify: FAILED (the static checks, as `mtpc check` reports them)"
-    if any("different spec" in m for m in report.provenance):
-        return "verify: MISMATCH: the package was compiled from another spec (see the warnings; its spec is in provenance.json)"
-    if any("source differs" in m for m in report.provenance):
-        return "verify: MISMATCH: the package was compiled from another source checkpoint (see the warnings)"
-    return "verify: MISMATCH"
-
-
-# What to do about a package that could not be run here, said with the verdict.
-NOT_RUN_HINT = ("pass --static-only to accept the static checks as the verdict, or run the package where its runtime "
-                "is (for a paged package on a CUDA machine: tests/gpu/run_paged_check.py)")
-
-
-def _finish(args, report: Report) -> int:
-    from .verify_steps import acceptance_rate
-
-    rate = acceptance_rate(report.stats)
-    # Static checks alone pass a gate only when asked for: a package nothing ran is not a verified one.
-    not_run = report.ok and report.static_only is not None and not args.static_only
-    code = ExitCode.USAGE if not_run else ExitCode.OK if report.ok else ExitCode.FINDINGS
+    result = verify(args.package, args.spec, prompt=args.prompt, new_tokens=args.new_tokens, draft_tokens=args.draft_tokens,
+                    atol=args.atol, static_only=args.static_only, progress=console(args))
     if args.format == "json":
-        extra = {"exit_code": int(code), "hint": NOT_RUN_HINT} if not_run else {}
-        print_json(
-            "verify",
-            {
-                **extra,
-                "ok": code is ExitCode.OK,
-                "checks": report.checks,
-                "notes": report.notes,
-                "steps": report.steps,
-                "static_only": report.static_only,
-                "greedy": report.greedy,
-                "speculative": report.speculative,
-                "reference_greedy": report.reference_greedy,
-                "stats": report.stats,
-                "acceptance_rate": rate,
-                "provenance": report.provenance,
-            },
-        )
-    else:
-        for c in report.checks:
-            mark = "ok  " if c["ok"] else "FAIL"
-            if "max_abs_diff" in c:
-                out(f"{mark} {c['check']}: max |diff| {c['max_abs_diff']:.3g} (bound {c['bound']:.3g})")
-            else:
-                out(f"{mark} {c['check']}: {c['detail']}")
-        for note in report.notes:
-            out(f"note: {note}")
-        for message in report.provenance:
-            out(f"warning: {message}")
-        if report.greedy is not None:
-            out(f"greedy tokens:      {report.greedy}")
-        if report.speculative is not None:
-            out(f"speculative tokens: {report.speculative}")
-        if rate is not None:
-            out(f"draft acceptance:   {rate:.0%} ({report.stats.get('draft_tokens_accepted')} of {report.stats.get('draft_tokens_evaluated') or report.stats.get('draft_tokens_proposed')})")
-        refused = any(c["check"] == "runtime" and not c["ok"] for c in report.checks)
-        if not_run:
-            out(f"verify: NOT RUN ({report.static_only}); only the static checks passed")
-            err(f"mtpc verify: the package was not run; {NOT_RUN_HINT}")
-        elif report.ok and report.static_only:
-            out(f"verify: static checks only ({report.static_only})")
+        print_json("verify", result.to_json())
+        return result.exit_code
+    for c in result.checks:
+        mark = "ok  " if c["ok"] else "FAIL"
+        if "max_abs_diff" in c:
+            out(f"{mark} {c['check']}: max |diff| {c['max_abs_diff']:.3g} (bound {c['bound']:.3g})")
         else:
-            out(_verdict(report, refused))
-    return int(code)
+            out(f"{mark} {c['check']}: {c['detail']}")
+    for note in result.notes:
+        out(f"note: {note}")
+    for message in result.provenance:
+        out(f"warning: {message}")
+    if result.greedy is not None:
+        out(f"greedy tokens:      {list(result.greedy)}")
+    if result.speculative is not None:
+        out(f"speculative tokens: {list(result.speculative)}")
+    rate, stats = result.acceptance_rate, result.stats or {}
+    if rate is not None:
+        tried = stats.get("draft_tokens_evaluated") or stats.get("draft_tokens_proposed")
+        out(f"draft acceptance:   {rate:.0%} ({stats.get('draft_tokens_accepted')} of {tried})")
+    out(result.verdict)
+    if result.not_run:
+        err(f"mtpc verify: the package was not run; {NOT_RUN_HINT}")
+    return result.exit_code

@@ -11,13 +11,10 @@ onnxruntime-genai 0.18.0 (whose built-in tokenizer reads `tokenizer.json` +
 
 from __future__ import annotations
 
-from ..ir import Architecture, ModelIR
+from ..ir import ModelIR
 from ..sources.info import DeferredFiles
-from ..sources.tokenizer_json import added_token, byte_level_bpe, dump
+from ..sources.synthetic_tokenizer import synthetic_tokenizer_files
 from .artifact import Artifact, EmitContext
-
-# Bytes that prompts use most get ids first, so a vocabulary smaller than 256 still encodes text.
-_BYTE_ORDER = (*range(0x20, 0x7F), 0x0A, 0x09, 0x0D, *(b for b in range(256) if not (0x20 <= b < 0x7F or b in (9, 10, 13))))
 
 
 def emit_tokenizer(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
@@ -32,49 +29,3 @@ def emit_tokenizer(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     if not files and ir.source.kind == "synthetic":
         files = synthetic_tokenizer_files(ir.architecture)
     return [Artifact(relpath, content) for relpath, content in sorted(files)]
-
-
-def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    mapping = {b: chr(b) for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + shifted)
-            shifted += 1
-    return mapping
-
-
-def _special_names(arch: Architecture) -> dict[int, str]:
-    names = {arch.tokens.pad: "<|pad|>", arch.tokens.bos: "<|bos|>"}
-    for eos in arch.tokens.eos:
-        names[eos] = "<|endoftext|>" if eos == arch.tokens.eos[0] else f"<|eos_{eos}|>"
-    return names
-
-
-def synthetic_tokenizer_files(arch: Architecture) -> tuple[tuple[str, bytes], ...]:
-    """Specials at the architecture's token ids, single bytes on the other ids, `<|extra_N|>` past 256 bytes."""
-    specials = _special_names(arch)
-    byte_chars = _byte_to_unicode()
-    byte_tokens = iter(byte_chars[b] for b in _BYTE_ORDER)
-    vocab: dict[str, int] = {}
-    added = []
-    for token_id in range(arch.vocab_size):
-        token = specials.get(token_id) or next(byte_tokens, None)
-        if token is None or token_id in specials:
-            token = token or f"<|extra_{token_id}|>"
-            added.append(added_token(token_id, token, special=True))
-        vocab[token] = token_id
-    tokenizer = byte_level_bpe(vocab, [], added)
-    config = {
-        "tokenizer_class": "Qwen2Tokenizer",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "bos_token": specials[arch.tokens.bos],
-        "eos_token": specials[arch.tokens.eos[0]],
-        "pad_token": specials[arch.tokens.pad],
-        "model_max_length": arch.context_length,
-        "clean_up_tokenization_spaces": False,
-    }
-    return (("tokenizer.json", dump(tokenizer)), ("tokenizer_config.json", dump(config)))

@@ -216,6 +216,9 @@ class SyntheticSpec:
     full_attention_interval: int
     # Spread of the random offset-RMSNorm weights (see sources/random_weights.py).
     norm_weight_scale: float
+    # The MTP head's weights: "random" (seeded, like the rest) or "fitted" to the main model's greedy
+    # continuations of verify's and tune's default prompts (sources/fitted_head.py), so its drafts are accepted.
+    mtp_head: str = added("random")
 
 
 @dataclass(frozen=True)

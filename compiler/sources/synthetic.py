@@ -1,5 +1,6 @@
 """A Qwen3.5 or GLM-4.5 checkpoint made up from a seed: the model lowering put in `SourceRef.synthetic`, weights
-seeded random (`random_weights`, `random_weights_glm4moe`)."""
+seeded random (`random_weights`, `random_weights_glm4moe`), the MTP head too unless `mtp_head: fitted` fits it to
+the main model (`fitted_head`)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def problems(spec: SyntheticSpec) -> list[tuple[tuple[str, ...], str]]:
                 f" ({arch.num_layers}), so no layer would be full attention",
             )
         )
+    if spec.mtp_head == "fitted" and (arch.family != "qwen35" or arch.mtp_num_layers != 1):
+        out.append((("mtp_head",), "mtp_head: fitted fits the one MTP layer of a dense Qwen3.5 (architecture: qwen35, "
+                                   f"mtp_num_layers: 1), not architecture: {arch.family} with {arch.mtp_num_layers} MTP layers"))
     tokens, vocab = arch.tokens, arch.vocab_size
     for name, ids in (("bos", (tokens.bos,)), ("eos", tokens.eos), ("pad", (tokens.pad,))):
         if any(i >= vocab for i in ids):
@@ -90,18 +94,24 @@ def describe(ref: SourceRef) -> SourceInfo:
     return SourceInfo(
         architecture=spec.architecture,
         storage=(("weights", "float32 (seeded random)"),),
-        facts=(("seed", ref.seed or 0), ("norm_weight_scale", spec.norm_weight_scale)),
+        facts=(("seed", ref.seed or 0), ("norm_weight_scale", spec.norm_weight_scale),
+               *((("mtp_head", "fitted to the main model's greedy continuations"),) if spec.mtp_head == "fitted" else ())),
         tensors=tuple(SourceTensor(n, shape, "float32") for n, shape in sorted(canonical_shapes(spec.architecture).items())),
     )
 
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> WeightStore:
+    spec = _spec_of(ref)
+    if spec.mtp_head == "fitted":
+        from .fitted_head import fitted_store
+
+        return fitted_store(info.architecture, seed=ref.seed or 0, norm_weight_scale=spec.norm_weight_scale)
     if info.architecture.family == "glm4moe":
         from .random_weights_glm4moe import seeded_glm4moe_store as seeded_store
     else:
         from .random_weights import seeded_store
 
-    return seeded_store(info.architecture, seed=ref.seed or 0, norm_weight_scale=_spec_of(ref).norm_weight_scale)
+    return seeded_store(info.architecture, seed=ref.seed or 0, norm_weight_scale=spec.norm_weight_scale)
 
 
 def _spec_of(ref: SourceRef) -> SyntheticSpec:

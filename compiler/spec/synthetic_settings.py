@@ -62,6 +62,7 @@ def synthetic_spec(settings: dict) -> SyntheticSpec:
         architecture=architecture,
         full_attention_interval=settings["full_attention_interval"],
         norm_weight_scale=float(settings["norm_weight_scale"]),
+        mtp_head=settings["mtp_head"],
     )
 
 

@@ -34,7 +34,7 @@ class TunablePackage:
     state_window: int = 0
 
 
-# is_paged and head_folder read a package for `mtpc verify` too (cli/verify_steps.py).
+# is_paged and head_folder read a package for `mtpc verify` too (mtpc.verification).
 def is_paged(cfg: dict) -> bool:
     """A paged package (onnxruntime-genai's engine, packed inputs): CUDA only."""
     decoder = (cfg.get("model") or {}).get("decoder") or {}

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..util.decoding_defaults import TUNE_PROMPTS
 from ..util.diagnostics import Diagnostic, ExitCode, MtpcError, Span
 from ..util.user_files import read_user_file
 
-# Short, varied, plain ASCII (any tokenizer encodes them): code, a list, prose, a question, a table.
-BUILT_IN = (
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
-    "Shopping list: eggs, milk, bread, butter, apples,",
-    "The history of the printing press begins in the fifteenth century, when",
-    "Q: What is the capital of France?\nA:",
-    "| year | population |\n|------|------------|\n| 1990 | 5.2 million |\n|",
-)
+BUILT_IN = TUNE_PROMPTS  # the prompts a fitted synthetic head memorises too (mtpc.util.decoding_defaults)
 
 
 def read_prompts(path: str | Path) -> tuple[tuple[int, str], ...]:

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..util.decoding_defaults import MAX_DRAFT_TOKENS
 from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
 from .package import TunablePackage, open_package
 from .predict import MARGIN, Prediction, predict, recommend
 from .prompts import BUILT_IN
 from .schedule import acceptance_by_position
 
-MAX_DRAFT = 16  # onnxruntime-genai 0.18.0 accepts max_draft_tokens in 1..16
+MAX_DRAFT = MAX_DRAFT_TOKENS  # onnxruntime-genai 0.18.0 accepts max_draft_tokens in 1..16
 DEFAULT_MAX_DRAFT = 4
 DEFAULT_NEW_TOKENS = 64
 DEFAULT_SWEEPS = 24

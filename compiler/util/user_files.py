@@ -26,3 +26,24 @@ def read_user_file(path: str | Path, what: str, *, max_bytes: int | None = None,
         raise MtpcError.single(f"{what} {shown} is larger than {max_bytes >> 20} MiB{too_large}",
                                exit_code=ExitCode.USAGE, hint=hint)
     return raw
+
+
+def existing_file(path: str | Path, what: str) -> Path:
+    """`path` as a Path when it is a file; otherwise a usage error naming it as `what` ("spec")."""
+    return _existing(path, what, Path.is_file, "a file")
+
+
+def existing_dir(path: str | Path, what: str) -> Path:
+    """`path` as a Path when it is a folder; otherwise a usage error naming it as `what` ("package")."""
+    return _existing(path, what, Path.is_dir, "a directory")
+
+
+def _existing(path: str | Path, what: str, is_kind, kind: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        from .suggest import path_hint
+
+        raise MtpcError.single(f"{what} {str(path)!r} does not exist", exit_code=ExitCode.USAGE, hint=path_hint(str(path)))
+    if not is_kind(p):
+        raise MtpcError.single(f"{what} {str(path)!r} is not {kind}", exit_code=ExitCode.USAGE)
+    return p

@@ -181,8 +181,9 @@ def test_check_json_keeps_the_spec_path_of_each_finding_as_compile_does(tmp_path
     assert diagnostic["path"] == finding["path"]
 
 
-def test_the_exit_code_table_is_the_same_in_the_readme_the_help_and_the_code():
-    """README's codes, `mtpc --help`'s table and the code's constants name the same numbers."""
+def test_the_exit_code_table_is_the_same_in_the_docs_the_help_and_the_code():
+    """The README's codes and docs/cli.md's, `mtpc --help`'s table and the code's constants name the same numbers
+    (the README names the four a verb decides; docs/cli.md the signals' and the broken pipe's too)."""
     import re
     import signal
 
@@ -194,6 +195,12 @@ def test_the_exit_code_table_is_the_same_in_the_readme_the_help_and_the_code():
     table = EPILOG.split("exit codes (every verb):", 1)[1].split("\n\n", 1)[0]
     in_help = {int(n) for n in re.findall(r"(?:^  |; )(\d+)\s", table, re.M)}
     assert in_help == in_code, table
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    paragraph = readme.split("Exit codes are the same everywhere:", 1)[1].split("\n\n", 1)[0]
-    assert {int(n) for n in re.findall(r"`(\d+)`", paragraph)} == in_code, paragraph
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("the exit codes are the same everywhere:", 1)[1].split("\n\n", 1)[0]
+    assert {int(n) for n in re.findall(r"`(\d+)`", paragraph)} == {int(c) for c in ExitCode}, paragraph
+    page = (repo / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = page.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    listed = {int(n) for n in re.findall(r"^- `(\d+)`", section, re.M)} | {
+        int(n) for n in re.findall(r"^- `(\d+)` on SIGINT \(Ctrl-C\) and `(\d+)`", section, re.M)[0]}
+    assert listed == in_code, section

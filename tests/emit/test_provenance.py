@@ -213,14 +213,15 @@ def test_a_synthetic_fingerprint_leaves_out_fields_added_later_while_they_hold_t
     arch = tiny_arch()
     spec = SyntheticSpec(arch, full_attention_interval=2, norm_weight_scale=0.1)
     older = dataclasses.asdict(spec)
-    for owner in (older["architecture"], older["architecture"]["rope"]):
-        for name in [n for n in owner if n in {f.name for f in dataclasses.fields(arch) + dataclasses.fields(arch.rope)
-                                                if f.metadata.get(OMITTED_AT_DEFAULT)}]:
+    for owner, dataclass in ((older, spec), (older["architecture"], arch), (older["architecture"]["rope"], arch.rope)):
+        for name in [f.name for f in dataclasses.fields(dataclass) if f.metadata.get(OMITTED_AT_DEFAULT)]:
             del owner[name]
     digest = hashlib.sha256(json.dumps(older, sort_keys=True, default=str).encode()).hexdigest()
     assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=spec))["model_sha256"] == digest
     changed = SyntheticSpec(dataclasses.replace(arch, head_layout=HeadLayout.TRAILING_LAYER), 2, 0.1)
     assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=changed))["model_sha256"] != digest
+    fitted = SyntheticSpec(arch, 2, 0.1, mtp_head="fitted")
+    assert provenance.source_fingerprint(SourceRef("synthetic", seed=0, synthetic=fitted))["model_sha256"] != digest
 
 
 def test_a_checkpoint_is_fingerprinted_once_while_its_files_are_unchanged(tmp_path, monkeypatch):

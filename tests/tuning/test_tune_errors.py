@@ -24,7 +24,7 @@ def tree(folder: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    """The shipped tiny spec's package: a random head and the synthetic tokenizer."""
+    """The shipped tiny spec's package: its fitted head and the synthetic tokenizer."""
     out = tmp_path_factory.mktemp("tune-errors") / "tiny"
     assert main(["compile", "-q", str(SPECS / "qwen35-tiny-mtp.yaml"), "-o", str(out)]) == 0
     return out

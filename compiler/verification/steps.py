@@ -1,4 +1,4 @@
-"""What `mtpc verify` runs and what it found: the comparisons of steps 2 to 4 (see `mtpc.cli.verify`).
+"""What `mtpc verify` runs and what it found: the comparisons of steps 2 to 4 (see `mtpc.verification`).
 
 `Report` collects each comparison; `compare_package` runs the main graph and the
 heads on onnxruntime against the numpy reference, then onnxruntime-genai's greedy and
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ..util.lazy_import import lazy_module
 from ..tuning.package import head_folder
-from .verify_runner import GraphRunner, runtime_step
-from .verify_tolerance import AsBuiltWeights, stores_quantized, strict_greedy, tolerance_for
+from .runner import GraphRunner, runtime_step
+from .tolerance import AsBuiltWeights, stores_quantized, strict_greedy, tolerance_for
 
 np = lazy_module("numpy")  # imported when a package is verified, not by every `mtpc` run (`--help` builds this verb's parser)
 
@@ -63,12 +63,12 @@ def _why_tokens_differ(report: Report) -> str:
     return "expected with this precision: the logits agree within their bounds, and a near tie can go either way"
 
 
-def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
+def compare_package(options, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
     from ..ir import SeedHidden
     from ..reference.forward import DecoderReference, MtpHeadReference
 
     arch = ir.architecture
-    tolerance = tolerance_for(ir, weights, args.atol)
+    tolerance = tolerance_for(ir, weights, options.atol)
     strict = strict_greedy(ir, weights)
     if stores_quantized(ir, weights):
         weights = AsBuiltWeights(weights, ir.quantization, ir.weights)
@@ -126,7 +126,7 @@ def compare_package(args, root: Path, cfg: dict, prompt, report: Report, progres
     if sidecar and arch.mtp_num_layers > 0:
         _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
 
-    _decode(root, cfg, prompt, args, report, reference, strict, progress)
+    _decode(root, cfg, prompt, options, report, reference, strict, progress)
 
 
 def _speculator(root: Path) -> dict | None:
@@ -160,10 +160,10 @@ def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, re
     report.compare("onnx-genai head hidden state", got[speculator["mtp_hidden_output"]], want_hidden, tolerance)
 
 
-def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, progress) -> None:
+def _decode(root, cfg, prompt, options, report: Report, reference, strict: bool, progress) -> None:
     import onnxruntime_genai as og
 
-    max_length = len(prompt) + args.new_tokens
+    max_length = len(prompt) + options.new_tokens
     progress("greedy decoding with onnxruntime-genai")
     report.steps.append("onnxruntime-genai")
     with runtime_step("onnxruntime-genai greedy decoding failed"):
@@ -188,12 +188,12 @@ def _decode(root, cfg, prompt, args, report: Report, reference, strict: bool, pr
         if (cfg.get("model") or {}).get("mtp"):
             report.notes.append("no folder with the head's own genai_config.json: speculative decoding not run")
         return
-    progress(f"MTP speculative decoding ({args.draft_tokens} draft tokens)")
+    progress(f"MTP speculative decoding ({options.draft_tokens} draft tokens)")
     with runtime_step("onnxruntime-genai MTP speculative decoding failed"):
         head = og.Model(str(head_dir))
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=max_length, do_sample=False)
-        params.set_speculative_options(max_draft_tokens=args.draft_tokens)
+        params.set_speculative_options(max_draft_tokens=options.draft_tokens)
         gen = og.MtpGenerator(model, head, params)
         gen.append_tokens(list(prompt))
         while not gen.is_done():

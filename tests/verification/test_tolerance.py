@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 from mtpc.cli.main import main
-from mtpc.cli.verify_tolerance import AsBuiltWeights, strict_greedy, tolerance_for
+from mtpc.verification.tolerance import AsBuiltWeights, strict_greedy, tolerance_for
 from mtpc.pipeline.driver import build_ir
 from mtpc.sources import open_weights
 from mtpc.ir import ModelIR, Precision, QuantizationPlan, QuantOverride, QuantScheme
