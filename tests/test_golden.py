@@ -72,9 +72,19 @@ def _attribute_lines(nodes) -> list[str]:
     return [f"  {op}: {attrs} (x{count})" for (op, attrs), count in sorted(sets.items())]
 
 
+def _every_node(g):
+    """The graph's nodes and, after each, those of its subgraphs (an If's branches)."""
+    for n in g.node:
+        yield n
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                yield from _every_node(sub)
+
+
 def graph_summary(onnx_bytes: bytes) -> str:
     model = onnx.load_from_string(onnx_bytes)
     g = model.graph
+    nodes = list(_every_node(g))
     dtype = onnx.helper.tensor_dtype_to_np_dtype
     lines = [f"opsets: {sorted((o.domain or 'ai.onnx', o.version) for o in model.opset_import)}", "inputs:"]
     for v in g.input:
@@ -82,11 +92,11 @@ def graph_summary(onnx_bytes: bytes) -> str:
     lines.append("outputs:")
     for v in g.output:
         lines.append(f"  {v.name}: {dtype(v.type.tensor_type.elem_type)} {_dims(v)}")
-    ops = collections.Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in g.node)
+    ops = collections.Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in nodes)
     lines.append("ops:")
     lines += [f"  {op}: {count}" for op, count in sorted(ops.items())]
     lines.append("attributes:")
-    lines += _attribute_lines(g.node)
+    lines += _attribute_lines(nodes)
     lines.append("initializers:")
     for t in sorted(g.initializer, key=lambda t: t.name):
         location = {e.key: e.value for e in t.external_data}.get("location")

@@ -121,13 +121,26 @@ def _op(node: onnx.NodeProto) -> str:
     return f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
 
 
-def graph_summary(model: onnx.ModelProto) -> dict:
-    """The comparable meaning of a graph: interface, op histogram, nodes, initializers, opsets."""
-    g = model.graph
-    ops: dict[str, int] = {}
+def _nodes(g: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Every node of `g`, those in its subgraphs (an If's branches) too, each after the node holding it."""
+    out = []
     for node in g.node:
+        out.append(node)
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                        list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                out += _nodes(sub)
+    return out
+
+
+def graph_summary(model: onnx.ModelProto) -> dict:
+    """The comparable meaning of a graph: interface, op histogram, nodes (subgraphs' included), initializers, opsets."""
+    g = model.graph
+    every = _nodes(g)
+    ops: dict[str, int] = {}
+    for node in every:
         ops[_op(node)] = ops.get(_op(node), 0) + 1
-    names = _unique([n.name for n in g.node], [n.op_type for n in g.node])
+    names = _unique([n.name for n in every], [n.op_type for n in every])
     encodings = _encodings(g)
     nodes = [
         {
@@ -137,7 +150,7 @@ def graph_summary(model: onnx.ModelProto) -> dict:
             "outputs": list(node.output),
             "attributes": {a.name: _attribute(a) for a in node.attribute},
         }
-        for name, node in zip(names, g.node)
+        for name, node in zip(names, every)
     ]
     return {
         "opsets": {(o.domain or "ai.onnx"): o.version for o in model.opset_import},

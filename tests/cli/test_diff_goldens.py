@@ -64,7 +64,15 @@ def ops(model: onnx.ModelProto) -> Counter:
 
 def assert_op_rows(graph: str, old: onnx.ModelProto, new: onnx.ModelProto, lines: list[str]) -> None:
     """The operator histogram rows are exactly the op counts onnx reads off the two graphs."""
-    qualified = lambda m: Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in m.graph.node)  # noqa: E731
+    def every_node(g):  # subgraphs' nodes (an If's branches) count too
+        for n in g.node:
+            yield n
+            for a in n.attribute:
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    yield from every_node(sub)
+
+    qualified = lambda m: Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"  # noqa: E731
+                                  for n in every_node(m.graph))
     a, b = qualified(old), qualified(new)
     expected = set()
     for op in a.keys() | b.keys():
