@@ -277,5 +277,6 @@ PROFILE = OrtGenaiProfile(
     # out of GLM's vocabulary; the Qwen-VL types feed 3-D positions). og.Generator and og.MtpGenerator
     # run a GQA decoder and head under `llama` as under every other type (measured: same tokens and
     # draft counters), and tests/glm4moe/ decode mtpc's GLM packages under it as transformers does.
-    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama"}),
+    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
+                                 "qwen3next": "qwen3_5_moe_text"}),
 )

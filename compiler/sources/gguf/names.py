@@ -14,7 +14,7 @@ Symbolic dimensions (resolved by `mtpc.sources.gguf.reader` from the metadata):
 
 MoE blocks (qwen35moe) add E experts, EI expert FFN width, SI shared-expert width and ONE (1).
 
-A new architecture (qwen3next, ...) adds its own `GGUFNames` entry (glm4moe's is below Qwen3.5's).
+A new architecture adds its own `GGUFNames` entry (glm4moe's and qwen3next's are below Qwen3.5's).
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ class Transform(str, enum.Enum):
     VALUE_COLUMNS = "value_columns"  # columns of out_proj
     # The 2-D conv weight `[C, K]` becomes `[C, 1, K]`, its value channels regrouped as above.
     CONV1D = "conv1d"
+    # qwen3next's fused `ssm_ba` `[2 * HV, H]`: per key-head group `[b (r rows) | a (r rows)]` (r = HV / HK).
+    BETA_ROWS = "beta_rows"
+    ALPHA_ROWS = "alpha_rows"
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ class GGUFNames:
     dense_ffn: tuple[Rule, ...] = ()
     # Attention tensors whose presence in block 0 sets an `Architecture` flag (GGUF has no key for them).
     flag_tensors: tuple[tuple[str, str], ...] = ()
+    # Whether the converter tiled the value heads (Qwen3.5's `_LinearAttentionVReorderBase`); qwen3next's
+    # converter keeps HF's grouped order, so its VALUE_* transforms move nothing.
+    tiled_value_heads: bool = True
+    # Positions as MRoPE rows (Qwen3.5) or one per token.
+    position_rows: bool = True
 
 
 _N = Transform
@@ -193,7 +201,22 @@ GLM4MOE = GGUFNames(
     flag_tensors=(("attention_bias", "blk.0.attn_q.bias"), ("qk_norm", "blk.0.attn_q_norm.weight")),
 )
 
-ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE, "glm4moe": GLM4MOE}
+# Qwen3-Next (llama.cpp's `qwen3next`, conversion/qwen.py `Qwen3NextModel`): Qwen3.5-MoE's blocks, with
+# `in_proj_qkvz` split by the converter into `attn_qkv` ([q_all | k_all | v_all]) and `attn_gate`, value heads
+# left grouped, `in_proj_ba` stored fused as `ssm_ba`; plain 1-D RoPE.
+QWEN3NEXT = replace(
+    QWEN35MOE,
+    family="qwen3next",
+    linear_attention=tuple(r for r in QWEN35.linear_attention if r.gguf not in ("ssm_beta.weight", "ssm_alpha.weight")) + (
+        Rule("ssm_ba.weight", "linear_attn.in_proj_b.weight", ("HV2", "H"), _N.BETA_ROWS),
+        Rule("ssm_ba.weight", "linear_attn.in_proj_a.weight", ("HV2", "H"), _N.ALPHA_ROWS),
+    ),
+    tiled_value_heads=False,
+    position_rows=False,
+)
+
+ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE, "glm4moe": GLM4MOE,
+                                       "qwen3next": QWEN3NEXT}
 
 
 def attention_rules(names: GGUFNames, arch) -> tuple[Rule, ...]:

@@ -19,7 +19,7 @@ from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import TensorInfo, Weight, canonical_shapes
 from ..info import SourceInfo
-from . import glm4moe
+from . import glm4moe, qwen3next
 from .config import GLM4MOE_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
 from .files import directory_of, folder_state, tokenizer_files, weight_files
@@ -103,6 +103,8 @@ def is_glm4moe(cfg: Config) -> bool:
 
 def _names(arch: Architecture):
     """How the family's HF tensors map to canonical ones (names, value conventions, optional head tensors)."""
+    if arch.family == "qwen3next":
+        return qwen3next.Qwen3NextNames(_QwenNames(), arch.linear_attention)
     return glm4moe.GlmNames(arch.num_layers) if arch.family == "glm4moe" else _QwenNames()
 
 
@@ -117,7 +119,8 @@ def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: P
             if name is None or (tied and name == "lm_head.weight"):
                 continue
             entries[name] = (filename, hf_name)
-    return group_experts(entries, str(where))
+    grouped = group_experts(entries, str(where))
+    return names.assembled(grouped) if hasattr(names, "assembled") else grouped
 
 
 # The last description made: (the reference, the folder's state, the description). `diff SPEC SPEC`
@@ -143,8 +146,11 @@ def _describe(directory: Path) -> SourceInfo:
     if not config_path.is_file():
         raise SourceError(f"{directory}: no config.json")
     cfg = Config(config_path, read_json(config_path))
-    arch = glm4moe.architecture(cfg, directory) if is_glm4moe(cfg) else architecture(cfg, directory)
+    family = glm4moe if is_glm4moe(cfg) else qwen3next if qwen3next.is_qwen3next(cfg) else None
+    arch = (family.architecture if family else architecture)(cfg, directory)
     listed, files = weight_files(directory)
+    if family is qwen3next:
+        arch = replace(arch, mtp_num_layers=qwen3next.declared_heads(cfg, (n for ns in listed.values() for n in ns))[1])
     entries = _canonical_entries(listed, arch, directory)
     facts: list[tuple[str, object]] = [
         ("architectures", ", ".join(cfg.doc["architectures"])),
@@ -212,13 +218,15 @@ def check(ref: SourceRef, info: SourceInfo) -> list[str]:
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
     """`arch` with the MTP blocks that can be built, judged from the head's tensors present (`mtp_head`)."""
     field, _ = glm4moe.declared_heads(cfg) if arch.family == "glm4moe" else cfg.lookup("mtp_num_hidden_layers")
+    if arch.family == "qwen3next":
+        field = qwen3next.declared_heads(cfg, entries)[0]
     names = _names(arch)
     one_block = {n for n in canonical_shapes(replace(arch, mtp_num_layers=1)) if n.startswith("mtp.")}
     known = one_block | set(names.optional_head)
     present = {n for n in entries if n.startswith("mtp.")}
     usable, unusable = head_verdict(
         declared=arch.mtp_num_layers,
-        declared_key=f"config.json field {field}",
+        declared_key=field if field.startswith(("config.json", "the ")) else f"config.json field {field}",
         expected=map(names.source_name, one_block),
         present=map(names.source_name, present & known),
         unknown=map(names.source_name, present - known),
