@@ -20,6 +20,23 @@ from mtpc.weights import WeightStore
 
 
 @dataclass(frozen=True)
+class RealSize:
+    """A released model's shape, for the metadata verbs on a header-only checkpoint (no weight is read)."""
+
+    config: dict
+    arch: Architecture
+    # (canonical name, shape) -> the release's tensors (name, shape) holding it.
+    names: Callable[[str, tuple[int, ...]], list[tuple[str, tuple[int, ...]]]]
+    # Lines `inspect` prints and `plan` prints for it (its expert stacks, its head).
+    inspect_lines: tuple[str, ...]
+    plan_lines: tuple[str, ...]
+    # Bytes of its BF16 tensors, (at least, at most).
+    size: tuple[float, float]
+    # Tensors the release stores beyond the canonical ones (name -> shape).
+    extra: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     arch: Architecture
@@ -40,6 +57,7 @@ class Family:
     column_orders: Callable[[], dict[str, np.ndarray]] = dict
     # The GGUF tensor holding the head's fc, for the llama.cpp control with its input halves swapped.
     eh_proj: str = ""
+    real_size: Callable[[], RealSize] | None = None
     # Oracles that do not apply, with the reason.
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -64,6 +82,17 @@ def _qwen3next(ratio: int) -> Family:
         transformers=lambda folder, tensors: q.load_transformers(
             q.write_qwen3next_checkpoint(folder, arch, tensors=tensors, with_mtp=False)),
         store=lambda: q.fitted_qwen3next_store(arch), eh_proj=f"blk.{arch.num_layers}.nextn.eh_proj.weight",
+        real_size=lambda: RealSize(
+            q.A3B_CONFIG, q.a3b_arch(), lambda c, shape: q.release_names(c, shape, q.a3b_arch()),
+            inspect_lines=("architecture:       qwen3next",
+                           "experts:            512 experts, top-10 (softmax, renormalized), expert FFN 512, shared "
+                           "expert 512 (sigmoid gate)",
+                           "linear attn:        16 key heads x 128, 32 value heads x 128, conv kernel 4",
+                           "mtp head:           yes, 1 layer(s)"),
+            # 48 trunk layers and the head, three expert stacks each, planned as QMoE blocks from headers alone.
+            plan_lines=("model: qwen3next (hf source), 48 layers (12 full attention, 36 linear attention)",
+                        "147 experts float32 -> int4 QMoE block 32 accuracy 4 (lossy)"),
+            size=(150e9, 165e9)),  # 80B BF16 parameters and the head's, near enough
     )
 
 
@@ -78,6 +107,23 @@ def _glm4moe() -> Family:
         transformers=lambda folder, tensors: g.load_transformers_glm(arch, tensors),
         store=lambda: g.fitted_glm_store(arch), pre_tokenizer="glm4",
         eh_proj=f"blk.{arch.num_layers}.nextn.eh_proj.weight",
+        real_size=lambda: RealSize(
+            g.AIR_CONFIG, g.AIR, lambda c, shape: g.release_names(c, shape, g.AIR.num_layers),
+            inspect_lines=(
+                "architecture:       glm4moe",
+                "experts:            128 experts, top-8 (sigmoid, selection bias, renormalized), expert FFN 1408, "
+                "shared expert 1408; the first 1 layer(s) dense",
+                "attention:          96 heads, 8 kv heads, head dim 128 (grouped-query attention, q/k/v bias, no "
+                "qk-norm, rotary on 64 of 128 channels)",
+                "mtp head:           yes, 1 layer(s), a trailing decoder layer (block 46, after the trunk)"),
+            # 45 sparse trunk layers and the MTP layer, three expert stacks each, planned as QMoE blocks.
+            plan_lines=("model: glm4moe (hf source), 46 layers (46 full attention)",
+                        "138 experts float32 -> int4 QMoE block 32 accuracy 4 (lossy)",
+                        "  mtp head: 1 block, a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"),
+            size=(200e9, 230e9),  # 106B BF16 parameters and the head's copies, near enough
+            # the release's copies of the embedding and LM head beside its MTP layer
+            extra={"model.layers.46.embed_tokens.weight": (151552, 4096),
+                   "model.layers.46.shared_head.head.weight": (151552, 4096)}),
     )
 
 
