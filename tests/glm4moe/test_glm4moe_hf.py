@@ -183,17 +183,3 @@ def test_the_model_card_names_the_family_and_head(glm_packages):
     assert "- glm4moe" in card and "from a glm4moe checkpoint (hf source)" in card
     assert "- mixture of experts: 8 experts, top-2 (sigmoid, selection bias" in card
     assert "- MTP head in the source: 1 block, a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)" in card
-
-
-def test_a_paged_package_passes_the_static_checks(glm_workdir, glm_checkpoints, capsys):
-    """CUDA-only (PagedAttention), checked statically here: one position per packed token, routing on packed rows."""
-    folder = glm_checkpoints["qk_norm"]
-    spec = glm_workdir / "glm-paged.yaml"
-    spec.write_text(f"mtpc: 1\nname: glm-paged\nsource: {{hf: {folder.name}}}\nprecision: {{io_dtype: float16}}\n"
-                    "targets:\n  onnxruntime_genai: {execution_provider: cuda, attention: paged}\n")
-    package = compile_spec(spec, glm_workdir / "pkg-glm-paged")
-    assert main(["check", str(package)]) == 0, capsys.readouterr()
-    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
-    inputs = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
-    assert inputs["input_ids"] == ["num_tokens"] and inputs["position_ids"] == ["num_tokens"]
-    assert sum(n.op_type == "MoE" for n in graph.node) == 2
