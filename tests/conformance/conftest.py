@@ -23,8 +23,8 @@ OUTTYPES = ("f32", "q8_0")
 # Compared with transformers' float forward on the file's values: `keep: source` carries the Q8_0 blocks into
 # MatMulNBits as stored, at accuracy_level 0 (level 4's int8 activations are not exact); expert stacks are
 # dequantized into the float MoE op, as QMoE's 8-bit kernel quantizes activations at every accuracy level.
-KEEP_SOURCE = ("quantization:\n  default: {keep: source, accuracy_level: 0}\n"
-               "  overrides:\n    - {match: '*.mlp.experts.*', bits: null}\n")
+KEEP_SOURCE = "quantization:\n  default: {keep: source, accuracy_level: 0}\n"
+FLOAT_EXPERTS = "  overrides:\n    - {match: '*.mlp.experts.*', bits: null}\n"
 
 
 class Lazy(dict):
@@ -104,8 +104,9 @@ def gguf_packages(conformance_dir, ggufs) -> Lazy:
     def build(key):
         f, outtype = key
         path = ggufs[f][outtype]
+        keep = KEEP_SOURCE + (FLOAT_EXPERTS if family_of(f).arch.moe else "")
         return compile_family(conformance_dir, f"gguf-{f}-{outtype}", f"{{gguf: {path.name}}}",
-                              KEEP_SOURCE if outtype == "q8_0" else "")
+                              keep if outtype == "q8_0" else "")
 
     return Lazy(build)
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from mtpc.ir import Architecture
+from mtpc.ir import Architecture, LayerKind
 from mtpc.reference.forward import DecoderReference, MtpHeadReference
 from mtpc.weights import WeightStore
 
@@ -127,7 +127,70 @@ def _glm4moe() -> Family:
     )
 
 
+_QWEN35_RUNTIME = ("its fixture's tokenizer has no BPE merge (llama.cpp's loader needs one) and its prompts are not "
+                   "printable bytes, so llama.cpp's runtime cannot be given the fixture's token ids")
+
+
+def _tiled_out_proj(arch: Architecture) -> dict[str, np.ndarray]:
+    """Qwen3.5's converter tiles the value heads (`_LinearAttentionVReorderBase`): on `out_proj`'s columns too."""
+    lin = arch.linear_attention
+    nk, r, dv = lin.num_key_heads, lin.num_value_heads // lin.num_key_heads, lin.value_head_dim
+    order = np.arange(nk * r * dv).reshape(nk, r, dv).transpose(1, 0, 2).reshape(-1)
+    return {f"model.language_model.layers.{i}.linear_attn.out_proj.weight": order
+            for i in arch.layers_of(LayerKind.LINEAR_ATTENTION)}
+
+
+def _write_qwen35(folder: Path, arch: Architecture, tensors: dict, with_mtp: bool, fuse_head: bool) -> Path:
+    from mtpc.emit.tokenizer import synthetic_tokenizer_files
+    from tests.fixtures.checkpoints import write_hf_checkpoint
+    from tests.fixtures.moe_checkpoints import HEAD, fuse_experts, write_moe_release_checkpoint
+    from tests.fixtures.safetensors_writer import write_safetensors
+
+    folder = write_moe_release_checkpoint(folder, arch) if fuse_head else write_hf_checkpoint(folder, arch)
+    if not with_mtp:
+        tensors = {n: v for n, v in tensors.items() if not n.startswith("mtp.")}
+    elif fuse_head:
+        tensors = fuse_experts(tensors, HEAD + "mlp.", arch.moe.num_experts)
+    write_safetensors(folder / "model.safetensors", tensors, float_dtype="F32")
+    for relpath, content in synthetic_tokenizer_files(arch):
+        (folder / relpath).write_bytes(content)
+    return folder
+
+
+def _qwen35() -> Family:
+    from tests.clients import hf_transformers
+    from tests.fixtures import fitted_head as f
+    from tests.fixtures.arch import tiny_arch
+
+    arch = tiny_arch()
+    write = lambda folder, tensors=None, with_mtp=True: _write_qwen35(  # noqa: E731
+        folder, arch, f.fitted_raw_hf_tensors(arch) if tensors is None else tensors, with_mtp, False)
+    return Family(
+        name="qwen35", arch=arch, prompts=f.PROMPTS, tensors=lambda: f.fitted_raw_hf_tensors(arch), write=write,
+        transformers=lambda folder, tensors: hf_transformers.load(write(folder, tensors, with_mtp=False)),
+        store=lambda: f.fitted_store(arch), column_orders=lambda: _tiled_out_proj(arch),
+        eh_proj=f"blk.{arch.num_layers}.nextn.eh_proj.weight", unsupported={"llama.cpp runtime": _QWEN35_RUNTIME},
+    )
+
+
+def _qwen35moe() -> Family:
+    from tests.fixtures import moe_checkpoints as m
+    from tests.fixtures.fitted_head import PROMPTS
+
+    arch = m.tiny_moe_arch()
+    return Family(
+        name="qwen35moe", arch=arch, prompts=PROMPTS, tensors=lambda: m.fitted_moe_tensors(arch),
+        write=lambda folder, tensors=None, with_mtp=True: _write_qwen35(
+            folder, arch, m.fitted_moe_tensors(arch) if tensors is None else tensors, with_mtp, True),
+        transformers=lambda folder, tensors: m.load_transformers_model(arch, tensors),
+        store=lambda: m.fitted_moe_store(arch), column_orders=lambda: _tiled_out_proj(arch),
+        eh_proj=f"blk.{arch.num_layers}.nextn.eh_proj.weight", unsupported={"llama.cpp runtime": _QWEN35_RUNTIME},
+    )
+
+
 FAMILIES: dict[str, Callable[[], Family]] = {
+    "qwen35": _qwen35,
+    "qwen35moe": _qwen35moe,
     "qwen3next-r2": lambda: _qwen3next(2),
     "qwen3next-r1": lambda: _qwen3next(1),
     "glm4moe": _glm4moe,

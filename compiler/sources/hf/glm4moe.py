@@ -71,7 +71,7 @@ class GlmNames:
         m = re.match(r"^mtp\.layers\.(\d+)\.(.+)$", canonical)
         if m is None:
             return canonical
-        local = m[2].replace("mlp.shared_expert.", "mlp.shared_experts.").replace("mlp.experts.", "mlp.experts.*.")
+        local = re.sub(r"mlp\.experts\.(?!\d)", "mlp.experts.*.", m[2].replace("mlp.shared_expert.", "mlp.shared_experts."))
         return f"model.layers.{self.num_layers + int(m[1])}.{local}"
 
     @staticmethod

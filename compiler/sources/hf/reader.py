@@ -119,7 +119,7 @@ def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: P
             if name is None or (tied and name == "lm_head.weight"):
                 continue
             entries[name] = (filename, hf_name)
-    grouped = group_experts(entries, str(where))
+    grouped = group_experts(entries, str(where), names.source_name)
     return names.assembled(grouped) if hasattr(names, "assembled") else grouped
 
 
@@ -202,7 +202,8 @@ def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") 
             problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
         elif store.info(name).shape != shape:
             found = list(store.info(name).shape)
-            problems.append(f"{directory}: tensor {name} has shape {found}, config.json implies {list(shape)}")
+            shown = store.source_name(name)  # as the checkpoint names it (a GLM head tensor: its trailing layer's)
+            problems.append(f"{directory}: tensor {shown} has shape {found}, config.json implies {list(shape)}")
     return problems
 
 
@@ -269,6 +270,9 @@ class HFWeightStore:
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
+
+    def source_name(self, name: str) -> str:
+        return self._names.source_name(name)
 
     def names(self) -> Iterable[str]:
         return sorted(self._entries)
