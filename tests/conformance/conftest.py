@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.clients import hf_transformers, llama_cpp
+from tests.fixtures.lazy import Lazy
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS, compile_spec, write_spec
 
@@ -25,18 +26,6 @@ OUTTYPES = ("f32", "q8_0")
 # dequantized into the float MoE op, as QMoE's 8-bit kernel quantizes activations at every accuracy level.
 KEEP_SOURCE = "quantization:\n  default: {keep: source, accuracy_level: 0}\n"
 FLOAT_EXPERTS = "  overrides:\n    - {match: '*.mlp.experts.*', bits: null}\n"
-
-
-class Lazy(dict):
-    """Values built on first use, once per session (a family no test asks for is never built)."""
-
-    def __init__(self, build):
-        super().__init__()
-        self._build = build
-
-    def __missing__(self, key):
-        value = self[key] = self._build(key)
-        return value
 
 
 @pytest.fixture(scope="session")

@@ -185,6 +185,13 @@ def _qwen35moe() -> Family:
         transformers=lambda folder, tensors: m.load_transformers_model(arch, tensors),
         store=lambda: m.fitted_moe_store(arch), column_orders=lambda: _tiled_out_proj(arch),
         eh_proj=f"blk.{arch.num_layers}.nextn.eh_proj.weight", unsupported={"llama.cpp runtime": _QWEN35_RUNTIME},
+        real_size=lambda: RealSize(
+            m.a3b_config(), m.A3B, lambda c, shape: m.hf_expert_names(c, shape, fused=c.startswith("mtp.")),
+            inspect_lines=("256 experts, top-8 (softmax, renormalized), expert FFN 512, shared expert 512 (sigmoid gate)",
+                           "mtp head:           yes, 1 layer(s)"),
+            # 40 trunk layers and the head, three expert stacks each, planned as QMoE blocks from headers alone.
+            plan_lines=("123 experts float32 -> int4 QMoE block 32 accuracy 4 (lossy)",),
+            size=(60e9, 75e9)),  # 35B BF16 parameters, near enough
     )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ...ir import Architecture, HeadLayout, LayerKind, MoeDims
 from ...ir.moe import SIGMOID
-from .config import MAX_LAYERS, Config, _rope, _token_ids
+from .config import Config, _rope, _token_ids, attention_sizes
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # The head's own tensors beside its decoder layer (local name -> canonical).
@@ -93,15 +93,7 @@ def declared_heads(cfg: Config) -> tuple[str, int]:
 
 
 def architecture(cfg: Config, directory: Path) -> Architecture:
-    hidden = cfg.int("hidden_size")
-    heads = cfg.int("num_attention_heads")
-    kv_heads = cfg.int("num_key_value_heads", heads)
-    if heads == 0 or kv_heads == 0 or heads % kv_heads:
-        raise cfg.fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
-    head_dim = cfg.int("head_dim", hidden // heads)
-    num_layers = cfg.int("num_hidden_layers")
-    if num_layers > MAX_LAYERS:
-        raise cfg.fail("num_hidden_layers", f"({num_layers}) is more than {MAX_LAYERS} layers")
+    hidden, heads, kv_heads, head_dim, num_layers = attention_sizes(cfg)
     moe = _moe(cfg, num_layers)
     field, eps = cfg.lookup("rms_norm_eps")
     return Architecture(

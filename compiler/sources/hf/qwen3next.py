@@ -21,12 +21,13 @@ Norms are offset (`1 + w`) and `A_log` becomes `decay_scale`, as Qwen3.5's (the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...util.diagnostics import SourceError
-from ...ir import Architecture, LayerKind, LinearAttentionDims, MoeDims
-from .config import MAX_LAYERS, QWEN3NEXT_ARCHITECTURES as ARCHITECTURES, Config, _layer_kinds, _rope, _token_ids
+from ...ir import Architecture, LinearAttentionDims, MoeDims
+from .config import QWEN3NEXT_ARCHITECTURES as ARCHITECTURES, Config, _rope, softmax_moe
+from .config import architecture as qwen35_architecture
 from .experts import Entry, ExpertTensor
 from .safetensors import SafetensorsFile
 
@@ -122,43 +123,15 @@ def declared_heads(cfg: Config, hf_names) -> tuple[str, int]:
 
 
 def architecture(cfg: Config, directory: Path) -> Architecture:
-    hidden = cfg.int("hidden_size")
-    heads = cfg.int("num_attention_heads")
-    kv_heads = cfg.int("num_key_value_heads")
-    if heads == 0 or kv_heads == 0 or heads % kv_heads:
-        raise cfg.fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
-    head_dim = cfg.int("head_dim", hidden // heads)
-    num_layers = cfg.int("num_hidden_layers")
-    if num_layers > MAX_LAYERS:
-        raise cfg.fail("num_hidden_layers", f"({num_layers}) is more than {MAX_LAYERS} layers")
-    kinds = _layer_kinds(cfg, num_layers)
-    linear = None if LayerKind.LINEAR_ATTENTION not in kinds else LinearAttentionDims(
-        num_key_heads=cfg.int("linear_num_key_heads"),
-        key_head_dim=cfg.int("linear_key_head_dim"),
-        num_value_heads=cfg.int("linear_num_value_heads"),
-        value_head_dim=cfg.int("linear_value_head_dim"),
-        conv_kernel=cfg.int("linear_conv_kernel_dim", 4),
-    )
-    if linear is not None and (linear.num_key_heads == 0 or linear.num_value_heads % linear.num_key_heads):
-        raise cfg.fail("linear_num_value_heads",
-                       f"({linear.num_value_heads}) must be a multiple of linear_num_key_heads ({linear.num_key_heads})")
-    moe = _moe(cfg, num_layers)
-    field, eps = cfg.lookup("rms_norm_eps")
-    return Architecture(
+    """Qwen3.5's reading of the shared keys (`config.architecture`), with Qwen3-Next's own on top."""
+    base = qwen35_architecture(cfg, directory)
+    moe = _moe(cfg, base.num_layers)
+    dense_width = moe is None or moe.dense_layers
+    return replace(
+        base,
         family="qwen3next",
-        hidden_size=hidden,
-        intermediate_size=cfg.int("intermediate_size") if moe is None or moe.dense_layers else moe.expert_intermediate_size,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=cfg.int("vocab_size"),
-        layer_kinds=kinds,
-        rms_norm_eps=1e-6 if eps is None else cfg.float(field, eps),
-        rope=_rope(cfg, head_dim, position_rows=False),
-        context_length=cfg.int("max_position_embeddings"),
-        tokens=_token_ids(cfg, directory),
-        linear_attention=linear,
-        tie_word_embeddings=cfg.flag("tie_word_embeddings", False),
+        intermediate_size=cfg.int("intermediate_size") if dense_width else moe.expert_intermediate_size,
+        rope=_rope(cfg, base.head_dim, position_rows=False),
         moe=moe,
         attention_bias=cfg.flag("attention_bias", False),
     )
@@ -166,12 +139,8 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
 
 def _moe(cfg: Config, num_layers: int) -> MoeDims | None:
     """transformers' rule: layer i is sparse iff i is not in `mlp_only_layers` and (i + 1) % step == 0."""
-    experts = cfg.int("num_experts", 512)
-    if experts == 0:
+    if cfg.int("num_experts") == 0:
         return None
-    top_k = cfg.int("num_experts_per_tok", 10)
-    if not 0 < top_k <= experts:
-        raise cfg.fail("num_experts_per_tok", f"({top_k}) must be between 1 and num_experts ({experts})")
     step = cfg.int("decoder_sparse_step", 1)
     if step == 0:
         raise cfg.fail("decoder_sparse_step", "must be positive")
@@ -184,16 +153,4 @@ def _moe(cfg: Config, num_layers: int) -> MoeDims | None:
         where = "mlp_only_layers" if step == 1 else "decoder_sparse_step"
         raise cfg.fail(where, f"makes layers {dense} dense; mtpc builds dense layers only as a leading run "
                               f"(layers 0..k-1)")
-    if len(dense) == num_layers:
-        return None
-    field, norm = cfg.lookup("norm_topk_prob")
-    if norm is False:
-        raise cfg.fail(field, "is false; Qwen3-Next's MoE block renormalizes the top-k routing weights")
-    expert_size = cfg.int("moe_intermediate_size", 512)
-    return MoeDims(
-        num_experts=experts,
-        top_k=top_k,
-        expert_intermediate_size=expert_size,
-        shared_expert_intermediate_size=cfg.int("shared_expert_intermediate_size", expert_size),
-        dense_layers=len(dense),
-    )
+    return None if len(dense) == num_layers else softmax_moe(cfg, "Qwen3-Next's MoE block", len(dense))
