@@ -36,6 +36,8 @@ HEAD_TENSORS = {
     "shared_head.head.weight": "mtp.lm_head.weight",
 }
 OPTIONAL_HEAD = ("mtp.embed_tokens.weight", "mtp.lm_head.weight")
+ARCHITECTURES = ("Glm4MoeForCausalLM",)  # GLM-4.5 / 4.6 / 4.7
+FAMILY = "glm4moe"
 DECLARED_KEYS = ("num_nextn_predict_layers", "num_mtp_layers")
 
 
@@ -82,14 +84,22 @@ class GlmNames:
     def needs_conversion(canonical: str) -> bool:
         return False
 
+    @staticmethod
+    def assembled(entries):
+        return entries
 
-def declared_heads(cfg: Config) -> tuple[str, int]:
-    """(the config field, its value): MTP layers the config declares (0 when it says nothing)."""
+
+def declared_heads(cfg: Config, hf_names=()) -> tuple[str, int]:
+    """(where, how many): MTP layers the config declares (0 when it says nothing)."""
     for key in DECLARED_KEYS:
         field, value = cfg.lookup(key)
         if value is not None:
-            return field, cfg.int(key)
-    return DECLARED_KEYS[0], 0
+            return f"config.json field {field}", cfg.int(key)
+    return f"config.json field {DECLARED_KEYS[0]}", 0
+
+
+def names(arch: Architecture, qwen_names) -> "GlmNames":
+    return GlmNames(arch.num_layers)
 
 
 def architecture(cfg: Config, directory: Path) -> Architecture:
@@ -97,7 +107,7 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
     moe = _moe(cfg, num_layers)
     field, eps = cfg.lookup("rms_norm_eps")
     return Architecture(
-        family="glm4moe",
+        family=FAMILY,
         hidden_size=hidden,
         intermediate_size=cfg.int("intermediate_size", 0 if moe.dense_layers == 0 else None),
         num_attention_heads=heads,

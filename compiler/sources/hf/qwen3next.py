@@ -26,21 +26,18 @@ from pathlib import Path
 
 from ...util.diagnostics import SourceError
 from ...ir import Architecture, LinearAttentionDims, MoeDims
-from .config import QWEN3NEXT_ARCHITECTURES as ARCHITECTURES, Config, _rope, softmax_moe
+from .config import Config, _rope, softmax_moe
 from .config import architecture as qwen35_architecture
 from .experts import Entry, ExpertTensor
 from .safetensors import SafetensorsFile
 
+ARCHITECTURES = ("Qwen3NextForCausalLM",)
+FAMILY = "qwen3next"
 DECLARED_KEY = "mtp_num_hidden_layers"
 _FUSED = re.compile(r"^(?P<owner>.*\.linear_attn\.)(?P<fused>in_proj_qkvz|in_proj_ba)\.weight$")
 _MTP_BLOCK = re.compile(r"^mtp\.layers\.(\d+)\.")
 # Each fused projection's parts, in their order within one key-head group.
 PARTS = {"in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_b", "in_proj_a")}
-
-
-def is_qwen3next(cfg: Config) -> bool:
-    archs = cfg.doc.get("architectures")
-    return isinstance(archs, list) and any(a in ARCHITECTURES for a in archs)
 
 
 def group_rows(fused: str, part: str, lin: LinearAttentionDims):
@@ -111,6 +108,10 @@ class Qwen3NextNames:
         return out
 
 
+def names(arch: Architecture, qwen_names) -> "Qwen3NextNames":
+    return Qwen3NextNames(qwen_names, arch.linear_attention)
+
+
 def declared_heads(cfg: Config, hf_names) -> tuple[str, int]:
     """(where the head's depth is declared, the depth): `mtp_num_hidden_layers` when the config has it,
     else the checkpoint's `mtp.layers.N` tensors (1 when only the head's own tensors are there)."""
@@ -129,7 +130,7 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
     dense_width = moe is None or moe.dense_layers
     return replace(
         base,
-        family="qwen3next",
+        family=FAMILY,
         intermediate_size=cfg.int("intermediate_size") if dense_width else moe.expert_intermediate_size,
         rope=_rope(cfg, base.head_dim, position_rows=False),
         moe=moe,
