@@ -16,12 +16,14 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import glm4moe
+from . import glm4moe, qwen3next
 from .metadata import Metadata, architecture, tensor_shapes
-from .names import ARCHITECTURES, GGUFNames, Rule, Transform, attention_rules, ffn_rules, moe_dims
+from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
+# Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
+ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES)}
 
 
 # ----------------------------------------------------------------------------- reading the file
