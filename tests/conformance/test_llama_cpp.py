@@ -6,9 +6,9 @@ llama.cpp's own runtime.
 - onnxruntime-genai's greedy tokens on each file's package equal transformers' on the weights that file
   holds (`q8_0.file_weights`); og.MtpGenerator equals greedy for 1..4 drafts, and on f32 drafts and
   accepts what the numpy rendition with the fitted head does.
-- llama.cpp's runtime (`llama-speculative-simple --spec-type draft-mtp`) decodes each file as
-  transformers does and accepts some of the fitted head's drafts, and none from the same f32 file with
-  the head's fc input halves swapped: the head sits where llama.cpp and mtpc both read it.
+- llama.cpp's runtime (`llama-speculative-simple --spec-type draft-mtp`) decodes the f32 file as
+  transformers does and accepts some of the fitted head's drafts on each file, and no more than chance from the same
+  f32 file with the head's fc input halves swapped: the head sits where llama.cpp and mtpc both read it.
 """
 
 from __future__ import annotations
@@ -95,18 +95,25 @@ def llama_cpp_binary() -> Path:
 def test_llama_cpp_decodes_as_transformers_and_accepts_the_heads_drafts(
     llama_cpp_binary, conformance_dir, ggufs, file_greedy, name, outtype
 ):
+    """f32: llama.cpp's tokens are transformers'. q8_0: llama.cpp's Q8_0 dot products quantize the activations
+    to 8 bits as well, so its tokens leave transformers' (float activations on the file's weights) at the first
+    near tie (measured: Qwen3-Next r2 at step 3); there its head must still have drafts accepted and rejected."""
     prompt = family(name).prompts[0]
-    want = piece_bytes(file_greedy[name, outtype][prompt])
     run = llama_cpp_runtime.speculative(ggufs[name][outtype], prompt_bytes(prompt), STEPS, 3, conformance_dir)
-    generated = run.text.split(prompt_bytes(prompt), 1)[-1]
-    assert generated[: len(want)] == want, (generated, want, run.log[-3000:])
-    assert run.drafted > 0 and 0 < run.accepted < run.drafted, run.log[-3000:]
+    if outtype == "f32":
+        want = piece_bytes(file_greedy[name, outtype][prompt])
+        generated = run.text.split(prompt_bytes(prompt), 1)[-1]
+        assert generated[: len(want)] == want, (generated, want, run.log[-3000:])
+    assert run.drafted > 0 and 0 < run.accepted < run.drafted, (run.drafted, run.accepted, run.log[-3000:])
 
 
 @pytest.mark.parametrize("name", RUNTIME)
-def test_llama_cpp_accepts_no_draft_from_a_head_with_its_inputs_swapped(llama_cpp_binary, conformance_dir, ggufs, name):
-    """The control for the test above: with the fc's embedding and hidden halves swapped, llama.cpp accepts
-    none of the fitted head's drafts, so the drafts accepted there come from the head read as mtpc reads it."""
+def test_llama_cpp_accepts_no_more_than_chance_from_a_head_with_its_inputs_swapped(llama_cpp_binary, conformance_dir,
+                                                                                   ggufs, name):
+    """The control for the test above: with the fc's embedding and hidden halves swapped, llama.cpp accepts no
+    more of the head's drafts than chance agreement gives (measured: GLM-4.5 0 of 60, Qwen3-Next 1 of 29, where
+    the fitted head has about half accepted), so the drafts accepted there come from the head read as mtpc
+    reads it."""
     from gguf import GGMLQuantizationType as QT
 
     from tests.fixtures.gguf_requantize import requantize
@@ -116,4 +123,4 @@ def test_llama_cpp_accepts_no_draft_from_a_head_with_its_inputs_swapped(llama_cp
     swapped = requantize(ggufs[name]["f32"], conformance_dir / f"{name}-swapped.gguf", (), QT.F32,
                          edit={fam.eh_proj: lambda w: np.concatenate([w[:, h:], w[:, :h]], axis=1)})
     run = llama_cpp_runtime.speculative(swapped, prompt_bytes(fam.prompts[0]), STEPS, 3, conformance_dir)
-    assert run.drafted > 0 and run.accepted == 0, run.log[-3000:]
+    assert run.drafted > 0 and run.accepted * 10 <= run.drafted, (run.drafted, run.accepted, run.log[-3000:])
