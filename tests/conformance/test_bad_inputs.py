@@ -17,7 +17,8 @@ from mtpc.cli.main import main
 
 from .families import FAMILIES, family
 
-_LAYER = re.compile(r"^(?:model\.)?((?:mtp\.)?layers\.\d+\.)(.*)$")
+_TEXT = re.compile(r"^model\.(?:language_model\.)?")  # the text model's prefix (Qwen3.5's multimodal export nests it)
+_LAYER = re.compile(r"^((?:mtp\.)?layers\.\d+\.)(.*)$")
 
 
 def _corpus(name: str) -> list[str]:
@@ -29,14 +30,15 @@ def _corpus(name: str) -> list[str]:
 
 def _owner(hf_name: str) -> str:
     """What a message about `hf_name` must name: its layer and module (`layers.0.linear_attn.`), or the tensor."""
-    m = _LAYER.match(hf_name)
+    name = _TEXT.sub("", hf_name)
+    m = _LAYER.match(name)
     if m is None:
-        return hf_name.removeprefix("model.")
+        return name
     return m[1] + m[2].split(".")[0] + "." if "." in m[2] else m[1]
 
 
-CASES = [(f, n, how) for f in sorted(FAMILIES) if family(f).name.startswith(("qwen3next-r2", "glm"))
-         for n in _corpus(f) for how in ("missing", "extra row")]
+# Qwen3-Next's head ratio changes no name: one of its two entries is enough.
+CASES = [(f, n, how) for f in sorted(FAMILIES) if f != "qwen3next-r1" for n in _corpus(f) for how in ("missing", "extra row")]
 
 
 @pytest.mark.parametrize("name, tensor, how", CASES, ids=[f"{f}-{n}-{h}" for f, n, h in CASES])
