@@ -86,9 +86,25 @@ def _with_config(tmp_path, **changes):
     return SourceRef("hf", str(folder))
 
 
-def test_leading_dense_layers_are_read_from_mlp_only_layers(tmp_path):
-    moe = hf.describe(_with_config(tmp_path, mlp_only_layers=[0])).architecture.moe
+def test_leading_dense_layers_decode_as_transformers(tmp_path):
+    """`mlp_only_layers: [0]`: layer 0 a SwiGLU MLP (`intermediate_size`), the others sparse; the package decodes
+    as transformers' own model of the release does."""
+    from dataclasses import replace
+
+    from tests.runtime import decoding
+    from tests.runtime.conftest import compile_spec, write_spec
+
+    base = tiny_qwen3next_arch()
+    arch = replace(base, intermediate_size=48, moe=replace(base.moe, dense_layers=1))
+    folder = write_qwen3next_checkpoint(tmp_path / "release", arch)
+    assert json.loads((folder / "config.json").read_text())["mlp_only_layers"] == [0]
+    moe = hf.describe(SourceRef("hf", str(folder))).architecture.moe
     assert moe is not None and moe.dense_layers == 1
+    model = load_transformers(folder)
+    package = compile_spec(write_spec(tmp_path / "dense.yaml", "dense", f"{{hf: {folder.name}}}"), tmp_path / "pkg")
+    main_model = decoding.load(package)
+    for prompt in PROMPTS:
+        assert decoding.greedy(main_model, list(prompt), STEPS) == hf_transformers.greedy(model, list(prompt), STEPS)
 
 
 @pytest.mark.parametrize("changes, field", [
