@@ -64,8 +64,6 @@ GGUF_OPTIONAL = {
     "output.weight": "the LM head is then the embedding (tied)",
     "nextn.shared_head_norm.weight": "the trunk's final norm stands in, with a note",
 }
-# Tensors whose presence in block 0 tells a fact no key states (GLM's q/k/v biases, qk-norm): left out there, the
-# file contradicts itself further on, and that is what is named.
 # A wider embedding widens the vocabulary: the LM head is then the tensor of the wrong shape, and is named.
 GGUF_NAMED_INSTEAD = {"token_embd.weight": "output.weight"}
 
@@ -101,6 +99,8 @@ def test_a_broken_gguf_tensor_is_refused_naming_it(ggufs, tmp_path, name, how):
         said = out.getvalue() + err.getvalue()
         if how == "missing" and (tensor in GGUF_OPTIONAL or tensor.split(".", 2)[-1] in GGUF_OPTIONAL):
             continue
+        # A tensor whose presence in block 0 tells a fact no key states (GLM's q/k/v biases, qk-norm): left out
+        # there, the file contradicts itself further on, and that is what is named.
         flag = how == "missing" and tensor in flags
         named = GGUF_NAMED_INSTEAD.get(tensor, tensor) if how == "extra row" else tensor
         if code not in (1, 2) or (named not in said and not flag):
