@@ -30,6 +30,7 @@ import yaml
 from mtpc.pipeline.driver import build
 from tests.clients import onnx_genai
 from tests.fixtures.shared import shared_file
+from tests.fixtures.onnx_nodes import every_node
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
@@ -72,19 +73,10 @@ def _attribute_lines(nodes) -> list[str]:
     return [f"  {op}: {attrs} (x{count})" for (op, attrs), count in sorted(sets.items())]
 
 
-def _every_node(g):
-    """The graph's nodes and, after each, those of its subgraphs (an If's branches)."""
-    for n in g.node:
-        yield n
-        for a in n.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                yield from _every_node(sub)
-
-
 def graph_summary(onnx_bytes: bytes) -> str:
     model = onnx.load_from_string(onnx_bytes)
     g = model.graph
-    nodes = list(_every_node(g))
+    nodes = list(every_node(g))
     dtype = onnx.helper.tensor_dtype_to_np_dtype
     lines = [f"opsets: {sorted((o.domain or 'ai.onnx', o.version) for o in model.opset_import)}", "inputs:"]
     for v in g.input:

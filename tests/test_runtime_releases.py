@@ -22,7 +22,7 @@ from tests.fixtures.shared import HOW_TO_GET_IT, SHARED, in_ci
 
 REPO = Path(__file__).resolve().parents[1]
 # GLM-4.5's decoding tests too: its packages name the `llama` model type, which each release must drive.
-RUNTIME_TESTS = ("tests/runtime", "tests/profiles", "tests/glm4moe/test_glm4moe_hf.py")
+RUNTIME_TESTS = ("tests/runtime", "tests/profiles", "tests/glm4moe/test_glm4moe_hf.py", "tests/conformance/test_transformers.py")
 # Files there that never load onnxruntime-genai (CLI errors on broken GGUFs, profile tables side by side).
 RELEASE_NEUTRAL = ("tests/runtime/test_cli_errors.py", "tests/profiles/test_profiles.py")
 OTHER_RELEASES = [p.version for p in ort_genai_profiles() if p.version != INSTALLED]

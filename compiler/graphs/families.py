@@ -12,8 +12,10 @@ from ..ir import Architecture
 from . import glm4moe, qwen35
 from .blocks import gated_attention
 
-_MAIN = {"qwen35": qwen35.build_main, "qwen35moe": qwen35.build_main, "glm4moe": glm4moe.build_main}
-_ATTENTION = {"qwen35": gated_attention, "qwen35moe": gated_attention, "glm4moe": glm4moe.attention}
+_MAIN = {"qwen35": qwen35.build_main, "qwen35moe": qwen35.build_main, "glm4moe": glm4moe.build_main,
+         "qwen3next": qwen35.build_main}
+_ATTENTION = {"qwen35": gated_attention, "qwen35moe": gated_attention, "glm4moe": glm4moe.attention,
+              "qwen3next": gated_attention}
 
 
 def _of(table: dict, arch: Architecture):

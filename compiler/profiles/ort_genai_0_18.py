@@ -277,5 +277,10 @@ PROFILE = OrtGenaiProfile(
     # out of GLM's vocabulary; the Qwen-VL types feed 3-D positions). og.Generator and og.MtpGenerator
     # run a GQA decoder and head under `llama` as under every other type (measured: same tokens and
     # draft counters), and tests/glm4moe/ decode mtpc's GLM packages under it as transformers does.
-    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama"}),
+    # Qwen3-Next: no `qwen3_next` type either, and `qwen3_5_moe_text` makes 0.17.1 feed 3-D MRoPE positions
+    # to its 1-D position_ids ("Invalid rank for input: position_ids"); under `llama` both releases feed
+    # [B, S] positions and carry the conv / recurrent state the config names (tests/conformance decodes
+    # it as transformers does and drafts as the numpy rendition, on 0.18.0 and 0.17.1).
+    model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
+                                 "qwen3next": "llama"}),
 )

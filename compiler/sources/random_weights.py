@@ -97,7 +97,7 @@ def _linear_attention_layer(prefix: str, arch: Architecture, seed: int, nscale: 
     }
 
 
-def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float) -> dict[str, np.ndarray]:
+def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float, layer: int | None) -> dict[str, np.ndarray]:
     h, inter = arch.hidden_size, arch.intermediate_size
     out = {
         prefix + "input_layernorm.weight": _offset_norm(prefix + "input_layernorm.weight", seed, h, nscale),
@@ -105,7 +105,7 @@ def _mlp_and_norms(prefix: str, arch: Architecture, seed: int, nscale: float) ->
             prefix + "post_attention_layernorm.weight", seed, h, nscale
         ),
     }
-    if arch.moe is not None:
+    if arch.is_sparse(layer):  # a MoE family's leading dense layers (`moe.dense_layers`) have the MLP
         out.update(_sparse_moe(prefix + "mlp.", arch, seed))
         return out
     out.update(swiglu_weights(prefix + "mlp.", seed, inter, h))
@@ -152,12 +152,12 @@ def raw_hf_tensors(
             out.update(_attention_layer(prefix, arch, seed, s))
         else:
             raise ValueError(f"no random weights for layer kind {kind.value}")
-        out.update(_mlp_and_norms(prefix, arch, seed, s))
+        out.update(_mlp_and_norms(prefix, arch, seed, s, i))
     if with_mtp:
         for j in range(max(arch.mtp_num_layers, 1)):
             prefix = f"mtp.layers.{j}."
             out.update(_attention_layer(prefix, arch, seed, s))
-            out.update(_mlp_and_norms(prefix, arch, seed, s))
+            out.update(_mlp_and_norms(prefix, arch, seed, s, None))
         out["mtp.fc.weight"] = linear_weight("mtp.fc.weight", seed, h, 2 * h)  # input [embedding | hidden]
         for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
             out[norm] = _offset_norm(norm, seed, h, s)

@@ -30,6 +30,7 @@ from mtpc.cli.main import main
 from mtpc.diffing.render import text as text_lines
 from mtpc.diffing.render import GITHUB_COMMENT_LIMIT, comment_length
 from mtpc.pipeline.driver import build
+from tests.fixtures.onnx_nodes import every_node
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "diff"
 UPDATE = os.environ.get("MTPC_UPDATE_GOLDEN") == "1"
@@ -64,13 +65,6 @@ def ops(model: onnx.ModelProto) -> Counter:
 
 def assert_op_rows(graph: str, old: onnx.ModelProto, new: onnx.ModelProto, lines: list[str]) -> None:
     """The operator histogram rows are exactly the op counts onnx reads off the two graphs."""
-    def every_node(g):  # subgraphs' nodes (an If's branches) count too
-        for n in g.node:
-            yield n
-            for a in n.attribute:
-                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                    yield from every_node(sub)
-
     qualified = lambda m: Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"  # noqa: E731
                                   for n in every_node(m.graph))
     a, b = qualified(old), qualified(new)

@@ -68,7 +68,11 @@ def speculative(model: Path, prompt: bytes, steps: int, max_draft: int, workdir:
         str(binary()), "-m", str(model), "-f", str(prompt_file), "-n", str(steps), "--temp", "0", "--top-k", "1",
         "--spec-type", "draft-mtp", "--spec-draft-n-max", str(max_draft), "--spec-draft-n-min", "0",
         "--spec-draft-p-min", "0",
-        "-c", "256", "-t", "1", "--seed", "0",
+        "-c", "256", "-t", "1", "--seed", "0", "-lv", "5",  # debug lines: partial acceptances (see _head_counters)
+        # Weights as stored: the repacked CPU buffers (AMX where the CPU has it) crash Q8_0 decoding with SIGSEGV /
+        # SIGILL on a machine whose CPU lists AMX but does not grant its tile state (measured: llama.cpp 0.3.36,
+        # plain decoding too); the block math is the same.
+        "--no-repack",
     ]
     # llama.cpp's logger is a thread that is never flushed at exit (its common/log.cpp leaks it on purpose,
     # llama.cpp issue 22142), so a run may lose the tail of what it printed: the generated text and the
@@ -80,8 +84,25 @@ def speculative(model: Path, prompt: bytes, steps: int, max_draft: int, workdir:
         if result.returncode != 0:
             raise AssertionError(f"$ {' '.join(command)}\nexit {result.returncode}\n{log[-6000:]}")
         if "n_accept" in log:
-            return SpeculativeRun(result.stdout, _counter(log, "n_drafted"), _counter(log, "n_accept"), log)
+            return SpeculativeRun(result.stdout, *_head_counters(log), log)
     raise AssertionError(f"$ {' '.join(command)}\nprinted no draft counters in {RUNS} runs:\n{log[-6000:]}")
+
+
+def _head_counters(log: str) -> tuple[int, int]:
+    """(drafted, accepted): the head's own drafts and how many the target agreed with.
+
+    A model whose context cannot drop a partial sequence (recurrent state: Qwen3.5, Qwen3-Next) verifies by
+    checkpoint: on a partial acceptance of A of N drafts, llama-speculative-simple restores the checkpoint and
+    re-runs the A accepted drafts plus the target's own token as a new draft, which is then fully accepted and
+    counted (n_drafted and n_accept both += A + 1), and prints `partial acceptance: A < N` at debug level. The
+    head's own counts undo that: each partial acceptance proposed N and had A accepted."""
+    drafted, accepted = _counter(log, "n_drafted"), _counter(log, "n_accept")
+    for line in log.splitlines():
+        if "partial acceptance:" in line:
+            a, n = (int(w) for w in line.split("partial acceptance:")[1].split(",")[0].split("<"))
+            drafted += n - (a + 1)
+            accepted -= 1
+    return drafted, accepted
 
 
 def _counter(log: str, name: str) -> int:

@@ -21,22 +21,11 @@ from tests.fixtures.glm4moe_checkpoints import (
     tiny_glm_arch,
     write_glm_checkpoint,
 )
+from tests.fixtures.lazy import Lazy
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS, compile_spec, write_spec
 
 QK_NORM = {"qk_norm": True, "no_qk_norm": False}
-
-
-class Lazy(dict):
-    """Values built on first use, once per session (a variant no test asks for is never built)."""
-
-    def __init__(self, build):
-        super().__init__()
-        self._build = build
-
-    def __missing__(self, key):
-        value = self[key] = self._build(key)
-        return value
 
 
 def arch_of(variant: str):

@@ -1,16 +1,11 @@
-"""Qwen3.5-MoE GGUFs as llama.cpp's own converter writes them (`qwen35moe`) decode like transformers.
+"""Qwen3.5-MoE GGUFs as llama.cpp's own converter writes them (`qwen35moe`): what is the MoE family's own.
 
-The release-layout checkpoint (head experts fused) with a tiny tokenizer goes through
-`convert_hf_to_gguf.py` from the llama-cpp-python sdist (tests/clients/llama_cpp.py) at f32;
-gguf-py reads the result to pin the names and keys mtpc relies on, and the package compiled from
-the GGUF must give transformers' greedy tokens, and MTP the same tokens with the same drafts as
-the numpy rendition of speculative decoding.
-
-The converter's q8_0 output stores the expert stacks as Q8_0 blocks; with `keep: source` they go
-into QMoE as stored (8-bit codes shifted by 128, the block scales), which the package's bytes must
-show against gguf-py's own dequantization, and the package decodes with MTP equal to its greedy.
-Q4_0 expert stacks (the f32 file's, re-encoded by gguf-py's quantizer) go into int4 QMoE as stored
-and, with float activations, decode as the numpy reference on the file's dequantized values.
+The shared oracles (the f32 file reads as the release, greedy equals transformers on each file's weights,
+MTP equals greedy) run in tests/conformance/ for every family. Here: gguf-py pins the names and keys mtpc
+relies on; the converter's q8_0 expert stacks go into QMoE as stored (8-bit codes shifted by 128, the block
+scales), which the package's bytes must show against gguf-py's own dequantization, and the package decodes
+with MTP equal to its greedy; Q4_0 expert stacks (the f32 file's, re-encoded by gguf-py's quantizer) go into
+int4 QMoE as stored and, with float activations, decode as the numpy reference on the file's values.
 """
 
 from __future__ import annotations
@@ -29,19 +24,11 @@ from mtpc.reference.forward import Qwen35Reference
 from mtpc.sources.gguf import reader as gguf
 from tests.fixtures.fitted_head import PROMPTS
 from tests.fixtures.gguf_requantize import requantize
-from tests.fixtures.moe_checkpoints import fitted_moe_store
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
-from tests.runtime.decoding import check_speculative
 
 from .conftest import compile_moe
-
-
-@pytest.fixture(scope="session")
-def moe_gguf_models(moe_workdir, moe_gguf):
-    package = compile_moe(moe_workdir, "moe-gguf", f"{{gguf: {moe_gguf.name}}}")
-    return decoding.load(package), decoding.load(package / "mtp")
 
 
 def test_the_converter_writes_qwen35moe_as_mtpc_reads_it(moe_gguf, moe_arch):
@@ -60,29 +47,6 @@ def test_the_converter_writes_qwen35moe_as_mtpc_reads_it(moe_gguf, moe_arch):
         assert shapes[p + "ffn_down_exps.weight"] == (8, 64, 32)
         assert shapes[p + "ffn_gate_shexp.weight"] == (64, 64)
         assert shapes[p + "ffn_gate_inp_shexp.weight"] == (1, 64)
-
-
-def test_the_gguf_reads_as_the_checkpoint(moe_gguf, moe_arch):
-    ref = SourceRef("gguf", str(moe_gguf))
-    info = gguf.describe(ref)
-    assert info.architecture.moe == moe_arch.moe and info.architecture.family == "qwen35moe"
-    store, expected = gguf.open_weights(ref, info), fitted_moe_store(moe_arch)
-    assert sorted(store.names()) == sorted(expected.names())
-    for name in expected.names():
-        np.testing.assert_allclose(store.read_float(name), expected.read_float(name), rtol=0, atol=1e-6, err_msg=name)
-
-
-@pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_equals_transformers(moe_gguf_models, moe_transformers_greedy, prompt):
-    main_model, _ = moe_gguf_models
-    assert decoding.greedy(main_model, list(prompt), STEPS) == moe_transformers_greedy[prompt]
-
-
-@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
-@pytest.mark.parametrize("prompt", PROMPTS)
-def test_mtp_decoding_equals_greedy(moe_gguf_models, moe_transformers_greedy, moe_reference, moe_head_reference, prompt,
-                                    max_draft):
-    check_speculative(moe_gguf_models, moe_transformers_greedy[prompt], moe_reference, moe_head_reference, prompt, max_draft)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from ...ir import Architecture, HeadLayout, LayerKind, MoeDims, Rope
 from ...ir.moe import SIGMOID
 from .constants import Keys
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
-from .names import GGUFNames
+from .names import EXPERTS, QWEN35, GGUFNames, Rule
 
 # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID, what its glm4moe graph defaults to.
 SIGMOID_GATING = 2
@@ -98,3 +98,45 @@ def _moe(meta: Metadata, n_main: int) -> MoeDims:
         routed_scaling_factor=_float32(meta.get(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0, required=False)),
         dense_layers=dense,
     )
+
+
+# GLM-4.5 (llama.cpp's `glm4moe`, conversion/glm.py `Glm4MoeModel`): grouped-query attention with optional
+# q/k/v biases and q/k norms, no Q/K permutation (NeoX order already), plain RMSNorm scales (nothing baked
+# in); the first `leading_dense_block_count` blocks dense, the others sparse with the selection bias
+# `exp_probs_b.bias` and an ungated shared expert; the MTP layer is the trailing block `blk.{n}` with
+# `nextn.*` beside its ordinary block tensors (its `nextn.embed_tokens` / `nextn.shared_head_head` only when
+# the checkpoint stores them: GLM-4.5 does, GLM-4.6 not).
+NAMES = GGUFNames(
+    family="glm4moe",
+    global_required=QWEN35.global_required,
+    output=QWEN35.output,
+    every_block=QWEN35.every_block,
+    full_attention=(
+        Rule("attn_q.weight", "self_attn.q_proj.weight", ("O", "H")),
+        Rule("attn_k.weight", "self_attn.k_proj.weight", ("KV", "H")),
+        Rule("attn_v.weight", "self_attn.v_proj.weight", ("KV", "H")),
+        Rule("attn_output.weight", "self_attn.o_proj.weight", ("H", "O")),
+    ),
+    linear_attention=(),
+    ffn=(
+        Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
+        Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
+        *EXPERTS,
+    ),
+    dense_ffn=QWEN35.ffn,
+    nextn_required=QWEN35.nextn_required,
+    nextn_optional=QWEN35.nextn_optional,
+    nextn_fallback=QWEN35.nextn_fallback,
+    optional_attention=(
+        ("attention_bias", (
+            Rule("attn_q.bias", "self_attn.q_proj.bias", ("O",)),
+            Rule("attn_k.bias", "self_attn.k_proj.bias", ("KV",)),
+            Rule("attn_v.bias", "self_attn.v_proj.bias", ("KV",)),
+        )),
+        ("qk_norm", (
+            Rule("attn_q_norm.weight", "self_attn.q_norm.weight", ("HD",)),
+            Rule("attn_k_norm.weight", "self_attn.k_norm.weight", ("HD",)),
+        )),
+    ),
+    flag_tensors=(("attention_bias", "blk.0.attn_q.bias"), ("qk_norm", "blk.0.attn_q_norm.weight")),
+)

@@ -16,12 +16,14 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import glm4moe
+from . import glm4moe, qwen3next
 from .metadata import Metadata, architecture, tensor_shapes
-from .names import ARCHITECTURES, GGUFNames, Rule, Transform, attention_rules, ffn_rules, moe_dims
+from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
+# Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
+ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES)}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -66,7 +68,8 @@ class Layout:
     names: GGUFNames
     n_main: int
     entries: dict[str, Entry]
-    # value-head regrouping parameters: (n_key_heads, n_value_heads, key_dim)
+    # value-head regrouping parameters: (n_key_heads, n_value_heads, key_dim); n_value_heads is n_key_heads
+    # when the file keeps them grouped (nothing to regroup)
     heads: tuple[int, int, int]
     # What the user should know about how the file was read (a fallback taken).
     notes: tuple[str, ...] = ()
@@ -78,6 +81,7 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "QKV": lin.conv_dim,
         "VD": lin.value_dim,
         "HV": lin.num_value_heads,
+        "HV2": 2 * lin.num_value_heads,
         "DV": lin.value_head_dim,
         "CK": lin.conv_kernel,
     }
@@ -119,6 +123,8 @@ def layout_of(meta: Metadata) -> Layout:
                 f"{meta.path}: GGUF tensor {gguf_name} has shape {list(actual)}, expected {list(expected)}"
             )
         canonical_shape = (expected[0], 1, expected[1]) if rule.transform is Transform.CONV1D else expected
+        if rule.transform in (Transform.BETA_ROWS, Transform.ALPHA_ROWS):
+            canonical_shape = (expected[0] // 2, *expected[1:])
         name = canonical_prefix + rule.canonical
         entries[name] = Entry(name, gguf_name, expected, canonical_shape, rule.transform)
 
@@ -137,6 +143,8 @@ def layout_of(meta: Metadata) -> Layout:
     lin = arch.linear_attention
     # Value-head regrouping is Qwen3.5's linear attention only; a model without it regroups nothing.
     heads = (1, 1, 0) if lin is None else (lin.num_key_heads, lin.num_value_heads, lin.key_dim)
+    if lin is not None and not names.tiled_value_heads:
+        heads = (lin.num_key_heads, lin.num_key_heads, lin.key_dim)  # grouped already: regroup nothing
     return Layout(arch, names, n_main, entries, heads, tuple(notes))
 
 
@@ -227,9 +235,10 @@ def carried_form(layout: Layout, entry: Entry, qtype: QT, op: str) -> CarryOver 
         return None
     if entry.transform is Transform.VALUE_COLUMNS:
         # Regrouping columns moves whole blocks only if a value head spans whole blocks.
-        lin = layout.arch.linear_attention
-        whole = lin is not None and (lin.num_value_heads == lin.num_key_heads or lin.value_head_dim % form.block_size == 0)
+        lin, (n_k, n_v, _) = layout.arch.linear_attention, layout.heads
+        whole = lin is not None and (n_v == n_k or lin.value_head_dim % form.block_size == 0)
         return form if whole else None
-    return form if entry.transform in (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS) else None
+    rows = (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS, Transform.BETA_ROWS, Transform.ALPHA_ROWS)
+    return form if entry.transform in rows else None
 
 

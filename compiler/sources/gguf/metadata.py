@@ -204,7 +204,8 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
     embd = tensor_shapes(header).get("token_embd.weight")
     if embd is None:
         raise SourceError(f"{meta.path}: GGUF tensor token_embd.weight is missing")
-    moe = _moe(meta) if names.family == "qwen35moe" else None
+    routed = any(rule.canonical == "mlp.gate.weight" for rule in names.ffn)  # the names table has a router
+    moe = _moe(meta) if routed else None
     arch = Architecture(
         family=names.family,
         hidden_size=int(meta.get(Keys.LLM.EMBEDDING_LENGTH)),
@@ -220,6 +221,7 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
             partial_rotary_factor=rotary / head_dim,
             head_dim=head_dim,
             mrope_section=tuple(sections),
+            position_rows=names.position_rows,
         ),
         context_length=int(meta.get(Keys.LLM.CONTEXT_LENGTH)),
         tokens=token_ids(meta),

@@ -14,7 +14,8 @@ Symbolic dimensions (resolved by `mtpc.sources.gguf.reader` from the metadata):
 
 MoE blocks (qwen35moe) add E experts, EI expert FFN width, SI shared-expert width and ONE (1).
 
-A new architecture (qwen3next, ...) adds its own `GGUFNames` entry (glm4moe's is below Qwen3.5's).
+A new architecture adds its own `GGUFNames` entry in its module (`glm4moe.py`, `qwen3next.py`), registered in
+`layout.ARCHITECTURES`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class Transform(str, enum.Enum):
     VALUE_COLUMNS = "value_columns"  # columns of out_proj
     # The 2-D conv weight `[C, K]` becomes `[C, 1, K]`, its value channels regrouped as above.
     CONV1D = "conv1d"
+    # qwen3next's fused `ssm_ba` `[2 * HV, H]`: per key-head group `[b (r rows) | a (r rows)]` (r = HV / HK).
+    BETA_ROWS = "beta_rows"
+    ALPHA_ROWS = "alpha_rows"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,11 @@ class GGUFNames:
     dense_ffn: tuple[Rule, ...] = ()
     # Attention tensors whose presence in block 0 sets an `Architecture` flag (GGUF has no key for them).
     flag_tensors: tuple[tuple[str, str], ...] = ()
+    # Whether the converter tiled the value heads (Qwen3.5's `_LinearAttentionVReorderBase`); qwen3next's
+    # converter keeps HF's grouped order, so its VALUE_* transforms move nothing.
+    tiled_value_heads: bool = True
+    # Positions as MRoPE rows (Qwen3.5) or one per token.
+    position_rows: bool = True
 
 
 _N = Transform
@@ -131,7 +140,7 @@ QWEN35 = GGUFNames(
 
 # The routed experts, stacked per projection ([E, I, H] / [E, H, I] in numpy order), and the shared
 # expert, as llama.cpp's converter writes them for both MoE families.
-_EXPERTS = (
+EXPERTS = (
     Rule("ffn_gate_exps.weight", "mlp.experts.gate_proj.weight", ("E", "EI", "H")),
     Rule("ffn_up_exps.weight", "mlp.experts.up_proj.weight", ("E", "EI", "H")),
     Rule("ffn_down_exps.weight", "mlp.experts.down_proj.weight", ("E", "H", "EI")),
@@ -147,54 +156,10 @@ QWEN35MOE = replace(
     family="qwen35moe",
     ffn=(
         Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
-        *_EXPERTS,
+        *EXPERTS,
         Rule("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", ("ONE", "H")),
     ),
 )
-
-# GLM-4.5 (llama.cpp's `glm4moe`, conversion/glm.py `Glm4MoeModel`): grouped-query attention with optional
-# q/k/v biases and q/k norms, no Q/K permutation (NeoX order already), plain RMSNorm scales (nothing baked
-# in); the first `leading_dense_block_count` blocks dense, the others sparse with the selection bias
-# `exp_probs_b.bias` and an ungated shared expert; the MTP layer is the trailing block `blk.{n}` with
-# `nextn.*` beside its ordinary block tensors (its `nextn.embed_tokens` / `nextn.shared_head_head` only when
-# the checkpoint stores them: GLM-4.5 does, GLM-4.6 not).
-GLM4MOE = GGUFNames(
-    family="glm4moe",
-    global_required=QWEN35.global_required,
-    output=QWEN35.output,
-    every_block=QWEN35.every_block,
-    full_attention=(
-        Rule("attn_q.weight", "self_attn.q_proj.weight", ("O", "H")),
-        Rule("attn_k.weight", "self_attn.k_proj.weight", ("KV", "H")),
-        Rule("attn_v.weight", "self_attn.v_proj.weight", ("KV", "H")),
-        Rule("attn_output.weight", "self_attn.o_proj.weight", ("H", "O")),
-    ),
-    linear_attention=(),
-    ffn=(
-        Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
-        Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
-        *_EXPERTS,
-    ),
-    dense_ffn=QWEN35.ffn,
-    nextn_required=QWEN35.nextn_required,
-    nextn_optional=QWEN35.nextn_optional,
-    nextn_fallback=QWEN35.nextn_fallback,
-    optional_attention=(
-        ("attention_bias", (
-            Rule("attn_q.bias", "self_attn.q_proj.bias", ("O",)),
-            Rule("attn_k.bias", "self_attn.k_proj.bias", ("KV",)),
-            Rule("attn_v.bias", "self_attn.v_proj.bias", ("KV",)),
-        )),
-        ("qk_norm", (
-            Rule("attn_q_norm.weight", "self_attn.q_norm.weight", ("HD",)),
-            Rule("attn_k_norm.weight", "self_attn.k_norm.weight", ("HD",)),
-        )),
-    ),
-    flag_tensors=(("attention_bias", "blk.0.attn_q.bias"), ("qk_norm", "blk.0.attn_q_norm.weight")),
-)
-
-ARCHITECTURES: dict[str, GGUFNames] = {"qwen35": QWEN35, "qwen35moe": QWEN35MOE, "glm4moe": GLM4MOE}
-
 
 def attention_rules(names: GGUFNames, arch) -> tuple[Rule, ...]:
     """A full-attention block's tensors: the family's, and those of the optional parts `arch` has."""

@@ -158,6 +158,7 @@ class GGUFWeightStore:
             order = self._row_order(entry)
             if order is None:
                 return source
+            n = len(order)
             chunk = lambda start, stop: quantized_rows(  # noqa: E731
                 raw[order[start:stop]], tensor.type, stop - start, k, op_for(name)).chunk(0, stop - start)
         return QuantizedRows(source.bits, source.block_size, (n, k), chunk, source.source_type)
@@ -192,6 +193,11 @@ class GGUFWeightStore:
 
     def _regroup(self, value: np.ndarray, transform: Transform) -> np.ndarray:
         n_k, n_v, key_dim = self._layout.heads
+        if transform in (Transform.BETA_ROWS, Transform.ALPHA_ROWS):  # qwen3next's ssm_ba: [Hk, b | a, r] rows
+            lin = self._layout.arch.linear_attention
+            assert lin is not None
+            half = int(transform is Transform.ALPHA_ROWS)
+            return value.reshape(lin.num_key_heads, 2, -1, *value.shape[1:])[:, half].reshape(-1, *value.shape[1:])
         if transform is Transform.VALUE_ROWS:
             return _regroup_value_heads(value, 0, 0, n_k, n_v)
         if transform is Transform.VALUE_COLUMNS:

@@ -17,9 +17,8 @@ from ..layer_layout import Declared, layer_kinds
 MAX_LAYERS = 10_000
 DENSE_ARCHITECTURES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 MOE_ARCHITECTURES = ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
-# GLM-4.5 / 4.6 / 4.7, read by `glm4moe.py`.
-GLM4MOE_ARCHITECTURES = ("Glm4MoeForCausalLM",)
-SUPPORTED_ARCHITECTURES = DENSE_ARCHITECTURES + MOE_ARCHITECTURES + GLM4MOE_ARCHITECTURES
+# Qwen3.5's; the other families' are their modules' (`reader.FAMILIES`), which check what a config names.
+SUPPORTED_ARCHITECTURES = DENSE_ARCHITECTURES + MOE_ARCHITECTURES
 
 
 class Config:
@@ -171,14 +170,21 @@ def _token_ids(cfg: Config, directory: Path) -> TokenIds:
     )
 
 
+def attention_sizes(cfg: Config) -> tuple[int, int, int, int, int]:
+    """(hidden, heads, kv heads, head_dim, layers) of a top-level config (GLM-4.5), checked."""
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int("num_attention_heads")
+    kv_heads = cfg.int("num_key_value_heads", heads)
+    if heads == 0 or kv_heads == 0 or heads % kv_heads:
+        raise cfg.fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
+    num_layers = cfg.int("num_hidden_layers")
+    if num_layers > MAX_LAYERS:
+        raise cfg.fail("num_hidden_layers", f"({num_layers}) is more than {MAX_LAYERS} layers")
+    return hidden, heads, kv_heads, cfg.int("head_dim", hidden // heads), num_layers
+
+
 def architecture(cfg: Config, directory: Path) -> Architecture:
-    archs = cfg.doc.get("architectures")
-    if not isinstance(archs, list) or not archs:
-        raise cfg.fail("architectures", "is missing (expected one of " + ", ".join(SUPPORTED_ARCHITECTURES) + ")")
-    if not any(a in SUPPORTED_ARCHITECTURES for a in archs):
-        raise cfg.fail(
-            "architectures", f"{archs!r} is not supported (expected one of {', '.join(SUPPORTED_ARCHITECTURES)})"
-        )
+    archs = cfg.doc["architectures"]  # checked by the reader
     field, gate = cfg.lookup("attn_output_gate")
     if gate is False:
         raise cfg.fail(field, "is false; only gated attention (Qwen3.5) is supported")
@@ -243,23 +249,29 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
 
 def _moe(cfg: Config, num_layers: int) -> MoeDims:
     """Qwen3.5-MoE's sparse FFN; every layer is sparse (a config saying otherwise is refused, named)."""
-    experts = cfg.int("num_experts")
-    top_k = cfg.int("num_experts_per_tok")
-    if experts == 0 or not 0 < top_k <= experts:
-        raise cfg.fail(cfg.text_prefix + "num_experts_per_tok", f"({top_k}) must be between 1 and num_experts ({experts})")
-    expert_size = cfg.int("moe_intermediate_size")
     field, dense_layers = cfg.lookup("mlp_only_layers")
     if dense_layers:
         raise cfg.fail(field, f"lists dense layers {dense_layers!r}; Qwen3.5-MoE makes every layer sparse")
     field, step = cfg.lookup("decoder_sparse_step")
     if step not in (None, 1):
         raise cfg.fail(field, f"is {step!r}; Qwen3.5-MoE makes every layer sparse (step 1)")
+    return softmax_moe(cfg, "Qwen3.5-MoE")
+
+
+def softmax_moe(cfg: Config, model: str, dense_layers: int = 0) -> MoeDims:
+    """Qwen's sparse block (Qwen3.5-MoE, Qwen3-Next): softmax top-k, renormalized, a sigmoid-gated shared expert."""
+    experts = cfg.int("num_experts")
+    top_k = cfg.int("num_experts_per_tok")
+    if experts == 0 or not 0 < top_k <= experts:
+        raise cfg.fail(cfg.text_prefix + "num_experts_per_tok", f"({top_k}) must be between 1 and num_experts ({experts})")
+    expert_size = cfg.int("moe_intermediate_size")
     field, norm = cfg.lookup("norm_topk_prob")
     if norm is False:
-        raise cfg.fail(field, "is false; Qwen3.5-MoE renormalizes the top-k routing weights")
+        raise cfg.fail(field, f"is false; {model} renormalizes the top-k routing weights")
     return MoeDims(
         num_experts=experts,
         top_k=top_k,
         expert_intermediate_size=expert_size,
         shared_expert_intermediate_size=cfg.int("shared_expert_intermediate_size", expert_size),
+        dense_layers=dense_layers,
     )

@@ -101,8 +101,9 @@ def parts_of(value: Entry | ExpertTensor) -> tuple[Entry, ...]:
     return value.parts if isinstance(value, ExpertTensor) else (value,)
 
 
-def group_experts(entries: dict[str, Entry], where: str) -> dict[str, Entry | ExpertTensor]:
-    """`entries` (canonical-but-per-expert name -> entry) with the experts stacked under canonical names."""
+def group_experts(entries: dict[str, Entry], where: str, shown=lambda name: name) -> dict[str, Entry | ExpertTensor]:
+    """`entries` (canonical-but-per-expert name -> entry) with the experts stacked under canonical names;
+    `shown` gives a missing expert's name as the checkpoint spells it."""
     out: dict[str, Entry | ExpertTensor] = {}
     per_expert: dict[str, dict[int, Entry]] = {}
     for name, entry in entries.items():
@@ -127,7 +128,8 @@ def group_experts(entries: dict[str, Entry], where: str) -> dict[str, Entry | Ex
             owner = canonical.rsplit(".", 2)[0]
             proj = canonical.rsplit(".", 2)[1]
             raise SourceError(
-                f"{where}: expert tensors are missing: {', '.join(f'{owner}.{e}.{proj}.weight' for e in missing[:6])}"
+                f"{where}: expert tensors are missing: "
+                f"{', '.join(shown(f'{owner}.{e}.{proj}.weight') for e in missing[:6])}"
             )
         out[canonical] = ExpertTensor(tuple(by_index[e] for e in range(len(by_index))))
     return out

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ...ir import Architecture, HeadLayout, LayerKind, MoeDims
 from ...ir.moe import SIGMOID
-from .config import MAX_LAYERS, Config, _rope, _token_ids
+from .config import Config, _rope, _token_ids, attention_sizes
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 # The head's own tensors beside its decoder layer (local name -> canonical).
@@ -36,6 +36,8 @@ HEAD_TENSORS = {
     "shared_head.head.weight": "mtp.lm_head.weight",
 }
 OPTIONAL_HEAD = ("mtp.embed_tokens.weight", "mtp.lm_head.weight")
+ARCHITECTURES = ("Glm4MoeForCausalLM",)  # GLM-4.5 / 4.6 / 4.7
+FAMILY = "glm4moe"
 DECLARED_KEYS = ("num_nextn_predict_layers", "num_mtp_layers")
 
 
@@ -71,7 +73,7 @@ class GlmNames:
         m = re.match(r"^mtp\.layers\.(\d+)\.(.+)$", canonical)
         if m is None:
             return canonical
-        local = m[2].replace("mlp.shared_expert.", "mlp.shared_experts.").replace("mlp.experts.", "mlp.experts.*.")
+        local = re.sub(r"mlp\.experts\.(?!\d)", "mlp.experts.*.", m[2].replace("mlp.shared_expert.", "mlp.shared_experts."))
         return f"model.layers.{self.num_layers + int(m[1])}.{local}"
 
     @staticmethod
@@ -82,30 +84,30 @@ class GlmNames:
     def needs_conversion(canonical: str) -> bool:
         return False
 
+    @staticmethod
+    def assembled(entries):
+        return entries
 
-def declared_heads(cfg: Config) -> tuple[str, int]:
-    """(the config field, its value): MTP layers the config declares (0 when it says nothing)."""
+
+def declared_heads(cfg: Config, hf_names=()) -> tuple[str, int]:
+    """(where, how many): MTP layers the config declares (0 when it says nothing)."""
     for key in DECLARED_KEYS:
         field, value = cfg.lookup(key)
         if value is not None:
-            return field, cfg.int(key)
-    return DECLARED_KEYS[0], 0
+            return f"config.json field {field}", cfg.int(key)
+    return f"config.json field {DECLARED_KEYS[0]}", 0
+
+
+def names(arch: Architecture, qwen_names) -> "GlmNames":
+    return GlmNames(arch.num_layers)
 
 
 def architecture(cfg: Config, directory: Path) -> Architecture:
-    hidden = cfg.int("hidden_size")
-    heads = cfg.int("num_attention_heads")
-    kv_heads = cfg.int("num_key_value_heads", heads)
-    if heads == 0 or kv_heads == 0 or heads % kv_heads:
-        raise cfg.fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
-    head_dim = cfg.int("head_dim", hidden // heads)
-    num_layers = cfg.int("num_hidden_layers")
-    if num_layers > MAX_LAYERS:
-        raise cfg.fail("num_hidden_layers", f"({num_layers}) is more than {MAX_LAYERS} layers")
+    hidden, heads, kv_heads, head_dim, num_layers = attention_sizes(cfg)
     moe = _moe(cfg, num_layers)
     field, eps = cfg.lookup("rms_norm_eps")
     return Architecture(
-        family="glm4moe",
+        family=FAMILY,
         hidden_size=hidden,
         intermediate_size=cfg.int("intermediate_size", 0 if moe.dense_layers == 0 else None),
         num_attention_heads=heads,

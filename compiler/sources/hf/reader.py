@@ -1,5 +1,5 @@
-"""Hugging Face checkpoints: `config.json` + safetensors (single file or sharded), Qwen3.5 and GLM-4.5
-(`glm4moe.py` holds GLM's config keys and tensor names).
+"""Hugging Face checkpoints: `config.json` + safetensors (single file or sharded), Qwen3.5 here and the
+families in `FAMILIES` (`glm4moe.py`, `qwen3next.py`: each its config keys and tensor names).
 
 `describe` reads only JSON and safetensors headers. `open_weights` maps HF names
 to canonical ones (`mtpc.weights`) and converts conventions on read: offset-RMSNorm
@@ -19,8 +19,8 @@ from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import TensorInfo, Weight, canonical_shapes
 from ..info import SourceInfo
-from . import glm4moe
-from .config import GLM4MOE_ARCHITECTURES, Config, architecture, read_json
+from . import glm4moe, qwen3next
+from .config import SUPPORTED_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
 from .files import directory_of, folder_state, tokenizer_files, weight_files
 from ..mtp_head import head_verdict
@@ -94,16 +94,43 @@ class _QwenNames:
     needs_conversion = staticmethod(lambda canonical: needs_conversion(canonical))
     source_name = staticmethod(lambda canonical: canonical)  # a head tensor's canonical name is its HF name
     optional_head: tuple[str, ...] = ()
+    assembled = staticmethod(lambda entries: entries)  # nothing stored fused
 
 
-def is_glm4moe(cfg: Config) -> bool:
+# Families read by a module of their own, each giving its `ARCHITECTURES` (config.json's `architectures`),
+# `FAMILY` (the IR's), `architecture(cfg, directory)`, `names(arch, qwen_names)` (its tensor names and
+# conventions) and `declared_heads(cfg, hf_names)` (where its head's depth is declared, and the depth).
+# Qwen3.5 is this module's own (`config.architecture`, `_QwenNames`).
+FAMILIES = (glm4moe, qwen3next)
+
+
+def _family_of(family: str):
+    return next((m for m in FAMILIES if m.FAMILY == family), None)
+
+
+def _family(cfg: Config):
+    """The module that reads this config (None: Qwen3.5), refusing an architecture no module reads."""
     archs = cfg.doc.get("architectures")
-    return isinstance(archs, list) and any(a in GLM4MOE_ARCHITECTURES for a in archs)
+    supported = SUPPORTED_ARCHITECTURES + tuple(a for m in FAMILIES for a in m.ARCHITECTURES)
+    if not isinstance(archs, list) or not archs:
+        raise cfg.fail("architectures", "is missing (expected one of " + ", ".join(supported) + ")")
+    if not any(a in supported for a in archs):
+        raise cfg.fail("architectures", f"{archs!r} is not supported (expected one of {', '.join(supported)})")
+    return next((m for m in FAMILIES if any(a in m.ARCHITECTURES for a in archs)), None)
 
 
 def _names(arch: Architecture):
     """How the family's HF tensors map to canonical ones (names, value conventions, optional head tensors)."""
-    return glm4moe.GlmNames(arch.num_layers) if arch.family == "glm4moe" else _QwenNames()
+    family = _family_of(arch.family)
+    return _QwenNames() if family is None else family.names(arch, _QwenNames())
+
+
+def _declared_heads(cfg: Config, arch: Architecture, hf_names) -> tuple[str, int]:
+    family = _family_of(arch.family)
+    if family is not None:
+        return family.declared_heads(cfg, hf_names)
+    field, _ = cfg.lookup("mtp_num_hidden_layers")
+    return f"config.json field {field}", cfg.int("mtp_num_hidden_layers", 0)
 
 
 def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
@@ -117,7 +144,7 @@ def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: P
             if name is None or (tied and name == "lm_head.weight"):
                 continue
             entries[name] = (filename, hf_name)
-    return group_experts(entries, str(where))
+    return names.assembled(group_experts(entries, str(where), names.source_name))
 
 
 # The last description made: (the reference, the folder's state, the description). `diff SPEC SPEC`
@@ -143,8 +170,10 @@ def _describe(directory: Path) -> SourceInfo:
     if not config_path.is_file():
         raise SourceError(f"{directory}: no config.json")
     cfg = Config(config_path, read_json(config_path))
-    arch = glm4moe.architecture(cfg, directory) if is_glm4moe(cfg) else architecture(cfg, directory)
+    family = _family(cfg)
+    arch = (family.architecture if family else architecture)(cfg, directory)
     listed, files = weight_files(directory)
+    arch = replace(arch, mtp_num_layers=_declared_heads(cfg, arch, [n for ns in listed.values() for n in ns])[1])
     entries = _canonical_entries(listed, arch, directory)
     facts: list[tuple[str, object]] = [
         ("architectures", ", ".join(cfg.doc["architectures"])),
@@ -196,7 +225,8 @@ def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") 
             problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
         elif store.info(name).shape != shape:
             found = list(store.info(name).shape)
-            problems.append(f"{directory}: tensor {name} has shape {found}, config.json implies {list(shape)}")
+            shown = store.source_name(name)  # as the checkpoint names it (a GLM head tensor: its trailing layer's)
+            problems.append(f"{directory}: tensor {shown} has shape {found}, config.json implies {list(shape)}")
     return problems
 
 
@@ -211,14 +241,14 @@ def check(ref: SourceRef, info: SourceInfo) -> list[str]:
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
     """`arch` with the MTP blocks that can be built, judged from the head's tensors present (`mtp_head`)."""
-    field, _ = glm4moe.declared_heads(cfg) if arch.family == "glm4moe" else cfg.lookup("mtp_num_hidden_layers")
+    declared_key, _ = _declared_heads(cfg, arch, entries)
     names = _names(arch)
     one_block = {n for n in canonical_shapes(replace(arch, mtp_num_layers=1)) if n.startswith("mtp.")}
     known = one_block | set(names.optional_head)
     present = {n for n in entries if n.startswith("mtp.")}
     usable, unusable = head_verdict(
         declared=arch.mtp_num_layers,
-        declared_key=f"config.json field {field}",
+        declared_key=declared_key,
         expected=map(names.source_name, one_block),
         present=map(names.source_name, present & known),
         unknown=map(names.source_name, present - known),
@@ -261,6 +291,9 @@ class HFWeightStore:
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
+
+    def source_name(self, name: str) -> str:
+        return self._names.source_name(name)
 
     def names(self) -> Iterable[str]:
         return sorted(self._entries)

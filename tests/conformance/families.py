@@ -1,0 +1,90 @@
+"""The families the conformance suite runs, each as one `Family`: what its fixture provides, nothing more.
+
+A new family's fixture module (tests/fixtures/) describes it (`conformance_family()`) and FAMILIES names it
+once; every oracle in tests/conformance/ then runs on it. A family says where an oracle does not apply, with the reason
+(`unsupported`), instead of a test skipping.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from mtpc.ir import Architecture
+from mtpc.reference.forward import DecoderReference, MtpHeadReference
+from mtpc.weights import WeightStore
+
+
+@dataclass(frozen=True)
+class RealSize:
+    """A released model's shape, for the metadata verbs on a header-only checkpoint (no weight is read)."""
+
+    config: dict
+    arch: Architecture
+    # (canonical name, shape) -> the release's tensors (name, shape) holding it.
+    names: Callable[[str, tuple[int, ...]], list[tuple[str, tuple[int, ...]]]]
+    # Lines `inspect` prints and `plan` prints for it (its expert stacks, its head).
+    inspect_lines: tuple[str, ...]
+    plan_lines: tuple[str, ...]
+    # Bytes of its BF16 tensors, (at least, at most).
+    size: tuple[float, float]
+    # Tensors the release stores beyond the canonical ones (name -> shape).
+    extra: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    arch: Architecture
+    # Prompts whose 20-token greedy continuations (and the fitted head's drafts) reach no special token.
+    prompts: tuple[tuple[int, ...], ...]
+    # The release's tensors (HF names and layout, the fitted head included).
+    tensors: Callable[[], dict[str, np.ndarray]]
+    # (folder, tensors or None for `tensors()`, with_mtp) -> the release folder: config, generation config, tokenizer.
+    write: Callable[..., Path]
+    # (folder, tensors) -> transformers' own model of the trunk those tensors hold.
+    transformers: Callable[[Path, dict[str, np.ndarray]], object]
+    # The canonical weights, derived by the fixture apart from mtpc's readers.
+    store: Callable[[], WeightStore]
+    # llama.cpp's converter's pre-tokenizer name for the fixture's tokenizer.
+    pre_tokenizer: str = "qwen35"
+    # Per HF tensor, the permutation of axis 1 the converter applies before quantizing (its blocks run
+    # along that axis, so the Q8_0 rounding depends on it); rows may move freely.
+    column_orders: Callable[[], dict[str, np.ndarray]] = dict
+    # The GGUF tensor holding the head's fc, for the llama.cpp control with its input halves swapped.
+    eh_proj: str = ""
+    real_size: Callable[[], RealSize] | None = None
+    # Oracles that do not apply, with the reason.
+    unsupported: dict[str, str] = field(default_factory=dict)
+
+    @functools.cached_property
+    def references(self) -> tuple[DecoderReference, MtpHeadReference]:
+        store = self.store()
+        return DecoderReference(self.arch, store), MtpHeadReference(self.arch, store)
+
+    def supports(self, oracle: str) -> bool:
+        return oracle not in self.unsupported
+
+
+def _fixture(module: str, *args) -> Callable[[], Family]:
+    """The family its fixture module describes (`conformance_family(*args)`), imported on first use."""
+    return lambda: importlib.import_module(f"tests.fixtures.{module}").conformance_family(*args)
+
+
+FAMILIES: dict[str, Callable[[], Family]] = {
+    "qwen35": _fixture("fitted_head"),
+    "qwen35moe": _fixture("moe_checkpoints"),
+    "qwen3next-r2": _fixture("qwen3next_checkpoints", 2),
+    "qwen3next-r1": _fixture("qwen3next_checkpoints", 1),
+    "glm4moe": _fixture("glm4moe_checkpoints"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def family(name: str) -> Family:
+    return FAMILIES[name]()

@@ -1,0 +1,126 @@
+"""Every family through llama.cpp's own converter (f32 and q8_0) and, where it drafts with the family's head,
+llama.cpp's own runtime.
+
+- The f32 GGUF reads as the release (the converter's f32 transforms are exact): every canonical tensor
+  equals the fixture's, derived apart from mtpc's readers.
+- onnxruntime-genai's greedy tokens on each file's package equal transformers' on the weights that file
+  holds (`q8_0.file_weights`); og.MtpGenerator equals greedy for 1..4 drafts, and on f32 drafts and
+  accepts what the numpy rendition with the fitted head does.
+- llama.cpp's runtime (`llama-speculative-simple --spec-type draft-mtp`) decodes the f32 file as
+  transformers does and accepts some of the fitted head's drafts on each file, and no more than chance from the same
+  f32 file with the head's fc input halves swapped: the head sits where llama.cpp and mtpc both read it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtpc.ir import SourceRef
+from mtpc.sources.gguf import reader as gguf
+from tests.clients import llama_cpp, llama_cpp_runtime
+from tests.fixtures.fitted_head import simulate_speculative
+from tests.fixtures.glm4moe_checkpoints import piece_bytes, prompt_bytes
+from tests.fixtures.shared import in_ci
+from tests.runtime import decoding
+from tests.runtime.conftest import STEPS
+
+from .conftest import OUTTYPES, assert_same
+from .families import FAMILIES, family
+
+NAMES = sorted(FAMILIES)
+RUNTIME = sorted(n for n in FAMILIES if family(n).supports("llama.cpp runtime"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_f32_gguf_reads_as_the_release(ggufs, name):
+    fam = family(name)
+    ref = SourceRef("gguf", str(ggufs[name]["f32"]))
+    info = gguf.describe(ref)
+    assert (info.architecture.family, info.architecture.mtp_num_layers) == (fam.arch.family, 1)
+    assert info.architecture.rope == fam.arch.rope and info.architecture.moe == fam.arch.moe
+    store, expected = gguf.open_weights(ref, info), fam.store()
+    assert sorted(store.names()) == sorted(expected.names())
+    for n in expected.names():
+        assert_same(store.read_float(n), expected.read_float(n), n)
+
+
+@pytest.mark.parametrize("index", (0, 1))
+@pytest.mark.parametrize("outtype", OUTTYPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_greedy_equals_transformers_on_the_files_weights(gguf_models, file_greedy, name, outtype, index):
+    prompt = family(name).prompts[index]
+    tokens = decoding.greedy(gguf_models[name, outtype][0], list(prompt), STEPS)
+    assert tokens == file_greedy[name, outtype][prompt]
+
+
+@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
+@pytest.mark.parametrize("outtype", OUTTYPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_mtp_decoding_equals_greedy(gguf_models, file_greedy, name, outtype, max_draft):
+    fam = family(name)
+    prompt = fam.prompts[0]
+    main_model, head = gguf_models[name, outtype]
+    run = decoding.speculative(main_model, head, list(prompt), STEPS, max_draft)
+    assert run.tokens == file_greedy[name, outtype][prompt]
+    if outtype == "f32":
+        expected = simulate_speculative(*fam.references, list(prompt), STEPS, max_draft)
+        assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
+        assert run.accepted > 0 and run.rejected > 0, run
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_binary() -> Path:
+    """Built here under CI (a fresh machine has none; minutes on two cores, once per machine); elsewhere a
+    skip that says how to build it, so a local run is not held up by a compile it did not ask for."""
+    binary = llama_cpp_runtime.binary()
+    if not binary.is_file():
+        if in_ci():
+            log_path = llama_cpp_runtime.cache_dir().parent / "llama.cpp-runtime-build.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(log_path, "w") as log:
+                    return llama_cpp_runtime.build(log)
+            except (OSError, subprocess.CalledProcessError, llama_cpp.ConverterUnavailable) as error:
+                pytest.fail(f"could not build llama.cpp's runtime ({error}); its log: {log_path}", pytrace=False)
+        pytest.skip(f"llama.cpp's runtime is not built ({binary}); build it with: {llama_cpp_runtime.BUILD_COMMAND}")
+    return binary
+
+
+@pytest.mark.parametrize("outtype", OUTTYPES)
+@pytest.mark.parametrize("name", RUNTIME)
+def test_llama_cpp_decodes_as_transformers_and_accepts_the_heads_drafts(
+    llama_cpp_binary, conformance_dir, ggufs, file_greedy, name, outtype
+):
+    """f32: llama.cpp's tokens are transformers'. q8_0: llama.cpp's Q8_0 dot products quantize the activations
+    to 8 bits as well, so its tokens leave transformers' (float activations on the file's weights) at the first
+    near tie (measured: Qwen3-Next r2 at step 3); there its head must still have drafts accepted and rejected."""
+    prompt = family(name).prompts[0]
+    run = llama_cpp_runtime.speculative(ggufs[name][outtype], prompt_bytes(prompt), STEPS, 3, conformance_dir)
+    if outtype == "f32":
+        want = piece_bytes(file_greedy[name, outtype][prompt])
+        generated = run.text.split(prompt_bytes(prompt), 1)[-1]
+        assert generated[: len(want)] == want, (generated, want, run.log[-3000:])
+    assert run.drafted > 0 and 0 < run.accepted < run.drafted, (run.drafted, run.accepted, run.log[-3000:])
+
+
+@pytest.mark.parametrize("name", RUNTIME)
+def test_llama_cpp_accepts_no_more_than_chance_from_a_head_with_its_inputs_swapped(llama_cpp_binary, conformance_dir,
+                                                                                   ggufs, name):
+    """The control for the test above: with the fc's embedding and hidden halves swapped, llama.cpp accepts no
+    more of the head's drafts than chance agreement gives (measured: GLM-4.5 0 of 60, Qwen3-Next 1 of 29, where
+    the fitted head has about half accepted), so the drafts accepted there come from the head read as mtpc
+    reads it."""
+    from gguf import GGMLQuantizationType as QT
+
+    from tests.fixtures.gguf_requantize import requantize
+
+    fam = family(name)
+    h = fam.arch.hidden_size
+    swapped = requantize(ggufs[name]["f32"], conformance_dir / f"{name}-swapped.gguf", (), QT.F32,
+                         edit={fam.eh_proj: lambda w: np.concatenate([w[:, h:], w[:, :h]], axis=1)})
+    run = llama_cpp_runtime.speculative(swapped, prompt_bytes(fam.prompts[0]), STEPS, 3, conformance_dir)
+    assert run.drafted > 0 and run.accepted * 10 <= run.drafted, (run.drafted, run.accepted, run.log[-3000:])
