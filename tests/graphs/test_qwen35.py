@@ -5,23 +5,11 @@ import pytest
 
 from mtpc.graphs.blocks import mrope_axes
 from mtpc.ir import Rope, SeedHidden
-from mtpc.reference.forward import Qwen35Reference
-from mtpc.sources.random_weights import seeded_store
 
 from .tiny import emit, empty_state, make_ir, presents_as_past, run, session
 
 TOL = 1e-4
 PROMPT = np.array([[3, 17, 42, 9, 250, 1], [7, 7, 128, 64, 2, 33]], np.int64)
-
-
-@pytest.fixture(scope="module")
-def store(arch):
-    return seeded_store(arch, 0)
-
-
-@pytest.fixture(scope="module")
-def reference(arch, store):
-    return Qwen35Reference(arch, store)
 
 
 @pytest.fixture(scope="module")

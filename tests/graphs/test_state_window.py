@@ -12,24 +12,12 @@ import numpy as np
 import pytest
 
 from mtpc.passes.state_window import windowed_decoder
-from mtpc.reference.forward import Qwen35Reference
-from mtpc.sources.random_weights import seeded_store
 
 from .tiny import emit, make_ir, run, session
 
 TOL = 1e-4
 WINDOW = 4
 PROMPT = np.array([[3, 17, 42, 9, 250, 1], [7, 7, 128, 64, 2, 33]], np.int64)
-
-
-@pytest.fixture(scope="module")
-def store(arch):
-    return seeded_store(arch, 0)
-
-
-@pytest.fixture(scope="module")
-def reference(arch, store):
-    return Qwen35Reference(arch, store)
 
 
 @pytest.fixture(scope="module")
