@@ -153,7 +153,19 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
         return [spec.diagnostic(path, f"{where} must not be empty")]
     if kind == "pattern":
         return [spec.diagnostic(path, f"{where} {_literal(value)} is not allowed", hint=_about(schema))]
+    if kind in ("oneOf", "anyOf") and all(_alternative(sub) for sub in expected):
+        choices = ", ".join(_alternative(sub) for sub in expected)
+        return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}")]
     return [spec.diagnostic(path, f"{where}: {error.message}")]
+
+
+def _alternative(schema: dict) -> str | None:
+    """One branch of a oneOf / anyOf in words (`'auto', 'off'`; `a whole number from 2 to 17`), or None."""
+    if "enum" in schema:
+        return ", ".join(_literal(c) for c in schema["enum"])
+    if schema.get("type") == "integer" and "minimum" in schema and "maximum" in schema:
+        return f"a whole number from {schema['minimum']} to {schema['maximum']}"
+    return None
 
 
 _MINIMAL_SPEC = (
