@@ -160,7 +160,7 @@ def check_genai_config(c: Checker, rel: str, cfg: dict) -> tuple[Graph | None, G
         layers = _num_layers(c, rel, json_pointer("model", "decoder", "num_hidden_layers"), decoder.get("num_hidden_layers"))
         if main is not None and layers is not None:
             _check_io_names(c, rel, ["model", "decoder"], decoder, main, layers)
-            check_state_window(c, rel, cfg, decoder, main, _state_names(decoder, layers))
+            check_state_window(c, rel, cfg, decoder, main, state_names(decoder, layers))
             hidden = decoder.get("outputs", {}).get("hidden_states") if isinstance(decoder.get("outputs"), dict) else None
             width = decoder.get("hidden_size")
             for name in filter(None, [hidden, (decoder.get("inputs") or {}).get("hidden_states")]):
@@ -182,7 +182,7 @@ def check_genai_config(c: Checker, rel: str, cfg: dict) -> tuple[Graph | None, G
     return main, head
 
 
-def _state_names(decoder: dict, num_layers: int) -> dict[str, list[str]]:
+def state_names(decoder: dict, num_layers: int) -> dict[str, list[str]]:
     """The conv / recurrent past and present tensor names per layer (one entry per layer, in order)."""
     out: dict[str, list[str]] = {}
     for section, prefix in (("inputs", "past"), ("outputs", "present")):

@@ -41,10 +41,15 @@ class DenseOps:
         return out, present_key, present_value
 
     def causal_conv(self, b, x, weight, past):
+        y, present, _ = self.channels_first_conv(b, x, weight, past)
+        return y, present
+
+    def channels_first_conv(self, b, x, weight, past):
+        """(y `[B, S, C]`, present state, x as the op reads it: `[B, C, S]`)."""
         channels_first = b.op("Transpose", [x], {"perm": [0, 2, 1]}, name="conv/Transpose_in")
         y, present = b.op_multi("CausalConvWithState", [channels_first, weight, None, past], {"activation": "silu"},
                                 name="conv/CausalConvWithState", num_outputs=2, domain=MS)
-        return b.op("Transpose", [y], {"perm": [0, 2, 1]}, name="conv/Transpose_out"), present
+        return b.op("Transpose", [y], {"perm": [0, 2, 1]}, name="conv/Transpose_out"), present, channels_first
 
     def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
         la = arch.linear_attention

@@ -64,10 +64,9 @@ class WindowedDenseOps(DenseOps):
 
     def causal_conv(self, b, x, weight, past):
         past_last = self._past_slot(b, past, "conv/past_slot")  # [B, C, K-1]
-        y, _ = super().causal_conv(b, x, weight, past_last)
+        y, _, channels_first = self.channels_first_conv(b, x, weight, past_last)
         with b.scope("conv_window"):
-            history = b.op("Concat", [past_last, b.op("Transpose", [x], {"perm": [0, 2, 1]}, name="Transpose")],
-                           {"axis": 2}, name="history")
+            history = b.op("Concat", [past_last, channels_first], {"axis": 2}, name="history")
             windows = b.op("Gather", [history, self.conv_columns], {"axis": 2}, name="Gather")  # [B, C, W, K-1]
             present = b.op("Transpose", [windows], {"perm": [2, 0, 1, 3]}, name="slots")  # [W, B, C, K-1]
         return y, present

@@ -82,14 +82,12 @@ def windowed_decoder(cfg, window: int):
     """`cfg` (dense, unwindowed) with every conv / recurrent state tensor given a leading window axis."""
     if cfg.attention is not AttentionMode.DENSE or cfg.state_window:
         raise AssertionError(f"{cfg.filename}: only a dense, unwindowed decoder gets a state window")
-    names = {name for role, name in cfg.inputs + cfg.outputs if role in STATE_ROLES}
-    patterns = tuple(n.split("%d") for n in names)
+    templates = dict(cfg.inputs + cfg.outputs)
+    linear = [i for i, kind in enumerate(cfg.layer_kinds) if kind is LayerKind.LINEAR_ATTENTION]
+    names = {templates[role] % i for role in STATE_ROLES if role in templates for i in linear}
 
     def windowed(t: TensorSpec) -> TensorSpec:
-        if any(len(p) == 2 and t.name.startswith(p[0]) and t.name.endswith(p[1])
-               and t.name[len(p[0]):len(t.name) - len(p[1])].isdigit() for p in patterns):
-            return replace(t, shape=(window, *t.shape))
-        return t
+        return replace(t, shape=(window, *t.shape)) if t.name in names else t
 
     contract = GraphContract(tuple(map(windowed, cfg.contract.inputs)), tuple(map(windowed, cfg.contract.outputs)))
     return replace(cfg, contract=contract, state_window=window)

@@ -61,18 +61,15 @@ def state_window(root: Path, cfg: dict) -> int:
     shape onnxruntime-genai decides by (src/models/recurrent_state.cpp)."""
     import onnx
 
+    from ..checks.genai_config import state_names
+
     decoder = (cfg.get("model") or {}).get("decoder") or {}
-    template = (decoder.get("inputs") or {}).get("past_conv_names", "past_key_values.%d.conv_state")
-    if "%d" not in template or not decoder.get("filename"):
+    conv = state_names(decoder, int(decoder.get("num_hidden_layers") or 0)).get("past_conv_names", [])
+    if not conv or not decoder.get("filename"):
         return 0
-    prefix, suffix = template.split("%d", 1)
     graph = onnx.load(str(root / decoder["filename"]), load_external_data=False).graph
-    for value in graph.input:
-        layer = value.name[len(prefix):len(value.name) - len(suffix)] if value.name.endswith(suffix) else ""
-        if value.name.startswith(prefix) and layer.isdigit():
-            dims = value.type.tensor_type.shape.dim
-            return dims[0].dim_value if len(dims) == 4 else 0
-    return 0
+    dims = next((v.type.tensor_type.shape.dim for v in graph.input if v.name in conv), ())
+    return dims[0].dim_value if len(dims) == 4 else 0
 
 
 def providers(cfg: dict) -> tuple[str, ...]:
