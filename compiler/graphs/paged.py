@@ -62,7 +62,7 @@ class PagedOps:
         inputs = [q, k, v, past_key, past_value, self.cumulative_sequence_lengths, self.past_sequence_lengths,
                   self.block_table, *([None] * 8), self.attention_metadata]
         attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
-                 "scale": arch.head_dim**-0.5}
+                 "scale": arch.softmax_scale}
         out, key_cache, value_cache = b.op_multi("PagedAttention", inputs, attrs, name="PagedAttention",
                                                  num_outputs=3, domain=MS)
         return out, key_cache, value_cache

@@ -34,7 +34,7 @@ class DenseOps:
 
     def attention(self, b, q, k, v, past_key, past_value, arch: Architecture):
         attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
-                 "do_rotary": 0, "scale": arch.head_dim**-0.5}
+                 "do_rotary": 0, "scale": arch.softmax_scale}
         out, present_key, present_value = b.op_multi(
             "GroupQueryAttention", [q, k, v, past_key, past_value, self.seqlens_k, self.total_length], attrs,
             name="GroupQueryAttention", num_outputs=3, domain=MS)

@@ -25,6 +25,7 @@ from .weights import (  # noqa: F401
     WeightRole,
 )
 from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
+from .mla import MlaDims  # noqa: F401  (multi-head latent attention, the deepseek2 family)
 from .enums import AttentionMode, LayerKind  # noqa: F401
 from .fields import added
 # The graphs' I/O and the decoders as runtimes see them live in their own module; re-exported here.
@@ -132,7 +133,7 @@ class UnusableHead:
 class Architecture:
     """What the source checkpoint is, independent of how we build it."""
 
-    family: str  # "qwen35" | "qwen35moe" | "glm4moe"
+    family: str  # "qwen35" | "qwen35moe" | "glm4moe" | "qwen3next" | "deepseek2"
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int
@@ -160,6 +161,13 @@ class Architecture:
     attention_bias: bool = added(False)
     # A per-head RMSNorm of q and k before the rotation (Qwen3.5 always; GLM's `use_qk_norm`).
     qk_norm: bool = added(True)
+    # Multi-head latent attention (`ir/mla.py`); then num_key_value_heads is 1 and head_dim the cached latent's width.
+    mla: MlaDims | None = added(None)
+
+    @property
+    def softmax_scale(self) -> float:
+        """The attention's score scale: head_dim ** -0.5, or MLA's own (its cached width is not its q.k width)."""
+        return self.mla.softmax_scale if self.mla is not None else self.head_dim**-0.5
 
     @property
     def num_layers(self) -> int:
@@ -185,6 +193,8 @@ class Architecture:
 
     def attention_summary(self) -> str:
         """e.g. "gated attention, qk-norm" (Qwen3.5) or "grouped-query attention, q/k/v bias, qk-norm" (GLM-4.5)."""
+        if self.mla is not None:
+            return self.mla.summary()
         parts = ["gated attention" if self.attention_output_gate else "grouped-query attention"]
         if self.attention_bias:
             parts.append("q/k/v bias")

@@ -29,6 +29,11 @@ plain scales, so its sources pass them through. Its MTP head (a trailing decoder
 checkpoint) has the same canonical names as Qwen3.5's: `eh_proj` is `mtp.fc`, `enorm` / `hnorm`
 are `mtp.pre_fc_norm_embedding` / `mtp.pre_fc_norm_hidden`, `shared_head.norm` is `mtp.norm` and
 the decoder layer is `mtp.layers.0.*`.
+
+Multi-head latent attention (`Architecture.mla`, the `deepseek2` family) keeps transformers' names,
+`self_attn.{q_a_proj, q_a_layernorm, q_b_proj | q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+o_proj}`, with the rope channels of `q_b_proj` (per head) and `kv_a_proj_with_mqa` in half-split (NeoX)
+order: a source whose rope is interleaved permutes those rows on read (`ir/mla.py`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
-from ..ir import Architecture, LayerKind, MoeDims
+from ..ir import Architecture, LayerKind, MlaDims, MoeDims
 from ..util.lazy_import import lazy_module
 
 # Imported when a weight is first touched: lowering and the metadata verbs use only the shapes here.
@@ -259,6 +264,9 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "norm.weight": (h,)}
 
     def attention(p: str) -> None:
+        if arch.mla is not None:
+            shapes.update(mla_shapes(p, h, nh, arch.mla))
+            return
         q_rows = (2 if arch.attention_output_gate else 1) * nh * hd  # gated: per head [query | gate]
         shapes.update(
             {
@@ -315,6 +323,24 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
         shapes["mtp.fc.weight"] = (h, 2 * h)
         for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
             shapes[norm] = (h,)
+    return shapes
+
+
+def mla_shapes(prefix: str, hidden: int, heads: int, mla: MlaDims) -> dict[str, tuple[int, ...]]:
+    """The canonical tensors of one multi-head latent attention block under `prefix` (`ir/mla.py`)."""
+    p = prefix + "self_attn."
+    q_rows = heads * mla.qk_head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        p + "kv_a_proj_with_mqa.weight": (mla.kv_lora_rank + mla.qk_rope_head_dim, hidden),
+        p + "kv_a_layernorm.weight": (mla.kv_lora_rank,),
+        p + "kv_b_proj.weight": (heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
+        p + "o_proj.weight": (hidden, heads * mla.v_head_dim),
+    }
+    if mla.q_lora_rank is None:
+        shapes[p + "q_proj.weight"] = (q_rows, hidden)
+    else:
+        shapes.update({p + "q_a_proj.weight": (mla.q_lora_rank, hidden), p + "q_a_layernorm.weight": (mla.q_lora_rank,),
+                       p + "q_b_proj.weight": (q_rows, mla.q_lora_rank)})
     return shapes
 
 
