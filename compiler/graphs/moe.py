@@ -36,10 +36,10 @@ from ..ir.moe import SIGMOID
 from ..weights.quant import quantize_experts
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
-from .blocks import initializer_name, mlp, project, silu
+from .blocks import cast, initializer_name, mlp, project, silu
 from .builder import MS, GraphBuilder
 from .initializers import InitializerGroup, PlannedTensor
-from .moe_routing import scaled, sigmoid_routing
+from .moe_routing import F32, scaled, sigmoid_routing, softmax_choice
 
 FeedForward = Callable[[GraphBuilder, oir.Value, str], oir.Value]
 
@@ -196,12 +196,17 @@ def release_experts(store: WeightStore, name: str, start: int, stop: int) -> Non
 def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.Value:
     p = prefix + "mlp."
     with b.scope("moe"):
-        logits = project(b, x, p + "gate.weight", "router/MatMul")
+        # The router scores in float32 whatever the I/O dtype (its weight is float32: WeightRole.ROUTER), as
+        # transformers' routers do: a float16 score can pick another expert than the checkpoint's.
+        x32 = cast(b, x, F32, "router/Cast", b.io_dtype)
+        logits = project(b, x32, p + "gate.weight", "router/MatMul")
         logits = b.op("Reshape", [logits, b.i64(f"router_shape_{moe.num_experts}", [-1, moe.num_experts])],
                       name="router/Reshape")
         factor = None
         if moe.scoring == SIGMOID:
             logits, factor = sigmoid_routing(b, logits, moe, p)
+        else:
+            logits = softmax_choice(b, logits, moe)
         decision = _expert_decision(b, p)
         form = decision.form
         fc1, scales1, fc2, scales2 = _expert_weights(b, p, form)

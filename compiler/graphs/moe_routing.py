@@ -30,11 +30,10 @@ F32 = oir.DataType.FLOAT
 
 def sigmoid_routing(b: GraphBuilder, logits: oir.Value, moe: MoeDims, prefix: str
                     ) -> tuple[oir.Value, oir.Value | None]:
-    """Router logits `[T, E]` -> (the op's `router_probs` `[T, E]` in the I/O dtype, the float32 `[T, 1]`
+    """Float32 router logits `[T, E]` -> (the op's `router_probs` `[T, E]` in the I/O dtype, the float32 `[T, 1]`
     sums of the chosen scores its output is multiplied by without `normalize_top_k`, else None)."""
     k = moe.top_k
     with b.scope("routing"):
-        logits = cast(b, logits, F32, "logits/Cast", b.io_dtype)
         scores = b.op("Sigmoid", [logits], name="Sigmoid")
         choice = scores
         if moe.selection_bias:
@@ -56,6 +55,26 @@ def sigmoid_routing(b: GraphBuilder, logits: oir.Value, moe: MoeDims, prefix: st
             chosen_scores = b.op("GatherElements", [scores, chosen], {"axis": -1}, name="chosen_scores/GatherElements")
             factor = b.op("ReduceSum", [chosen_scores, b.i64("axis_last", [-1])], {"keepdims": 1}, name="weights/ReduceSum")
     return probs, factor
+
+
+def softmax_choice(b: GraphBuilder, logits: oir.Value, moe: MoeDims) -> oir.Value:
+    """Float32 router logits `[T, E]` -> the op's `router_probs` in the I/O dtype, for softmax routing.
+
+    In float32 the logits go to the op as they are. In a narrower dtype the op's own top-k would choose from
+    rounded logits, so the top-k is taken here in float32 and the op gets the chosen logits with -inf
+    elsewhere: its softmax over them is the renormalized top-k weight, and its top-k our choice. Without
+    renormalization the op needs every logit (its weights are the full softmax's), so they go as they are.
+    """
+    if b.io_dtype == F32 or not moe.normalize_top_k:
+        return cast(b, logits, b.io_dtype, "router/logits/Cast", F32)
+    k = moe.top_k
+    with b.scope("routing"):
+        chosen_logits, chosen = b.op_multi("TopK", [logits, b.i64(f"k_{k}", [k])], {"axis": -1}, name="TopK",
+                                           num_outputs=2)
+        masked = b.op("ConstantOfShape", [b.op("Shape", [logits], name="Shape")],
+                      {"value": oir.tensor(np.array([-np.inf], np.float32))}, name="masked/ConstantOfShape")
+        probs = b.op("ScatterElements", [masked, chosen, chosen_logits], {"axis": -1}, name="ScatterElements")
+        return cast(b, probs, b.io_dtype, "probs/Cast", F32)
 
 
 def _best_groups(b: GraphBuilder, choice: oir.Value, moe: MoeDims) -> oir.Value:

@@ -20,7 +20,7 @@ import onnx_ir as oir
 from ..util.arrays import can_slice_columns, slab_rows, transposed, transposed_slab
 from ..ir.contracts import quantized_names
 from ..util.diagnostics import MtpcError
-from ..ir import QuantizationPlan, WeightDecision
+from ..ir import QuantizationPlan, WeightDecision, WeightRole
 from ..weights.quant import QuantForm, materialize, materialized_pieces
 from ..weights import QuantizedTensor, WeightStore
 from .initializers import InitializerGroup, PlannedTensor
@@ -149,14 +149,16 @@ class ParameterSource:
         decision = self.decision(canonical)
         form = decision.form
         if form is None:
-            planned = (PlannedTensor(f"{stem}.weight", self.io_dtype, (k, n)),)
+            # Routers stay float32 whatever the I/O dtype: a token's experts are chosen from their scores.
+            dtype = oir.DataType.FLOAT if decision.role is WeightRole.ROUTER else self.io_dtype
+            planned = (PlannedTensor(f"{stem}.weight", dtype, (k, n)),)
 
             def produce_float() -> tuple[np.ndarray, ...]:
                 w = self._read_rows(canonical)
                 if isinstance(w, QuantizedTensor):
                     w = materialize(w, None, symmetric=True)
                 # Transposed tile by tile straight into the stored dtype: one output, no temporaries.
-                return (transposed(w, self.io_dtype.numpy()),)
+                return (transposed(w, dtype.numpy()),)
 
             def slabs(rows: int) -> list[Callable[[], np.ndarray]] | None:
                 """The `[k, n]` operand as slabs of `rows` rows, each made alone; None where the weight
@@ -164,11 +166,10 @@ class ParameterSource:
                 w = self._read_rows(canonical)
                 if not can_slice_columns(w):
                     return None
-                dtype = self.io_dtype.numpy()
-                return [lambda a=a: transposed_slab(w, dtype, a, min(a + rows, k)) for a in range(0, k, rows)]
+                return [lambda a=a: transposed_slab(w, dtype.numpy(), a, min(a + rows, k)) for a in range(0, k, rows)]
 
             def pieces() -> list[Callable[[], tuple[np.ndarray, ...]]]:
-                made = slabs(slab_rows(n, self.io_dtype.numpy(), STREAM_BYTES))
+                made = slabs(slab_rows(n, dtype.numpy(), STREAM_BYTES))
                 return [lambda make=make: (make(),) for make in made] if made else []
 
             group = InitializerGroup(planned, produce_float, pieces if _streams(planned) else None,

@@ -70,6 +70,9 @@ class WeightRole(str, enum.Enum):
     EMBEDDING = "embedding"  # a Gather table: float or GatherBlockQuantized
     TENSOR = "tensor"  # norms, conv kernels, gate vectors: always float
     EXPERTS = "experts"  # a MoE layer's stacked routed experts `[E, N, K]`: float for MoE, or QMoE blocks
+    # A MoE router `mlp.gate.weight` `[E, H]`: float32 in every package, because the experts a token gets are
+    # chosen from its scores (transformers' routers score in float32; llama-quantize never quantizes them).
+    ROUTER = "router"
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ def role_of(tensor: SourceTensor) -> WeightRole:
         return WeightRole.EMBEDDING
     if len(tensor.shape) == 3 and ".mlp.experts." in f".{tensor.name}":
         return WeightRole.EXPERTS
+    if len(tensor.shape) == 2 and tensor.name.endswith(".mlp.gate.weight"):
+        return WeightRole.ROUTER
     return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
 
 
@@ -113,6 +115,8 @@ def decide(
         form = expert_form(info, scheme)
     else:
         form = None
+    if role is WeightRole.ROUTER:
+        io_dtype = "float32"
     if form is not None:
         lossless = carried is not None and (form.bits, form.block_size) == (carried.bits, carried.block_size)
     elif tensor.is_quantized:
