@@ -85,9 +85,10 @@ class Variant:
 
 def variants(options: bool, base: bool = True, unwindowed: bool = False) -> list[Variant]:
     out = [Variant(head, head, precision) for precision in PRECISIONS for head in ("best", "worst", "realistic")] if base else []
-    if unwindowed:  # the packages as they were before state windows: every rejected draft replays
-        out += [Variant(f"{head}, state window off", head, precision, state_window="off")
-                for precision in PRECISIONS for head in ("best", "worst", "realistic")]
+    if unwindowed:  # each package with the other state window than `auto` gives it: float32 off (every
+        # rejected draft replays), int4 at the CPU's accuracy_level 4 (which auto leaves unwindowed) a window of 5
+        out += [Variant(f"{head}, state window {other}", head, precision, state_window=other)
+                for precision, other in (("fp32", "off"), ("int4", "5")) for head in ("best", "worst", "realistic")]
     if options:
         from bench.mtp_options import option_variants
 
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(each option against its own package's plain decoding)")
     parser.add_argument("--options", action="store_true", help="also the draft options (bench/mtp_options.py)")
     parser.add_argument("--unwindowed", action="store_true",
-                        help="also each package with state_window: off (a rejected draft replays), for comparison")
+                        help="also each package with the other state window than auto gives it, for comparison: "
+                             "fp32 with state_window: off (a rejected draft replays), int4 with state_window: 5")
     parser.add_argument("--variants", metavar="TEXT,...",
                         help="only the packages whose name contains one of these (e.g. int4-draft-side)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")

@@ -15,8 +15,13 @@ it crops instead (`mtp_generator.cpp`, `direct_commit`: greedy with N >= 2, and 
 - the runtime drafts at most W - 1 tokens (`max_draft_tokens` is clamped), so W = drafts + 1.
 
 `state_window: auto` windows a dense main graph with linear-attention layers when the package
-drafts with an onnxruntime-genai head; `off` never; a number W always (the profile has checked it
-holds a verify). The graphs compute the window with ops every execution provider runs
+drafts with an onnxruntime-genai head, unless its MatMulNBits compute with int8 activations
+(`accuracy_level` 4, the CPU profile's int4 default); `off` never; a number W always (the profile has
+checked it holds a verify). Why not at level 4, measured on the 348M checkpoint (bench/README.md,
+"Windowed recurrent state"): a crop takes the bonus token from the wide verify forward instead of a
+one-token replay, and with int8 activations those differ at near ties, so speculative tokens left
+greedy's within 64 tokens where the unwindowed package's did not; and there the window's writes cost
+about 15 ms a forward (plain decoding 24-31 % slower, the best head at 4 drafts 1.68x instead of 1.83x). The graphs compute the window with ops every execution provider runs
 (`graphs/state_window.py`).
 
 onnx-genai cannot run a windowed graph: its engine zero-fills a state input of the graph's own shape
@@ -40,6 +45,8 @@ from .pipeline import PassResult
 ONNX_GENAI_DECODER = ONNX_GENAI.decoder_graph
 STATE_ROLES = ("past_conv_names", "past_recurrent_names", "present_conv_names", "present_recurrent_names")
 SETTING_PATH = "targets.onnxruntime_genai.state_window"
+# MatMulNBits' accuracy_level computing with int8 activations.
+INT8_ACTIVATIONS = 4
 
 
 def resolved_window(ir: ModelIR) -> int:
@@ -49,8 +56,7 @@ def resolved_window(ir: ModelIR) -> int:
         return 0
     has_linear = bool(ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION))
     if target.state_window == "auto":
-        drafts = ir.head(HeadContract.ORT_GENAI) is not None
-        return target.max_draft_tokens + 1 if drafts and has_linear else 0
+        return target.max_draft_tokens + 1 if auto_windows(ir) and not int8_activations(ir) else 0
     if not has_linear:
         raise MtpcError.single(
             f"state_window {target.state_window}: the model has no linear-attention layers, so it has no state to window",
@@ -60,11 +66,30 @@ def resolved_window(ir: ModelIR) -> int:
     return int(target.state_window)
 
 
+def auto_windows(ir: ModelIR) -> bool:
+    """Whether `auto` would window a dense main graph: it has linear-attention layers and an onnxruntime-genai head drafts."""
+    has_linear = bool(ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION))
+    return has_linear and ir.head(HeadContract.ORT_GENAI) is not None
+
+
+def int8_activations(ir: ModelIR) -> bool:
+    """Whether a main-graph weight is a MatMulNBits / QMoE that computes with int8 activations (accuracy_level 4)."""
+    return any(w.form is not None and w.accuracy_level >= INT8_ACTIVATIONS and not w.name.startswith("mtp.")
+               for w in ir.weights)
+
+
+AUTO_SKIPPED = ("state_window auto: the main graph is not windowed, because its int4 weights compute with int8 "
+                "activations (accuracy_level 4), where a crop can leave greedy's tokens at near ties and the "
+                "window costs more than it saves (docs/spec.md); state_window: W windows it anyway")
+
+
 class StateWindow:
     name = "state-window"
 
     def __call__(self, ir: ModelIR) -> PassResult:
         window = resolved_window(ir)
+        if _skipped_for_int8(ir, window) and AUTO_SKIPPED not in ir.notes:
+            return PassResult(replace(ir, notes=(*ir.notes, AUTO_SKIPPED)), True, (AUTO_SKIPPED,))
         if window == ir.main.state_window:
             return PassResult(ir, False)
         main = windowed_decoder(ir.main, window)
@@ -76,6 +101,13 @@ class StateWindow:
             changes.append(f"onnx-genai main decoder: {ONNX_GENAI_DECODER}, unwindowed, on {ir.main.filename}'s "
                            f"weights (onnx-genai cannot zero-fill a windowed state)")
         return PassResult(replace(ir, main=main, onnx_genai_main=onnx_genai_main), True, tuple(changes))
+
+
+def _skipped_for_int8(ir: ModelIR, window: int) -> bool:
+    """`auto` left unwindowed a dense package it would window, for its int8 activations (compile says so)."""
+    target = ir.targets.onnxruntime_genai
+    return (not window and target is not None and target.state_window == "auto" and target.attention is AttentionMode.DENSE
+            and auto_windows(ir) and int8_activations(ir))
 
 
 def windowed_decoder(cfg, window: int):

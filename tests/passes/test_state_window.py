@@ -77,3 +77,23 @@ def test_the_pass_is_idempotent_and_says_what_it_did():
     assert result.ir.main == ir.main
     assert result.changes == ("main decoder: conv and recurrent state windowed over 5 tokens ([5, batch, ...]; "
                               "onnxruntime-genai crops a partly accepted verify instead of replaying it)",)
+
+
+def _int4(ir, accuracy_level):
+    from mtpc.ir import QuantScheme, QuantizationPlan
+
+    return replace(ir, quantization=QuantizationPlan(default=QuantScheme(bits=4, accuracy_level=accuracy_level)))
+
+
+def test_auto_leaves_a_package_with_int8_activations_unwindowed_and_says_why():
+    from mtpc.passes import default_pipeline
+    from mtpc.passes.state_window import AUTO_SKIPPED
+    from tests.passes.ir_factory import make_ir
+
+    ir = default_pipeline().run(_int4(make_ir(ort=replace(CPU_DENSE, max_draft_tokens=3)), 4))
+    assert ir.main.state_window == 0 and AUTO_SKIPPED in ir.notes
+    # Float activations keep the window; an explicit W windows int8 activations too.
+    ir = default_pipeline().run(_int4(make_ir(ort=replace(CPU_DENSE, max_draft_tokens=3)), 0))
+    assert ir.main.state_window == 4 and AUTO_SKIPPED not in ir.notes
+    ir = default_pipeline().run(_int4(make_ir(ort=replace(CPU_DENSE, max_draft_tokens=3, state_window=4)), 4))
+    assert ir.main.state_window == 4 and AUTO_SKIPPED not in ir.notes
