@@ -168,9 +168,13 @@ class Checkpoints:
         targets = post[position].astype(np.float64) / final
         targets /= np.sqrt(np.mean(targets * targets, axis=-1, keepdims=True))
         fc_t, *_ = np.linalg.lstsq(inputs, targets, rcond=None)
-        head = dict(self.head)
+        # Stored in float32 for the fit's sake, every other tensor of the file holds the bfloat16 value the
+        # other variants hold: the embedding and final norm live here too, and a trunk that differs from
+        # the one the fit decoded (by bfloat16's rounding) continues the prompt otherwise (at int4 it did
+        # from the 8th token, and the head then drafted a continuation the package never makes).
+        head = {name: _stored(value) for name, value in self.head.items()}
         head["mtp.fc.weight"] = np.ascontiguousarray(fc_t.T, dtype=np.float32)
-        head["mtp.norm.weight"] = self.head[FINAL_NORM].copy()
+        head["mtp.norm.weight"] = _stored(self.head[FINAL_NORM])
         for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
             head[HEAD_LAYER + name] = np.zeros_like(self.head[HEAD_LAYER + name])
         return head
