@@ -149,3 +149,35 @@ def test_a_kv_b_proj_of_the_wrong_size_is_named(tmp_path):
     hf._last_description = None
     with pytest.raises(SourceError, match=r"tensor layers\.1\.self_attn\.kv_b_proj\.weight has shape \[161, 32\]"):
         hf.open_weights(ref, hf.describe(ref))
+
+
+def test_deepseek_v3s_config_keys_decode_as_transformers_deepseek_v3(tmp_path):
+    """`DeepseekV3ForCausalLM` with the keys it shares with GLM-4.7-Flash (its `scoring_func`, `moe_layer_freq`, no
+    `mlp_layer_types`; no yarn, no FP8): the package decodes as transformers' own DeepseekV3ForCausalLM."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    from tests.fixtures.glm4moe_checkpoints import fuse_experts
+    from tests.runtime import decoding
+    from tests.runtime.conftest import compile_spec, write_spec
+
+    arch = tiny_mla_arch()
+    tensors = fitted_mla_tensors(arch)
+    config = {k: v for k, v in mla_config(arch).items() if k != "mlp_layer_types"}
+    config.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", scoring_func="sigmoid",
+                  moe_layer_freq=1)
+    folder = write_mla_checkpoint(tmp_path / "release", arch, config=config)
+    transformers_keys = {k: v for k, v in config.items()
+                         if k not in ("architectures", "model_type", "head_dim", "scoring_func", "topk_method",
+                                      "moe_layer_freq")}
+    tf_config = DeepseekV3Config(**transformers_keys)
+    tf_config._attn_implementation = "eager"
+    model = DeepseekV3ForCausalLM(tf_config).to(torch.float32).eval()
+    trunk = {n: v for n, v in tensors.items() if not n.startswith(f"model.layers.{arch.num_layers}.")}
+    state = fuse_experts(trunk, range(arch.num_layers), arch.moe.num_experts)
+    model.load_state_dict({n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in state.items()}, strict=True)
+    package = compile_spec(write_spec(tmp_path / "v3.yaml", "v3", f"{{hf: {folder.name}}}"), tmp_path / "pkg")
+    main_model = decoding.load(package)
+    for p in PROMPTS:
+        assert decoding.greedy(main_model, list(p), STEPS) == hf_transformers.greedy(model, list(p), STEPS)
+    assert hf.describe(SourceRef("hf", str(folder))).architecture.family == "deepseek2"
