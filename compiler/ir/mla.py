@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .fields import added
+
 
 @dataclass(frozen=True)
 class MlaDims:
@@ -38,6 +40,9 @@ class MlaDims:
     q_lora_rank: int | None = None
     # q_a_layernorm / kv_a_layernorm's epsilon (transformers builds them with its default 1e-6, not rms_norm_eps).
     latent_norm_eps: float = 1e-6
+    # The source stores the rope rows interleaved (HF `rope_interleave`): its reader permutes them on read into
+    # the canonical half-split order. A fact of the source, read by the source's names, never by graphs.
+    source_rope_interleaved: bool = added(False)
 
     @property
     def qk_head_dim(self) -> int:
@@ -47,6 +52,16 @@ class MlaDims:
     def latent_dim(self) -> int:
         """What the cache holds per token: the rotated shared key `[qk_rope_head_dim]` then the latent `[kv_lora_rank]`."""
         return self.qk_rope_head_dim + self.kv_lora_rank
+
+    @property
+    def cached_per_token(self) -> int:
+        """Elements a layer caches per token: the latent in the K cache and again in the V cache (one head each)."""
+        return 2 * self.latent_dim
+
+    def decompressed_per_token(self, heads: int) -> int:
+        """Elements per token per layer of the per-head cache the latent replaces: every head's key
+        (`qk_head_dim`) and value (`v_head_dim`), as a plain multi-head attention would hold them."""
+        return heads * (self.qk_head_dim + self.v_head_dim)
 
     def summary(self) -> str:
         q = f"q LoRA {self.q_lora_rank}" if self.q_lora_rank else "q_proj"

@@ -75,6 +75,9 @@ def profile_accuracy(ir: ModelIR) -> int:
     return matmulnbits_accuracy_level(execution_provider(ir))
 
 
+MLA_ABSORBED = "self_attn.kv_b_proj.weight"
+
+
 def role_of(tensor: SourceTensor) -> WeightRole:
     if tensor.name.endswith("embed_tokens.weight"):
         return WeightRole.EMBEDDING
@@ -82,6 +85,9 @@ def role_of(tensor: SourceTensor) -> WeightRole:
         return WeightRole.EXPERTS
     if len(tensor.shape) == 2 and tensor.name.endswith(".mlp.gate.weight"):
         return WeightRole.ROUTER
+    if tensor.name.endswith(MLA_ABSORBED):
+        # MLA's kv_b_proj is no MatMul operand: the graph stores its per-head halves as float constants (graphs/deepseek2.py).
+        return WeightRole.TENSOR
     return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
 
 
