@@ -44,11 +44,12 @@ class DenseOps:
         y, present, _ = self.channels_first_conv(b, x, weight, past)
         return y, present
 
-    def channels_first_conv(self, b, x, weight, past):
-        """(y `[B, S, C]`, present state, x as the op reads it: `[B, C, S]`)."""
+    def channels_first_conv(self, b, x, weight, past, attrs: dict | None = None):
+        """(y `[B, S, C]`, present state, x as the op reads it: `[B, C, S]`); `attrs` adds to the op's."""
         channels_first = b.op("Transpose", [x], {"perm": [0, 2, 1]}, name="conv/Transpose_in")
-        y, present = b.op_multi("CausalConvWithState", [channels_first, weight, None, past], {"activation": "silu"},
-                                name="conv/CausalConvWithState", num_outputs=2, domain=MS)
+        y, present = b.op_multi("CausalConvWithState", [channels_first, weight, None, past],
+                                {"activation": "silu", **(attrs or {})}, name="conv/CausalConvWithState",
+                                num_outputs=2, domain=MS)
         return b.op("Transpose", [y], {"perm": [0, 2, 1]}, name="conv/Transpose_out"), present, channels_first
 
     def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
@@ -68,12 +69,16 @@ class DenseOps:
         return q, k, v, decay, beta
 
 
-def linear_attention(b: GraphBuilder, q, k, v, past, decay, beta, arch: Architecture, name: str):
-    """com.microsoft LinearAttention (gated delta rule) over `[B, S, X]` -> (output, present state)."""
+def linear_attention(b: GraphBuilder, q, k, v, past, decay, beta, arch: Architecture, name: str,
+                     state_window: int = 0):
+    """com.microsoft LinearAttention (gated delta rule) over `[B, S, X]` -> (output, present state); with a
+    `state_window` W the kernel's own window: past and present `[W, B, ...]` (CUDA kernels only)."""
     la = arch.linear_attention
     # q/k heads < value heads: value head j reads key head j // (Hv / Hk) (grouped), as the weights are stored.
     attrs = {"q_num_heads": la.num_key_heads, "kv_num_heads": la.num_value_heads,
              "update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
+    if state_window:
+        attrs["state_window"] = state_window
     out, present = b.op_multi("LinearAttention", [q, k, v, past, decay, beta], attrs, name=name, num_outputs=2,
                               domain=MS)
     return out, present

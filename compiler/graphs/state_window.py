@@ -105,3 +105,23 @@ class WindowedDenseOps(DenseOps):
             states.append(b.op("Unsqueeze", [state, self.zero], name=f"step_{s}/Unsqueeze"))
         out = b.op("Concat", outputs, {"axis": 1}, name="outputs")
         return out, b.op("Concat", states, {"axis": 0}, name="slots")  # [W, B, Hv, Dk, Dv]
+
+
+class FusedWindowOps(DenseOps):
+    """The window as the kernels' own `state_window` attribute (the 0.18.0 builder's CUDA form): each op reads
+    past slot W - 1 and writes all W slots itself, right-aligned, slots before the forward's first token zero
+    (onnxruntime 1.32's contract). Only the CUDA kernels implement it (`profiles/kernels.py`)."""
+
+    def __init__(self, b: GraphBuilder, attention_mask: oir.Value, window: int):
+        super().__init__(b, attention_mask)
+        self.window = window
+
+    def causal_conv(self, b, x, weight, past):
+        y, present, _ = self.channels_first_conv(b, x, weight, past, {"state_window": self.window})
+        return y, present
+
+    def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
+        la = arch.linear_attention
+        q, k, v, decay, beta = self.recurrence_inputs(b, q, k, v, decay, beta, arch)
+        out, present = linear_attention(b, q, k, v, past, decay, beta, arch, "LinearAttention", self.window)
+        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present

@@ -42,6 +42,11 @@ class FusedKernels:
     # take a's dtype, and the recurrence ops are handed float32 gates, so the graph feeds it float32 a
     # and b (the casts it had already).
     linear_gate: bool = False
+    # A windowed state (`state_window`) as CausalConvWithState's and LinearAttention's own `state_window`
+    # attribute, as the 0.18.0 builder emits it (`builders/base.py`): the kernels write the W per-token states
+    # themselves. onnxruntime 1.32 implements it in its CUDA kernels only (the CPU ones refuse it); elsewhere
+    # the graph builds the window from ops every provider runs (`graphs/state_window.py`).
+    state_window: bool = False
 
 
 NO_FUSION = FusedKernels()
@@ -78,7 +83,9 @@ _BY_PROVIDER = {
     # are a MatMul / RMSNormalization-23 like the graphs' others. RotaryEmbedding-23 on CUDA (and on the
     # packed [N, X] layout of paged graphs) and LinearAttentionGate next to paged GatedDeltaNet were not
     # run, so those stay spelled out.
-    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True),
+    # The fused state window is the builder's CUDA form; tests/lowering/ hold it to the numpy reference on CPU.
+    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True,
+                         state_window=True),
 }
 
 

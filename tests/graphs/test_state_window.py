@@ -1,5 +1,9 @@
 """The windowed main graph on onnxruntime CPU: every window slot against the numpy reference's per-token state.
 
+Both forms: the window built from ops (every provider, `graphs/state_window.py`), and the kernels' own
+`state_window` attribute that CUDA graphs get (`FusedWindowOps`), run here through its lowering
+(tests/lowering/state_window.py), which leaves the slots before the forward's first token zero.
+
 The reference knows nothing of windows: it runs the continuation one token at a time and keeps the
 state after each, which is what slot j must hold for token T - W + j (before the forward's first
 token, zeros or the state it started from: the runtime never reads those). Past slots other than W - 1 are filled with noise, so a graph that
@@ -9,9 +13,13 @@ read them would fail.
 from dataclasses import replace
 
 import numpy as np
+import onnx
 import pytest
 
 from mtpc.passes.state_window import windowed_decoder
+from mtpc.reference.forward import DecoderReference
+
+from tests.lowering.state_window import lower_model
 
 from .tiny import emit, make_ir, run, session
 
@@ -20,12 +28,31 @@ WINDOW = 4
 PROMPT = np.array([[3, 17, 42, 9, 250, 1], [7, 7, 128, 64, 2, 33]], np.int64)
 
 
+@pytest.fixture(scope="module", params=["ops", "fused"])
+def form(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def windowed(arch, store, tmp_path_factory):
+def windowed(arch, store, tmp_path_factory, form):
     ir = make_ir(arch, heads=())
     out = tmp_path_factory.mktemp("windowed") / "pkg"
-    emit(replace(ir, main=windowed_decoder(ir.main, WINDOW)), store, out)
-    return session(out / "model.onnx")
+    main = windowed_decoder(ir.main, WINDOW)
+    if form == "fused":
+        main = replace(main, execution_provider="cuda")
+    emit(replace(ir, main=main), store, out)
+    if form == "ops":
+        return session(out / "model.onnx")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    windowed_ops = [n.op_type for n in model.graph.node if any(a.name == "state_window" and a.i == WINDOW
+                                                                for a in n.attribute)]
+    assert sorted(set(windowed_ops)) == ["CausalConvWithState", "LinearAttention"]
+    assert not any(n.op_type == "If" for n in model.graph.node)
+    with pytest.raises(Exception, match="state_window"):  # onnxruntime's CPU kernels refuse the attribute
+        empty = DecoderReference(arch, store).initial_state(1)
+        run(session(out / "model.onnx"), feeds(PROMPT[:1, :2], 0, empty, np.random.default_rng(0)))
+    onnx.save(lower_model(model), str(out / "model.cpu.onnx"))
+    return session(out / "model.cpu.onnx")
 
 
 def feeds(ids: np.ndarray, past_length: int, state, rng) -> dict:
@@ -60,7 +87,7 @@ def reference_window(reference, ids: np.ndarray, state) -> dict[str, np.ndarray]
 # than the window); batch 2 only on the empty past (GQA takes several tokens after a past for batch 1 only).
 @pytest.mark.parametrize("batch, prefix, tokens", [(1, 4, 1), (1, 4, 2), (1, 4, WINDOW), (1, 4, WINDOW + 3),
                                                    (2, 0, WINDOW + 2), (2, 0, 3)])
-def test_every_slot_is_the_state_after_its_token(windowed, reference, batch, prefix, tokens):
+def test_every_slot_is_the_state_after_its_token(windowed, form, reference, batch, prefix, tokens):
     rng = np.random.default_rng(tokens)
     ids = PROMPT[:batch]
     state = reference.initial_state(batch)
@@ -75,9 +102,12 @@ def test_every_slot_is_the_state_after_its_token(windowed, reference, batch, pre
     for name, slots in reference_window(reference, continuation, state).items():
         assert out[name].shape == slots.shape
         np.testing.assert_allclose(out[name][before:], slots[before:], atol=TOL, rtol=0, err_msg=name)
-        # Never read by the runtime: zeros (a one-token forward's recurrent state) or the state it started from.
+        # Never read by the runtime: zeros (a one-token forward's recurrent state; every slot of the fused form's)
+        # or the state it started from.
         for j in range(before):
             assert np.allclose(out[name][j], slots[j], atol=TOL) or not out[name][j].any(), (name, j)
+        if form == "fused":
+            assert not out[name][:before].any(), name
 
 
 def test_past_and_present_bound_to_one_buffer_give_the_same_result(windowed, reference):
