@@ -111,7 +111,7 @@ def _mla(meta: Metadata) -> MlaDims:
                           f"mtpc reads deepseek2 files without rope scaling only")
     return MlaDims(kv_lora_rank=kv_lora, qk_nope_head_dim=qk - rope, qk_rope_head_dim=rope,
                    v_head_dim=meta.positive(value), softmax_scale=qk ** -0.5, q_lora_rank=q_lora,
-                   latent_norm_eps=LATENT_NORM_EPS)
+                   latent_norm_eps=LATENT_NORM_EPS, source_rope_interleaved=True)  # llama.cpp's ROPE_TYPE_NORM
 
 
 def _moe(meta: Metadata, n_main: int, shapes: dict) -> MoeDims:
