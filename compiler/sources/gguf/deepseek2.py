@@ -129,7 +129,8 @@ def _moe(meta: Metadata, n_main: int, shapes: dict) -> MoeDims:
     if dense > n_main:
         raise SourceError(f"{meta.path}: GGUF metadata key {_key(meta, Keys.LLM.LEADING_DENSE_BLOCK_COUNT)!r} "
                           f"({dense}) is more than the {n_main} trunk blocks")
-    scoring, bias = _routing(meta, dense < n_main and f"blk.{dense}.exp_probs_b.bias" in shapes)
+    # Any block's bias says the model has one: then every sparse block needs its own, and one left out is named.
+    scoring, bias = _routing(meta, any(n.endswith(".exp_probs_b.bias") for n in shapes))
     if scoring == SOFTMAX and groups > 1:
         raise SourceError(f"{meta.path}: softmax routing over expert groups ({_key(meta, Keys.LLM.EXPERT_GROUP_COUNT)!r}"
                           f" {groups}: DeepSeek-V2's group_limited_greedy) is not supported")
