@@ -33,16 +33,21 @@ CONFIG = {
 }
 
 
-def release_tensors(with_mtp: bool = True) -> dict[str, np.ndarray]:
+# Every matrix but attn_k_b (rows of qk_nope_head_dim) 256 wide: rows a k-quant can block.
+WIDE = {**CONFIG, "hidden_size": 256, "intermediate_size": 256, "moe_intermediate_size": 256, "q_lora_rank": 256,
+        "kv_lora_rank": 256, "qk_rope_head_dim": 32, "v_head_dim": 64}
+
+
+def release_tensors(with_mtp: bool = True, config: dict = CONFIG) -> dict[str, np.ndarray]:
     """transformers' names and shapes, experts one tensor per expert (the release's layout), seeded values."""
     import torch
     from transformers import Glm4MoeLiteConfig, Glm4MoeLiteForCausalLM
 
     keys = ("architectures", "model_type", "first_k_dense_replace", "num_nextn_predict_layers", "torch_dtype")
     with torch.device("meta"):
-        model = Glm4MoeLiteForCausalLM(Glm4MoeLiteConfig(**{k: v for k, v in CONFIG.items() if k not in keys}))
+        model = Glm4MoeLiteForCausalLM(Glm4MoeLiteConfig(**{k: v for k, v in config.items() if k not in keys}))
     shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
-    inter = CONFIG["moe_intermediate_size"]
+    inter = config["moe_intermediate_size"]
     split: dict[str, tuple[int, ...]] = {}
     for name, shape in shapes.items():
         owner, _, proj = name.rpartition("mlp.experts.")
@@ -58,7 +63,7 @@ def release_tensors(with_mtp: bool = True) -> dict[str, np.ndarray]:
     if with_mtp:
         last, head = f"model.layers.{LAYERS - 1}.", f"model.layers.{LAYERS}."
         split.update({n.replace(last, head): s for n, s in split.items() if n.startswith(last)})
-        h = CONFIG["hidden_size"]
+        h = config["hidden_size"]
         split.update({head + "eh_proj.weight": (h, 2 * h), head + "enorm.weight": (h,), head + "hnorm.weight": (h,),
                       head + "shared_head.norm.weight": (h,)})
     rng = np.random.default_rng(29)
@@ -95,3 +100,10 @@ def ds_ggufs(ds_workdir, ds_tensors) -> dict[str, Path]:
     release = write_release(ds_workdir / "hf", ds_tensors)
     outputs = {t: ds_workdir / f"ds-{t}.gguf" for t in ("f32", "q8_0")}
     return llama_cpp.convert(release, outputs, pre_tokenizer="glm4")
+
+
+@pytest.fixture(scope="session")
+def wide_gguf(ds_workdir) -> Path:
+    """The converter's f32 file of the `WIDE` release."""
+    release = write_release(ds_workdir / "hf-wide", release_tensors(config=WIDE), **WIDE)
+    return llama_cpp.convert(release, {"f32": ds_workdir / "ds-wide-f32.gguf"}, pre_tokenizer="glm4")["f32"]

@@ -235,6 +235,8 @@ def op_for(canonical: str) -> str:
 def source_tensor(layout: Layout, tensors: dict[str, GGUFTensorInfo], name: str) -> SourceTensor:
     entry = entry_of(layout, name, "")
     qtype = tensors[entry.gguf].type
+    # A tensor assembled from parts is as quantized as its most quantized part (it is dequantized on read).
+    qtype = next((t for t in (tensors[p].type for p in (entry.gguf, *entry.parts)) if t not in _FLOAT_NAMES), qtype)
     encoding = _FLOAT_NAMES.get(qtype, qtype.name)
     form = carried_form(layout, entry, qtype, op_for(name))
     carried = None
