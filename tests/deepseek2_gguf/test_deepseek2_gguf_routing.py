@@ -8,6 +8,8 @@ runtime guesses sigmoid for 47 / 48 blocks and a 154880-token vocabulary, softma
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from gguf import GGMLQuantizationType as QT, GGUFReader
 
@@ -78,3 +80,16 @@ def test_a_gguf_without_its_nextn_layer_reads_text_only(ds_workdir, ds_ggufs):
     arch = info.architecture
     assert (arch.mtp_num_layers, arch.unusable_head, arch.num_layers) == (0, None, LAYERS)
     assert not any(t.name.startswith("mtp.") for t in info.tensors)
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"deepseek2.rope.scaling.type": "yarn"}, "deepseek2.rope.scaling.type' is 'yarn'"),  # DeepSeek-V3's rope
+    ({"deepseek2.expert_group_count": 2, "deepseek2.expert_group_used_count": 1},
+     "softmax routing over expert groups"),  # DeepSeek-V2's group_limited_greedy (no bias: softmax)
+])
+def test_what_mtpc_does_not_build_is_refused_naming_the_key(tmp_path, ds_ggufs, fields, said):
+    target = tmp_path / "refused.gguf"
+    path = _without_bias(ds_ggufs, target, **fields) if "group" in said else requantize(
+        ds_ggufs["f32"], target, (), QT.F32, fields=fields)
+    with pytest.raises(SourceError, match=re.escape(said)):
+        gguf.describe(SourceRef("gguf", str(path)))
