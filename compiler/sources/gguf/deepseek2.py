@@ -1,4 +1,7 @@
-"""DeepSeek-V2/V3 and GLM-4.7-Flash GGUFs (llama.cpp's `deepseek2`) -> Architecture with multi-head latent attention.
+"""GLM-4.7-Flash and DeepSeek-V2/V3 GGUFs (llama.cpp's `deepseek2`) -> Architecture with multi-head latent attention.
+
+DeepSeek-V2/V3 files carry yarn rope scaling (`rope.scaling.type`), which mtpc's Rope does not model yet: refused
+at that key. (Their converter drops the MTP layer anyway: `skip_mtp`.)
 
 Keys (conversion/deepseek.py `DeepseekV2Model.set_gguf_parameters`, conversion/glm.py `Glm4MoeLiteModel`, at the
 pinned llama.cpp): `attention.kv_lora_rank`, `attention.q_lora_rank` (absent without a q LoRA: DeepSeek-V2-Lite's
