@@ -114,7 +114,7 @@ def file_greedy(conformance_dir, ggufs, transformers_greedy) -> Lazy:
         if outtype == "f32":  # the converter's f32 transforms are exact: the release's own weights
             return transformers_greedy[f]
         fam = family_of(f)
-        tensors = file_weights(fam.tensors(), ggufs[f][outtype], fam.arch, fam.column_orders())
+        tensors = file_weights(fam.tensors(), ggufs[f][outtype], fam.arch, fam.column_orders(), fam.converter_splits)
         model = fam.transformers(conformance_dir / f"tf-{f}-{outtype}", tensors)
         return {p: hf_transformers.greedy(model, list(p), STEPS) for p in fam.prompts}
 

@@ -56,9 +56,15 @@ class Family:
     # Per HF tensor, the permutation of axis 1 the converter applies before quantizing (its blocks run
     # along that axis, so the Q8_0 rounding depends on it); rows may move freely.
     column_orders: Callable[[], dict[str, np.ndarray]] = dict
+    # Per HF tensor name suffix, (split, join): the parts the converter writes it as, in their stored layouts, and
+    # back (deepseek2's kv_b_proj: a transposed k half and a v half, blocked along different axes).
+    converter_splits: dict[str, tuple[Callable, Callable]] = field(default_factory=dict)
     # The GGUF tensor holding the head's fc, for the llama.cpp control with its input halves swapped.
     eh_proj: str = ""
     real_size: Callable[[], RealSize] | None = None
+    # GGUF metadata keys written into the converter's files before llama.cpp's runtime runs them, where the
+    # runtime would otherwise guess (deepseek2's expert_gating_func); mtpc compiles the converter's files as written.
+    llama_cpp_runtime_keys: dict[str, int] = field(default_factory=dict)
     # Oracles that do not apply, with the reason.
     unsupported: dict[str, str] = field(default_factory=dict)
 

@@ -91,6 +91,17 @@ def llama_cpp_binary() -> Path:
     return binary
 
 
+def _for_the_runtime(fam, path: Path, target: Path) -> Path:
+    """The converter's file, with the keys the family's runtime would otherwise guess written (`llama_cpp_runtime_keys`)."""
+    if not fam.llama_cpp_runtime_keys:
+        return path
+    from gguf import GGMLQuantizationType as QT
+
+    from tests.fixtures.gguf_requantize import requantize
+
+    return requantize(path, target, (), QT.F32, fields=fam.llama_cpp_runtime_keys)
+
+
 @pytest.mark.parametrize("outtype", OUTTYPES)
 @pytest.mark.parametrize("name", RUNTIME)
 def test_llama_cpp_decodes_as_transformers_and_accepts_the_heads_drafts(
@@ -100,7 +111,8 @@ def test_llama_cpp_decodes_as_transformers_and_accepts_the_heads_drafts(
     to 8 bits as well, so its tokens leave transformers' (float activations on the file's weights) at the first
     near tie (measured: Qwen3-Next r2 at step 3); there its head must still have drafts accepted and rejected."""
     prompt = family(name).prompts[0]
-    run = llama_cpp_runtime.speculative(ggufs[name][outtype], prompt_bytes(prompt), STEPS, 3, conformance_dir)
+    path = _for_the_runtime(family(name), ggufs[name][outtype], conformance_dir / f"{name}-{outtype}-runtime.gguf")
+    run = llama_cpp_runtime.speculative(path, prompt_bytes(prompt), STEPS, 3, conformance_dir)
     if outtype == "f32":
         want = piece_bytes(file_greedy[name, outtype][prompt])
         generated = run.text.split(prompt_bytes(prompt), 1)[-1]
@@ -122,6 +134,7 @@ def test_llama_cpp_accepts_no_more_than_chance_from_a_head_with_its_inputs_swapp
     fam = family(name)
     h = fam.arch.hidden_size
     swapped = requantize(ggufs[name]["f32"], conformance_dir / f"{name}-swapped.gguf", (), QT.F32,
-                         edit={fam.eh_proj: lambda w: np.concatenate([w[:, h:], w[:, :h]], axis=1)})
+                         edit={fam.eh_proj: lambda w: np.concatenate([w[:, h:], w[:, :h]], axis=1)},
+                         fields=fam.llama_cpp_runtime_keys)
     run = llama_cpp_runtime.speculative(swapped, prompt_bytes(fam.prompts[0]), STEPS, 3, conformance_dir)
     assert run.drafted > 0 and run.accepted * 10 <= run.drafted, (run.drafted, run.accepted, run.log[-3000:])

@@ -16,14 +16,17 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import glm4moe, qwen3next
+from . import deepseek2, glm4moe, qwen3next
 from .metadata import Metadata, architecture, tensor_shapes
-from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, moe_dims
+from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, mla_dims, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
 
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 # Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
-ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES)}
+ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES,
+                                                              deepseek2.NAMES)}
+# A family whose metadata keys are not Qwen3.5's reads them itself (`metadata.architecture` otherwise).
+_ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2.architecture}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -60,6 +63,8 @@ class Entry:
     gguf_shape: tuple[int, ...]
     canonical_shape: tuple[int, ...]
     transform: Transform
+    # Further GGUF tensors the canonical tensor is assembled from (`Rule.parts`).
+    parts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "HD": arch.head_dim,
         **linear,
         **moe_dims(arch.moe),
+        **mla_dims(arch.mla, arch.num_attention_heads),
     }
 
 
@@ -105,28 +111,40 @@ def layout_of(meta: Metadata) -> Layout:
         raise SourceError(
             f"{meta.path}: GGUF architecture {meta.arch!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})"
         )
-    arch, n_main = (glm4moe.architecture if names.family == "glm4moe" else architecture)(meta, names)
+    arch, n_main = _ARCHITECTURE_READERS.get(names.family, architecture)(meta, names)
     dims = _dims(arch)
     present = tensor_shapes(meta.header)
+    if names.variant is not None:
+        names = names.variant(arch, present)
     entries: dict[str, Entry] = {}
 
-    def add(rule: Rule, gguf_prefix: str, canonical_prefix: str, *, optional: bool = False) -> None:
-        gguf_name = gguf_prefix + rule.gguf
-        expected = tuple(dims[d] for d in rule.shape)
+    def check(gguf_name: str, shape: tuple[str, ...]) -> tuple[int, ...] | None:
+        expected = tuple(dims[d] for d in shape)
         actual = present.get(gguf_name)
-        if actual is None:
-            if optional:
-                return
-            raise SourceError(f"{meta.path}: GGUF tensor {gguf_name} is missing (expected shape {list(expected)})")
-        if actual != expected:
+        if actual is not None and actual != expected:
             raise SourceError(
                 f"{meta.path}: GGUF tensor {gguf_name} has shape {list(actual)}, expected {list(expected)}"
             )
+        return actual
+
+    def add(rule: Rule, gguf_prefix: str, canonical_prefix: str, *, optional: bool = False) -> None:
+        gguf_name = gguf_prefix + rule.gguf
+        expected = check(gguf_name, rule.shape)
+        if expected is None and optional:
+            return
+        for part, shape in ((gguf_name, rule.shape), *((gguf_prefix + p, s) for p, s in rule.parts)):
+            if check(part, shape) is None:
+                raise SourceError(f"{meta.path}: GGUF tensor {part} is missing (expected shape "
+                                  f"{[dims[d] for d in shape]})")
+        assert expected is not None
         canonical_shape = (expected[0], 1, expected[1]) if rule.transform is Transform.CONV1D else expected
         if rule.transform in (Transform.BETA_ROWS, Transform.ALPHA_ROWS):
             canonical_shape = (expected[0] // 2, *expected[1:])
+        if rule.transform is Transform.KV_B_SPLIT:
+            canonical_shape = (dims["KVB"], dims["R"])
         name = canonical_prefix + rule.canonical
-        entries[name] = Entry(name, gguf_name, expected, canonical_shape, rule.transform)
+        entries[name] = Entry(name, gguf_name, expected, canonical_shape, rule.transform,
+                              tuple(gguf_prefix + p for p, _ in rule.parts))
 
     for rule in names.global_required:
         add(rule, "", "")
@@ -159,6 +177,7 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
     prefix = f"blk.{n_main}."
     kinds = block_rules(names, arch, LayerKind.FULL_ATTENTION, None)
     expected = {prefix + r.gguf for r in kinds + names.nextn_required}
+    expected |= {prefix + p for r in kinds for p, _ in r.parts}
     known = expected | {prefix + r.gguf for r in names.nextn_optional + tuple(r for r, _ in names.nextn_fallback)}
     head_like = {n for n in present if _is_head_tensor(n, n_main)}
     usable, unusable = head_verdict(
@@ -216,6 +235,8 @@ def op_for(canonical: str) -> str:
 def source_tensor(layout: Layout, tensors: dict[str, GGUFTensorInfo], name: str) -> SourceTensor:
     entry = entry_of(layout, name, "")
     qtype = tensors[entry.gguf].type
+    # A tensor assembled from parts is as quantized as its most quantized part (it is dequantized on read).
+    qtype = next((t for t in (tensors[p].type for p in (entry.gguf, *entry.parts)) if t not in _FLOAT_NAMES), qtype)
     encoding = _FLOAT_NAMES.get(qtype, qtype.name)
     form = carried_form(layout, entry, qtype, op_for(name))
     carried = None
@@ -238,7 +259,8 @@ def carried_form(layout: Layout, entry: Entry, qtype: QT, op: str) -> CarryOver 
         lin, (n_k, n_v, _) = layout.arch.linear_attention, layout.heads
         whole = lin is not None and (n_v == n_k or lin.value_head_dim % form.block_size == 0)
         return form if whole else None
-    rows = (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS, Transform.BETA_ROWS, Transform.ALPHA_ROWS)
+    rows = (Transform.NONE, Transform.VALUE_ROWS, Transform.VALUE_ROWS_AFTER_KEYS, Transform.BETA_ROWS, Transform.ALPHA_ROWS,
+            Transform.ROPE_ROWS_PER_HEAD, Transform.ROPE_ROWS_LAST)
     return form if entry.transform in rows else None
 
 

@@ -13,6 +13,8 @@ Symbolic dimensions (resolved by `mtpc.sources.gguf.reader` from the metadata):
   CK conv kernel, H2 `2 * H`.
 
 MoE blocks (qwen35moe) add E experts, EI expert FFN width, SI shared-expert width and ONE (1).
+Multi-head latent attention (deepseek2, `mla_dims`) adds N heads, QR q LoRA rank, QB `N * (nope + rope)`,
+R kv LoRA rank, KVA `R + rope`, NOPE, VH value head dim, KVB `N * (NOPE + VH)` and OV `N * VH`.
 
 A new architecture adds its own `GGUFNames` entry in its module (`glm4moe.py`, `qwen3next.py`), registered in
 `layout.ARCHITECTURES`.
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from typing import Callable
 
-from ...ir import MoeDims
+from ...ir import MlaDims, MoeDims
 
 
 class Transform(str, enum.Enum):
@@ -44,6 +47,14 @@ class Transform(str, enum.Enum):
     # qwen3next's fused `ssm_ba` `[2 * HV, H]`: per key-head group `[b (r rows) | a (r rows)]` (r = HV / HK).
     BETA_ROWS = "beta_rows"
     ALPHA_ROWS = "alpha_rows"
+    # MLA (deepseek2): llama.cpp rotates interleaved pairs (ROPE_TYPE_NORM) on HF's own rows; canonical rope
+    # rows are half-split (`ir/mla.py`). Per head `[nope | rope]` (q_b_proj / q_proj), or the last rope rows
+    # (kv_a_proj_with_mqa's `[latent | k_rope]`): whole rows move, so block forms stay exact.
+    ROPE_ROWS_PER_HEAD = "rope_rows_per_head"
+    ROPE_ROWS_LAST = "rope_rows_last"
+    # kv_b_proj `[N * (NOPE + VH), R]` assembled from the converter's `attn_k_b` `[N, R, NOPE]` (k half, transposed)
+    # and its `Rule.parts` `attn_v_b` `[N, VH, R]`; read as float (k_b's blocks run along NOPE, not R).
+    KV_B_SPLIT = "kv_b_split"
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class Rule:
     canonical: str
     shape: tuple[str, ...]  # GGUF numpy shape (reverse of ggml `ne`), symbolic
     transform: Transform = Transform.NONE
+    # Further GGUF tensors (name, symbolic shape) the canonical tensor is assembled from (deepseek2's attn_v_b).
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,9 @@ class GGUFNames:
     tiled_value_heads: bool = True
     # Positions as MRoPE rows (Qwen3.5) or one per token.
     position_rows: bool = True
+    # (architecture, the file's tensor names) -> the table this file is read with, for a family whose tensors
+    # vary with its dims or converter version (deepseek2: q LoRA or not, split or legacy kv_b, selection bias).
+    variant: Callable[..., "GGUFNames"] | None = None
 
 
 _N = Transform
@@ -178,3 +194,12 @@ def moe_dims(moe: MoeDims | None) -> dict[str, int]:
         return {}
     return {"E": moe.num_experts, "EI": moe.expert_intermediate_size, "SI": moe.shared_expert_intermediate_size,
             "ONE": 1}
+
+
+def mla_dims(mla: MlaDims | None, heads: int) -> dict[str, int]:
+    """Multi-head latent attention's symbolic dimensions (none without it)."""
+    if mla is None:
+        return {}
+    return {"N": heads, "QR": mla.q_lora_rank or 0, "QB": heads * mla.qk_head_dim, "R": mla.kv_lora_rank,
+            "KVA": mla.kv_lora_rank + mla.qk_rope_head_dim, "NOPE": mla.qk_nope_head_dim, "VH": mla.v_head_dim,
+            "KVB": heads * (mla.qk_nope_head_dim + mla.v_head_dim), "OV": heads * mla.v_head_dim}

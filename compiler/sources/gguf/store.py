@@ -41,6 +41,19 @@ def _regroup_value_heads(a: np.ndarray, axis: int, start: int, n_k: int, n_v: in
     return np.moveaxis(np.concatenate([head, tail], axis=0), 0, axis)
 
 
+def rope_row_order(arch, transform: Transform, rows: int) -> np.ndarray:
+    """The source row of each canonical row of an MLA weight whose rope rows the converter left interleaved
+    (pairs 2i, 2i+1, llama.cpp's ROPE_TYPE_NORM): canonical half-split rope row i reads 2i, row d/2 + i reads 2i + 1."""
+    mla = arch.mla
+    d = mla.qk_rope_head_dim
+    rope = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
+    if transform is Transform.ROPE_ROWS_LAST:  # [latent | k_rope]
+        return np.concatenate([np.arange(rows - d), rows - d + rope])
+    per_head = mla.qk_head_dim  # [nope | rope] per head
+    head = np.concatenate([np.arange(mla.qk_nope_head_dim), mla.qk_nope_head_dim + rope])
+    return (np.arange(rows // per_head)[:, None] * per_head + head).reshape(-1)
+
+
 def _take_blocks(q: QuantizedTensor, blocks: np.ndarray) -> QuantizedTensor:
     """`q` with its blocks along K in the order `blocks` (zero points unpacked to move, then repacked)."""
     zero_points = q.zero_points
@@ -174,6 +187,8 @@ class GGUFWeightStore:
         entry = self._entry(name)
         tensor = self._tensors[entry.gguf]
         value = self._dequantized(entry, tensor, self._data(tensor))
+        if entry.transform is Transform.KV_B_SPLIT:
+            return self._kv_b(entry, value)
         value = value.reshape(entry.gguf_shape)
         if entry.transform is not Transform.NONE:
             value = self._regroup(value, entry.transform)
@@ -191,7 +206,19 @@ class GGUFWeightStore:
                 f"{self._path}: GGUF tensor {entry.gguf} has type {tensor.type.name}, which gguf-py cannot dequantize"
             ) from None
 
+    def _kv_b(self, entry: Entry, k_b: np.ndarray) -> np.ndarray:
+        """MLA's kv_b_proj `[N * (nope + v), R]` from the converter's `attn_k_b` `[N, R, nope]` and `attn_v_b` `[N, v, R]`:
+        per head its k rows (k_b transposed back) then its v rows, as HF stores it."""
+        (v_name,) = entry.parts
+        v_tensor = self._tensors[v_name]
+        n, r, nope = entry.gguf_shape
+        v_b = self._dequantized(replace(entry, gguf=v_name), v_tensor, self._data(v_tensor)).reshape(n, -1, r)
+        kv = np.concatenate([k_b.reshape(n, r, nope).transpose(0, 2, 1), v_b], axis=1)
+        return np.ascontiguousarray(kv.reshape(entry.canonical_shape), dtype=np.float32)
+
     def _regroup(self, value: np.ndarray, transform: Transform) -> np.ndarray:
+        if transform in (Transform.ROPE_ROWS_PER_HEAD, Transform.ROPE_ROWS_LAST):
+            return value[rope_row_order(self._layout.arch, transform, value.shape[0])]
         n_k, n_v, key_dim = self._layout.heads
         if transform in (Transform.BETA_ROWS, Transform.ALPHA_ROWS):  # qwen3next's ssm_ba: [Hk, b | a, r] rows
             lin = self._layout.arch.linear_attention
@@ -237,7 +264,9 @@ class GGUFWeightStore:
     def release(self, name: str) -> None:
         """Drop the pages of `name` this process has touched (they stay in the page cache)."""
         if self._header is not None:
-            self._header.release(self._tensors[self._entry(name).gguf])
+            entry = self._entry(name)
+            for gguf_name in (entry.gguf, *entry.parts):
+                self._header.release(self._tensors[gguf_name])
 
     def _data(self, tensor: GGUFTensorInfo) -> np.ndarray:
         if self._header is None:
