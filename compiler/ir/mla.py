@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .fields import added
+
 
 @dataclass(frozen=True)
 class MlaDims:
@@ -38,6 +40,9 @@ class MlaDims:
     q_lora_rank: int | None = None
     # q_a_layernorm / kv_a_layernorm's epsilon (transformers builds them with its default 1e-6, not rms_norm_eps).
     latent_norm_eps: float = 1e-6
+    # The source stores the rope rows interleaved (HF `rope_interleave`): its reader permutes them on read into
+    # the canonical half-split order. A fact of the source, read by the source's names, never by graphs.
+    source_rope_interleaved: bool = added(False)
 
     @property
     def qk_head_dim(self) -> int:

@@ -75,11 +75,17 @@ def profile_accuracy(ir: ModelIR) -> int:
     return matmulnbits_accuracy_level(execution_provider(ir))
 
 
+MLA_ABSORBED = "self_attn.kv_b_proj.weight"
+
+
 def role_of(tensor: SourceTensor) -> WeightRole:
     if tensor.name.endswith("embed_tokens.weight"):
         return WeightRole.EMBEDDING
     if len(tensor.shape) == 3 and ".mlp.experts." in f".{tensor.name}":
         return WeightRole.EXPERTS
+    if tensor.name.endswith(MLA_ABSORBED):
+        # MLA's kv_b_proj is no MatMul operand: the graph stores its per-head halves as float constants (graphs/deepseek2.py).
+        return WeightRole.TENSOR
     return WeightRole.LINEAR if len(tensor.shape) == 2 else WeightRole.TENSOR
 
 

@@ -1,6 +1,7 @@
 """A numpy forward pass of the main decoder and its MTP head, for checking graphs.
 
-Qwen3.5's hybrid decoder is written here; GLM-4.5's attention in `glm4moe.py`, the sparse FFNs in `moe.py`.
+Qwen3.5's hybrid decoder is written here; GLM-4.5's attention in `glm4moe.py`, MLA's in `deepseek2.py`, the
+sparse FFNs in `moe.py`.
 
 Written from the architecture notes (`qwen35-mtp-architecture.md`), sharing no code
 with the graph builders, so a graph that agrees with it agrees with the model and
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Architecture, LayerKind
-from . import glm4moe
+from . import deepseek2, glm4moe
 from .moe import sparse_moe
 from .primitives import causal_attention, rms_norm, rope  # noqa: F401  (callers import them from here too)
 from ..weights import WeightStore
@@ -180,7 +181,10 @@ def feed_forward(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray, la
 
 
 def attention_of(arch: Architecture):
-    """The family's full-attention layer: Qwen3.5's gated attention, or GLM-4.5's (`reference/glm4moe.py`)."""
+    """The family's full-attention layer: Qwen3.5's gated attention, GLM-4.5's (`reference/glm4moe.py`), or
+    multi-head latent attention (`reference/deepseek2.py`, which caches the latent as one KV head)."""
+    if arch.mla is not None:
+        return deepseek2.attention
     return glm4moe.attention if arch.family == "glm4moe" else full_attention
 
 

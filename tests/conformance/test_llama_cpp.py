@@ -31,8 +31,9 @@ from tests.runtime.conftest import STEPS
 from .conftest import OUTTYPES, assert_same
 from .families import FAMILIES, family
 
-NAMES = sorted(FAMILIES)
-RUNTIME = sorted(n for n in FAMILIES if family(n).supports("llama.cpp runtime"))
+# A family whose GGUF llama.cpp's converter writes but mtpc does not read yet says so (`unsupported`).
+NAMES = sorted(n for n in FAMILIES if family(n).supports("llama.cpp converter"))
+RUNTIME = sorted(n for n in NAMES if family(n).supports("llama.cpp runtime"))
 
 
 @pytest.mark.parametrize("name", NAMES)
