@@ -83,6 +83,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "qwen3next-r1": _fixture("qwen3next_checkpoints", 1),
     "glm4moe": _fixture("glm4moe_checkpoints"),
     "deepseek2": _fixture("deepseek2_checkpoints"),
+    "deepseek3": _fixture("deepseek3_checkpoints"),
 }
 
 
