@@ -91,6 +91,7 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         f"- hidden size {arch.hidden_size}, {arch.num_attention_heads} attention heads, "
         f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}",
         *([f"- {arch.attention_summary()}"] if not arch.attention_output_gate else []),
+        *_kv_cache(ir),
         *([f"- mixture of experts{' in every layer' if not arch.moe.dense_layers else ''}: {arch.moe.summary()}"]
           if arch.moe is not None else []),
         *([f"- MTP head in the source: {arch.head_summary()}"]
@@ -209,6 +210,20 @@ def _weights_section(ir: ModelIR) -> list[str]:
 
 def emit_model_card(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     return [Artifact(CARD_NAME, render(ir, ctx.info.card, ctx.speed_table).encode("utf-8"))]
+
+
+def _kv_cache(ir: ModelIR) -> list[str]:
+    """MLA's cache per token per layer against the per-head keys and values it replaces (other attentions: nothing,
+    their head count and head dim say it)."""
+    arch = ir.architecture
+    mla = arch.mla
+    if mla is None:
+        return []
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}[ir.precision.io_dtype]
+    cached, full = mla.cached_per_token * size, mla.decompressed_per_token(arch.num_attention_heads) * size
+    return [f"- KV cache per token per layer: {cached:,} bytes (the {mla.latent_dim}-wide latent in the K and the V "
+            f"cache, {ir.precision.io_dtype}), against {full:,} bytes for decompressed keys and values "
+            f"({arch.num_attention_heads} heads x ({mla.qk_head_dim} + {mla.v_head_dim})): {full / cached:.1f}x smaller"]
 
 
 def _window(ir: ModelIR) -> str:

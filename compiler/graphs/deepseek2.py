@@ -30,7 +30,8 @@ import onnx_ir as oir
 
 from ..ir import Architecture, LayerKind, MlaDims, ModelIR
 from ..profiles.kernels import NO_FUSION, FusedKernels
-from .blocks import Rotary, SequenceOps, initializer_name, merge_heads, project, rms_norm, rotate_heads, split_heads
+from .blocks import (Rotary, SequenceOps, initializer_name, merge_heads, project, project_all, rms_norm, rotate_heads,
+                     split_heads)
 from .builder import BuiltGraph, GraphBuilder, GraphData
 from .decoder import LayerSite, Mixer, Progress, build_decoder
 from .initializers import InitializerGroup, PlannedTensor
@@ -88,10 +89,10 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
     p = prefix + "self_attn."
     eps = mla.latent_norm_eps
     with b.scope("self_attn"):
-        if mla.q_lora_rank is None:
-            q = project(b, x, p + "q_proj.weight", "q_proj/MatMul")
-        else:
-            q = project(b, x, p + "q_a_proj.weight", "q_a_proj/MatMul")
+        # Both projections of x, one MatMul where the profile packs projections stored alike.
+        q_in = p + ("q_proj.weight" if mla.q_lora_rank is None else "q_a_proj.weight")
+        q, kv = project_all(b, x, [q_in, p + "kv_a_proj_with_mqa.weight"])
+        if mla.q_lora_rank is not None:
             q = rms_norm(b, q, p + "q_a_layernorm.weight", eps, "q_a_layernorm")
             q = project(b, q, p + "q_b_proj.weight", "q_b_proj/MatMul")
         q = split_heads(b, ops, q, nh, mla.qk_head_dim, "q_heads/Reshape")
@@ -103,7 +104,6 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
         query = merge_heads(b, ops, b.op("Concat", [q_rope, q_lat], {"axis": -1}, name="query/Concat"),
                             nh * mla.latent_dim, "query/Reshape")
 
-        kv = project(b, x, p + "kv_a_proj_with_mqa.weight", "kv_a_proj_with_mqa/MatMul")
         c, k_rope = b.op_multi("Split", [kv, b.i64(f"split_{r}_{rd}", [r, rd])], {"axis": -1}, name="kv/Split",
                                num_outputs=2)
         c = rms_norm(b, c, p + "kv_a_layernorm.weight", eps, "kv_a_layernorm")

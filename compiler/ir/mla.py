@@ -53,6 +53,16 @@ class MlaDims:
         """What the cache holds per token: the rotated shared key `[qk_rope_head_dim]` then the latent `[kv_lora_rank]`."""
         return self.qk_rope_head_dim + self.kv_lora_rank
 
+    @property
+    def cached_per_token(self) -> int:
+        """Elements a layer caches per token: the latent in the K cache and again in the V cache (one head each)."""
+        return 2 * self.latent_dim
+
+    def decompressed_per_token(self, heads: int) -> int:
+        """Elements per token per layer of the per-head cache the latent replaces: every head's key
+        (`qk_head_dim`) and value (`v_head_dim`), as a plain multi-head attention would hold them."""
+        return heads * (self.qk_head_dim + self.v_head_dim)
+
     def summary(self) -> str:
         q = f"q LoRA {self.q_lora_rank}" if self.q_lora_rank else "q_proj"
         return (f"multi-head latent attention ({q}, kv LoRA {self.kv_lora_rank}, per head nope {self.qk_nope_head_dim}"

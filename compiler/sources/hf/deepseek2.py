@@ -206,9 +206,4 @@ def _routing(cfg: Config):
     field, method = cfg.lookup("topk_method")
     if method not in (None, "noaux_tc"):
         raise cfg.fail(field, f"is {method!r}; mtpc routes MLA models by noaux_tc (sigmoid + e_score_correction_bias)")
-    # glm4moe's reader checks the groups and experts; its dense-layer count is replaced by `dense_layers`.
-    return glm4moe._moe(cfg, MAX_DENSE)
-
-
-# `glm4moe._moe` bounds first_k_dense_replace by the layer count; `dense_layers` checks it here instead.
-MAX_DENSE = 1 << 30
+    return glm4moe.sigmoid_routing(cfg)  # its groups, experts and shared experts checked there

@@ -18,6 +18,7 @@ RMSNorm weights are plain scales, so no tensor is converted on read.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ...ir import Architecture, HeadLayout, LayerKind, MoeDims
@@ -130,6 +131,15 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
 
 
 def _moe(cfg: Config, num_layers: int) -> MoeDims:
+    dense = cfg.int("first_k_dense_replace", 1)
+    if dense > num_layers:
+        raise cfg.fail("first_k_dense_replace", f"({dense}) is more than num_hidden_layers ({num_layers})")
+    return replace(sigmoid_routing(cfg), dense_layers=dense)
+
+
+def sigmoid_routing(cfg: Config) -> MoeDims:
+    """GLM's sparse block without its dense layers (the caller's): sigmoid scores with the selection bias, groups,
+    scaling, shared experts (DeepSeek-V3's `noaux_tc`, which the deepseek2 family reads too)."""
     experts = cfg.int("n_routed_experts")
     top_k = cfg.int("num_experts_per_tok")
     groups, kept = cfg.int("n_group", 1), cfg.int("topk_group", 1)
@@ -142,9 +152,6 @@ def _moe(cfg: Config, num_layers: int) -> MoeDims:
     if not 0 < top_k <= kept * (experts // groups):
         raise cfg.fail("num_experts_per_tok", f"({top_k}) must be between 1 and the experts of topk_group groups "
                                               f"({kept} x {experts // groups})")
-    dense = cfg.int("first_k_dense_replace", 1)
-    if dense > num_layers:
-        raise cfg.fail("first_k_dense_replace", f"({dense}) is more than num_hidden_layers ({num_layers})")
     expert_size = cfg.int("moe_intermediate_size")
     if cfg.int("n_shared_experts", 1) == 0:
         raise cfg.fail("n_shared_experts", "is 0; mtpc builds GLM's sparse block with its shared expert")
@@ -161,5 +168,4 @@ def _moe(cfg: Config, num_layers: int) -> MoeDims:
         num_groups=groups,
         top_k_groups=kept,
         routed_scaling_factor=1.0 if scaling is None else cfg.float(field, scaling),
-        dense_layers=dense,
     )
