@@ -263,13 +263,19 @@ def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: boo
         fused = b.kernels.rotary
         if not fused:
             freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
-        cos, sin = b.op("Cos", [freqs], name="Cos"), b.op("Sin", [freqs], name="Sin")
-        if factor != 1.0:
-            scale = b.constant("attention_factor", np.array(factor, np.float32))
-            cos, sin = b.op("Mul", [cos, scale], name="Mul_cos"), b.op("Mul", [sin, scale], name="Mul_sin")
-        cos = cast(b, cos, b.io_dtype, "Cast_cos", oir.DataType.FLOAT)
-        sin = cast(b, sin, b.io_dtype, "Cast_sin", oir.DataType.FLOAT)
+        # Node by node as before yarn (Cos, its cast, then Sin's), so graphs of plain RoPE keep their bytes.
+        cos = cast(b, _scaled(b, b.op("Cos", [freqs], name="Cos"), factor, "Mul_cos"), b.io_dtype, "Cast_cos",
+                   oir.DataType.FLOAT)
+        sin = cast(b, _scaled(b, b.op("Sin", [freqs], name="Sin"), factor, "Mul_sin"), b.io_dtype, "Cast_sin",
+                   oir.DataType.FLOAT)
     return Rotary(cos, sin, rd, fused)
+
+
+def _scaled(b: GraphBuilder, x: oir.Value, factor: float, name: str) -> oir.Value:
+    """`x * factor` (YaRN's cos/sin factor), or `x` itself when the factor is 1."""
+    if factor == 1.0:
+        return x
+    return b.op("Mul", [x, b.constant("attention_factor", np.array(factor, np.float32))], name=name)
 
 
 def rotate_heads(b: GraphBuilder, ops: SequenceOps, x: oir.Value, rot: Rotary, heads: int, head_dim: int,
