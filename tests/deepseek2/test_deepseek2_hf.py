@@ -181,3 +181,32 @@ def test_deepseek_v3s_config_keys_decode_as_transformers_deepseek_v3(tmp_path):
     for p in PROMPTS:
         assert decoding.greedy(main_model, list(p), STEPS) == hf_transformers.greedy(model, list(p), STEPS)
     assert hf.describe(SourceRef("hf", str(folder))).architecture.family == "deepseek2"
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16"])
+def test_a_half_precision_release_reads_as_the_fixtures_canonical_tensors(tmp_path, dtype):
+    """The permuted rope rows come out of the half-precision store as every other tensor does: the stored values
+    exactly (widened to float32), in half-split order (compared with the fixture's own derivation)."""
+    from tests.fixtures.deepseek2_checkpoints import canonical_mla_tensors
+    from tests.fixtures.safetensors_writer import write_safetensors
+
+    arch = tiny_mla_arch()
+    folder = write_mla_checkpoint(tmp_path / "release", arch, tokenizer=False)
+    write_safetensors(folder / "model.safetensors", fitted_mla_tensors(arch), float_dtype=dtype)
+    ref = SourceRef("hf", str(folder))
+    hf._last_description = None
+    store = hf.open_weights(ref, hf.describe(ref))
+    stored = {n: _as_stored(v, dtype) for n, v in fitted_mla_tensors(arch).items()}
+    expected = canonical_mla_tensors(arch, stored)
+    for name in ("layers.1.self_attn.q_b_proj.weight", "layers.1.self_attn.kv_a_proj_with_mqa.weight",
+                 "mtp.layers.0.self_attn.q_b_proj.weight", "layers.1.self_attn.kv_b_proj.weight"):
+        np.testing.assert_array_equal(store.read_float(name), expected[name], err_msg=name)
+
+
+def _as_stored(value: np.ndarray, dtype: str) -> np.ndarray:
+    """`value` rounded as the writer stores it (BF16: round to nearest even on the upper 16 bits)."""
+    if dtype == "F16":
+        return value.astype(np.float16).astype(np.float32)
+    bits = np.ascontiguousarray(value, np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)

@@ -28,13 +28,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ...ir import Architecture, HeadLayout, LayerKind, MlaDims, Rope
 from . import glm4moe
+from ...util.lazy_import import lazy_module
 from .config import Config, _token_ids, attention_sizes
 from .yarn import read_yarn
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")  # read when a weight is: describing the checkpoint needs none
 
 ARCHITECTURES = ("Glm4MoeLiteForCausalLM", "DeepseekV3ForCausalLM")
 FAMILY = "deepseek2"
@@ -50,15 +55,19 @@ def interleave_to_half_split(rope_dim: int) -> np.ndarray:
     return np.concatenate([np.arange(0, rope_dim, 2), np.arange(1, rope_dim, 2)])
 
 
+_Q_ROWS = ("self_attn.q_b_proj.weight", "self_attn.q_proj.weight")
+_KV_A_ROWS = "self_attn.kv_a_proj_with_mqa.weight"
+
+
 def rope_rows(canonical: str, heads: int, mla: MlaDims) -> np.ndarray | None:
     """The row permutation of a weight whose rows hold rope channels (None: no rope rows)."""
-    rd, perm = mla.qk_rope_head_dim, interleave_to_half_split(mla.qk_rope_head_dim)
-    if canonical.endswith(("self_attn.q_b_proj.weight", "self_attn.q_proj.weight")):
+    if not canonical.endswith((*_Q_ROWS, _KV_A_ROWS)):
+        return None
+    perm = interleave_to_half_split(mla.qk_rope_head_dim)
+    if canonical.endswith(_Q_ROWS):
         per_head = np.concatenate([np.arange(mla.qk_nope_head_dim), mla.qk_nope_head_dim + perm])
         return (np.arange(heads)[:, None] * mla.qk_head_dim + per_head[None, :]).reshape(-1)
-    if canonical.endswith("self_attn.kv_a_proj_with_mqa.weight"):
-        return np.concatenate([np.arange(mla.kv_lora_rank), mla.kv_lora_rank + perm]) if rd else None
-    return None
+    return np.concatenate([np.arange(mla.kv_lora_rank), mla.kv_lora_rank + perm])
 
 
 class MlaNames(glm4moe.GlmNames):
@@ -69,7 +78,7 @@ class MlaNames(glm4moe.GlmNames):
         self.heads, self.mla, self.interleaved = heads, mla, interleaved
 
     def needs_conversion(self, canonical: str) -> bool:  # type: ignore[override]
-        return self.interleaved and rope_rows(canonical, self.heads, self.mla) is not None
+        return self.interleaved and canonical.endswith((*_Q_ROWS, _KV_A_ROWS))  # no numpy: describe uses this
 
     def to_canonical_value(self, canonical: str, raw):  # type: ignore[override]
         rows = rope_rows(canonical, self.heads, self.mla) if self.interleaved else None
