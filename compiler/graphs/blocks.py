@@ -21,7 +21,7 @@ from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..ir import Architecture, Rope
 from .builder import MS, GraphBuilder
 from .parameters import EmbeddingParams, LinearParams
-from .rope_frequencies import inverse_frequencies
+from .rope_frequencies import inverse_frequencies, yarn_scaled
 
 # The GatedDeltaNet L2 normalisation of q and k: x / sqrt(sum(x^2) + eps), as the HF reference does.
 L2_NORM_EPS = 1e-6
@@ -248,8 +248,6 @@ def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: boo
     """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row)."""
     rd = rope.rotary_dim
     inv_freq = inverse_frequencies(rope)
-    # YaRN scales cos and sin alike (1 otherwise: no op, the graph of plain RoPE unchanged).
-    factor = rope.yarn.attention_factor if rope.yarn is not None else 1.0
     with b.scope("rotary"):
         if position_rows:
             rank = len(positions.shape)
@@ -264,18 +262,11 @@ def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: boo
         if not fused:
             freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
         # Node by node as before yarn (Cos, its cast, then Sin's), so graphs of plain RoPE keep their bytes.
-        cos = cast(b, _scaled(b, b.op("Cos", [freqs], name="Cos"), factor, "Mul_cos"), b.io_dtype, "Cast_cos",
+        cos = cast(b, yarn_scaled(b, b.op("Cos", [freqs], name="Cos"), rope, "Mul_cos"), b.io_dtype, "Cast_cos",
                    oir.DataType.FLOAT)
-        sin = cast(b, _scaled(b, b.op("Sin", [freqs], name="Sin"), factor, "Mul_sin"), b.io_dtype, "Cast_sin",
+        sin = cast(b, yarn_scaled(b, b.op("Sin", [freqs], name="Sin"), rope, "Mul_sin"), b.io_dtype, "Cast_sin",
                    oir.DataType.FLOAT)
     return Rotary(cos, sin, rd, fused)
-
-
-def _scaled(b: GraphBuilder, x: oir.Value, factor: float, name: str) -> oir.Value:
-    """`x * factor` (YaRN's cos/sin factor), or `x` itself when the factor is 1."""
-    if factor == 1.0:
-        return x
-    return b.op("Mul", [x, b.constant("attention_factor", np.array(factor, np.float32))], name=name)
 
 
 def rotate_heads(b: GraphBuilder, ops: SequenceOps, x: oir.Value, rot: Rotary, heads: int, head_dim: int,
