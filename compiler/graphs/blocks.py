@@ -21,6 +21,7 @@ from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..ir import Architecture, Rope
 from .builder import MS, GraphBuilder
 from .parameters import EmbeddingParams, LinearParams
+from .rope_frequencies import inverse_frequencies, yarn_scaled
 
 # The GatedDeltaNet L2 normalisation of q and k: x / sqrt(sum(x^2) + eps), as the HF reference does.
 L2_NORM_EPS = 1e-6
@@ -246,8 +247,7 @@ def mrope_axes(rope: Rope) -> np.ndarray:
 def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: bool) -> Rotary:
     """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row)."""
     rd = rope.rotary_dim
-    half = rd // 2
-    inv_freq = (1.0 / (rope.theta ** (np.arange(half, dtype=np.float64) * 2.0 / rd))).astype(np.float32)
+    inv_freq = inverse_frequencies(rope)
     with b.scope("rotary"):
         if position_rows:
             rank = len(positions.shape)
@@ -261,8 +261,11 @@ def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: boo
         fused = b.kernels.rotary
         if not fused:
             freqs = b.op("Unsqueeze", [freqs, b.i64("head_axis", [-2])], name="Unsqueeze_heads")
-        cos = cast(b, b.op("Cos", [freqs], name="Cos"), b.io_dtype, "Cast_cos", oir.DataType.FLOAT)
-        sin = cast(b, b.op("Sin", [freqs], name="Sin"), b.io_dtype, "Cast_sin", oir.DataType.FLOAT)
+        # Node by node as before yarn (Cos, its cast, then Sin's), so graphs of plain RoPE keep their bytes.
+        cos = cast(b, yarn_scaled(b, b.op("Cos", [freqs], name="Cos"), rope, "Mul_cos"), b.io_dtype, "Cast_cos",
+                   oir.DataType.FLOAT)
+        sin = cast(b, yarn_scaled(b, b.op("Sin", [freqs], name="Sin"), rope, "Mul_sin"), b.io_dtype, "Cast_sin",
+                   oir.DataType.FLOAT)
     return Rotary(cos, sin, rd, fused)
 
 

@@ -33,7 +33,7 @@ def attention(w, arch: Architecture, prefix: str, x: np.ndarray, positions: np.n
                            mla.v_head_dim)
     p = prefix + "self_attn."
     eps = mla.latent_norm_eps
-    theta = arch.rope.theta
+    theta, yarn = arch.rope.theta, arch.rope.yarn  # yarn: DeepSeek-V3's scaled frequencies and cos/sin factor
 
     if mla.q_lora_rank is None:
         q = w.linear(x, p + "q_proj.weight")
@@ -41,11 +41,11 @@ def attention(w, arch: Architecture, prefix: str, x: np.ndarray, positions: np.n
         q = w.linear(rms_norm(w.linear(x, p + "q_a_proj.weight"), w[p + "q_a_layernorm.weight"], eps),
                      p + "q_b_proj.weight")
     q = q.reshape(b, s, nh, nope + rd)
-    q_nope, q_rot = q[..., :nope], rope(q[..., nope:], positions, rd, theta)
+    q_nope, q_rot = q[..., :nope], rope(q[..., nope:], positions, rd, theta, yarn)
 
     compressed = w.linear(x, p + "kv_a_proj_with_mqa.weight")
     c = rms_norm(compressed[..., :r], w[p + "kv_a_layernorm.weight"], eps)  # [B, S, r]
-    k_rot = rope(compressed[..., None, r:], positions, rd, theta)[:, :, 0, :]  # [B, S, rd], one head for all
+    k_rot = rope(compressed[..., None, r:], positions, rd, theta, yarn)[:, :, 0, :]  # [B, S, rd], one head for all
     latent = np.concatenate([k_rot, c], axis=-1)[:, None]  # [B, 1, S, rd + r]
     if past is not None:
         latent = np.concatenate([past[0], latent], axis=2)

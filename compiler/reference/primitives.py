@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import YarnScaling
+from .yarn import attention_factor, inverse_frequencies
+
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float) -> np.ndarray:
-    """NeoX half-split rotary embedding on the first `rotary_dim` channels.
+def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float,
+         yarn: YarnScaling | None = None) -> np.ndarray:
+    """NeoX half-split rotary embedding on the first `rotary_dim` channels (YaRN-scaled with `yarn`).
 
     x `[B, S, N, D]`, positions `[B, S]`. Text-only MRoPE has equal T/H/W
     positions, so it is this 1-D rotation with the same frequencies.
     """
     half = rotary_dim // 2
-    inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / rotary_dim)
-    angles = positions[..., None].astype(np.float64) * inv_freq  # [B, S, half]
-    cos, sin = np.cos(angles)[:, :, None, :], np.sin(angles)[:, :, None, :]
+    angles = positions[..., None].astype(np.float64) * inverse_frequencies(rotary_dim, theta, yarn)  # [B, S, half]
+    scale = attention_factor(yarn)
+    cos, sin = scale * np.cos(angles)[:, :, None, :], scale * np.sin(angles)[:, :, None, :]
     x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
 

@@ -31,10 +31,12 @@ class RealSize:
     # Lines `inspect` prints and `plan` prints for it (its expert stacks, its head).
     inspect_lines: tuple[str, ...]
     plan_lines: tuple[str, ...]
-    # Bytes of its BF16 tensors, (at least, at most).
+    # Bytes of its tensors (BF16 unless `dtypes` says otherwise), (at least, at most).
     size: tuple[float, float]
     # Tensors the release stores beyond the canonical ones (name -> shape).
     extra: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # The safetensors dtype of each tensor (name -> code), where not BF16 (DeepSeek-V3's FP8 blocks and scales).
+    dtypes: Callable[[str], str | None] = lambda name: None
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "qwen3next-r1": _fixture("qwen3next_checkpoints", 1),
     "glm4moe": _fixture("glm4moe_checkpoints"),
     "deepseek2": _fixture("deepseek2_checkpoints"),
+    "deepseek3": _fixture("deepseek3_checkpoints"),
 }
 
 

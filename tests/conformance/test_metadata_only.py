@@ -2,7 +2,7 @@
 `plan` and `diff` of two specs.
 
 Each family's `RealSize` (its release's config.json and tensor layout) is written as one safetensors shard per
-layer, a header for every tensor the release holds (BF16) and no data: each shard is extended to its full size
+layer, a header for every tensor the release holds (BF16, or the release's own dtype: `RealSize.dtypes`) and no data: each shard is extended to its full size
 as a sparse file. Reading any tensor's bytes fails the test.
 """
 
@@ -46,7 +46,8 @@ def release(tmp_path_factory, request) -> Path:
         weight_map, total = {}, 0
         for i, (layer, shapes) in enumerate(sorted(shards.items())):
             filename = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            total += write_sparse_safetensors(folder / filename, shapes)
+            dtypes = {n: code for n in shapes if (code := real.dtypes(n)) is not None}
+            total += write_sparse_safetensors(folder / filename, shapes, dtypes=dtypes)
             weight_map.update({n: filename for n in shapes})
         (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
         assert real.size[0] < total < real.size[1], total

@@ -5,8 +5,8 @@
   `rope_interleave: false` reads the rows as they are, as transformers then does;
 - `head_dim` is the rope dim, the latent norms use eps 1e-6 whatever `rms_norm_eps` says;
 - `first_k_dense_replace` and `mlp_layer_types` are both read and must agree; a pattern that is not a leading
-  run of dense layers, softmax routing, projection biases and what DeepSeek-V3 adds (FP8, yarn) are refused at
-  their field;
+  run of dense layers, softmax routing, projection biases, RoPE scalings and quantizations other than
+  DeepSeek-V3's (yarn, FP8 blocks: tests/deepseek3) are refused at their field;
 - a model without a query LoRA (`q_lora_rank: null`, one `q_proj`) decodes as transformers.
 """
 
@@ -131,8 +131,8 @@ def test_dense_layers_from_either_key(tmp_path, changes, dense):
     ({"qk_rope_head_dim": 15}, "qk_rope_head_dim"),
     ({"q_lora_rank": 0}, "q_lora_rank"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ({"rope_scaling": {"type": "yarn", "factor": 40}}, "rope_scaling.rope_type"),
-    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}, "quantization_config"),
+    ({"rope_scaling": {"type": "longrope", "factor": 40}}, "rope_scaling.rope_type"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quantization_config"),
 ])
 def test_what_mtpc_cannot_build_is_refused_at_its_field(tmp_path, changes, field):
     with pytest.raises(SourceError, match=f"field {field} "):

@@ -19,8 +19,9 @@ experts). Traps read here on purpose:
 The MTP layer is GLM-4.5's trailing decoder layer (`glm4moe.GlmNames`: `eh_proj`, `enorm`, `hnorm`,
 `shared_head.norm`, optional `embed_tokens` / `shared_head.head` copies) with an MLA block.
 
-Hooks for DeepSeek-V3's own features: `rope_and_scale` (yarn RoPE and its softmax mscale) and
-`refuse_quantized` (FP8 blocks with `weight_scale_inv`) refuse what this module does not read yet.
+DeepSeek-V3's own features: `rope_and_scale` reads yarn RoPE (`yarn.py`: the frequencies, the cos/sin
+factor and the softmax's mscale^2, from different keys), and `refuse_quantized` lets FP8 blocks through
+(`quant_method: fp8`, read as float32 by `fp8.py` with their `weight_scale_inv`), refusing other schemes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ...ir import Architecture, HeadLayout, LayerKind, MlaDims, Rope
 from . import glm4moe
 from ...util.lazy_import import lazy_module
 from .config import Config, _token_ids, attention_sizes
+from .yarn import read_yarn
 
 if TYPE_CHECKING:
     import numpy as np
@@ -138,15 +140,18 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
 
 
 def refuse_quantized(cfg: Config) -> None:
-    """DeepSeek-V3's FP8 blocks (`quantization_config`, `weight_scale_inv`) are not read here yet."""
+    """Quantized releases other than DeepSeek-V3's FP8 blocks (`fp8.py` reads those, checking their block size)."""
     field, quant = cfg.lookup("quantization_config")
     if quant is not None:
         method = quant.get("quant_method") if isinstance(quant, dict) else quant
-        raise cfg.fail(field, f"declares {method!r} weights; mtpc reads float (F32 / F16 / BF16) MLA checkpoints only")
+        if method != "fp8":
+            raise cfg.fail(field, f"declares {method!r} weights; mtpc reads float (F32 / F16 / BF16) MLA checkpoints "
+                                  "and FP8 blocks (quant_method fp8) only")
 
 
 def rope_and_scale(cfg: Config, rope_dim: int, qk_head_dim: int) -> tuple[Rope, float]:
-    """(RoPE over all `rope_dim` rope channels at one position per token, the softmax scale `qk_head_dim ** -0.5`)."""
+    """(RoPE over all `rope_dim` rope channels at one position per token, the softmax scale `qk_head_dim ** -0.5`,
+    both as yarn scales them when the config says so: DeepSeek-V3)."""
     _, params = cfg.lookup("rope_parameters")
     if params is None:
         _, params = cfg.lookup("rope_scaling")
@@ -155,8 +160,8 @@ def rope_and_scale(cfg: Config, rope_dim: int, qk_head_dim: int) -> tuple[Rope, 
     if not isinstance(params, dict):
         raise cfg.fail(where, "must be an object")
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        raise cfg.fail(f"{where}.rope_type", f"{rope_type!r} is not supported (only default RoPE)")
+    if rope_type not in ("default", "yarn"):
+        raise cfg.fail(f"{where}.rope_type", f"{rope_type!r} is not supported (default or yarn RoPE)")
     if "rope_theta" in params:
         theta = cfg.float(f"{where}.rope_theta", params["rope_theta"])
     else:
@@ -169,7 +174,8 @@ def rope_and_scale(cfg: Config, rope_dim: int, qk_head_dim: int) -> tuple[Rope, 
                          cfg.lookup("partial_rotary_factor")):
         if value is not None and cfg.float(field, value) != 1.0:
             raise cfg.fail(field, f"is {value!r}; MLA rotates all qk_rope_head_dim channels (1.0)")
-    return Rope(theta, 1.0, rope_dim, position_rows=False), qk_head_dim**-0.5
+    yarn, softmax_mscale = read_yarn(cfg, where, params) if rope_type == "yarn" else (None, 1.0)
+    return Rope(theta, 1.0, rope_dim, position_rows=False, yarn=yarn), qk_head_dim**-0.5 * softmax_mscale
 
 
 def dense_layers(cfg: Config, num_layers: int) -> int:

@@ -22,6 +22,7 @@ from ...util.diagnostics import SourceError
 from ..info import DeferredFiles, Files
 from ..tokenizer_json import TOKENIZER_FILES, tokenizer_json_problem
 from .config import read_json
+from .fp8 import pair_block_scales
 from .safetensors import SafetensorsFile
 
 Listed = dict[str, list[str]]  # file name -> the HF tensor names it holds
@@ -63,10 +64,15 @@ def weight_files(directory: Path) -> tuple[Listed, dict[str, SafetensorsFile]]:
     state = folder_state(directory)
     if _last_weights is not None and _last_weights[0] == state:
         return _last_weights[1], _last_weights[2]
-    listed = _listed(directory)
-    opened = _open_files(directory, listed)
+    # FP8 block weights (DeepSeek-V3) read as float32; their scales leave the listing, consumed.
+    listed, opened = pair_block_scales(directory, *_listed_and_opened(directory))
     _last_weights = (state, listed, opened)
     return listed, opened
+
+
+def _listed_and_opened(directory: Path) -> tuple[Listed, dict[str, SafetensorsFile]]:
+    listed = _listed(directory)
+    return listed, _open_files(directory, listed)
 
 
 def _listed(directory: Path) -> Listed:

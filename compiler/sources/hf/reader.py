@@ -25,7 +25,7 @@ from .experts import Entry, ExpertTensor, group_experts, parts_of
 from .files import directory_of, folder_state, tokenizer_files, weight_files
 from ..mtp_head import head_verdict
 from ..card_facts import hf_card_facts
-from .safetensors import SafetensorsFile
+from .safetensors import FLOAT8_E4M3, SafetensorsFile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -202,6 +202,7 @@ def _describe(directory: Path) -> SourceInfo:
 
 
 # What a weight may be stored as: floats only (an integer tensor is not a weight mtpc can use as one).
+# F8_E4M3 too: every such tensor reaching here is paired with its block scales (`fp8.py`), read as float32.
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 
 
@@ -209,7 +210,7 @@ def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | 
     """Every weight of the text model and head is stored as a float type; the first that is not is named."""
     for filename, hf_name in sorted(p for value in entries.values() for p in parts_of(value)):
         code = files[filename].dtype_code(hf_name)
-        if code not in WEIGHT_DTYPES:
+        if code not in WEIGHT_DTYPES and code != FLOAT8_E4M3:
             raise SourceError(
                 f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
                 f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}"

@@ -38,7 +38,10 @@ _DTYPES = {
     "I8": ("i1", 1, "int8"),
     "U8": ("u1", 1, "uint8"),
     "BOOL": ("?", 1, "bool"),
+    # float8_e4m3fn (DeepSeek-V3's weights): raw bits here; read as float32 through its block scales (`fp8.py`).
+    "F8_E4M3": ("u1", 1, "float32"),
 }
+FLOAT8_E4M3 = "F8_E4M3"
 _MAX_HEADER = 100 * 1024 * 1024
 _MAX_RANK = 8
 
@@ -150,6 +153,8 @@ class SafetensorsFile:
 
     def read(self, name: str) -> np.ndarray:
         """The tensor: a read-only memmap view, or a float32 copy for BF16."""
+        if self._entries[name]["dtype"] == FLOAT8_E4M3:  # `fp8.Fp8File` reads these, with their scales
+            raise SourceError(f"{self.path}: tensor {name!r} is {FLOAT8_E4M3} and has no block scales to read it with")
         stored = self._stored(name)
         if self._entries[name]["dtype"] != "BF16":
             return stored
@@ -161,6 +166,11 @@ class SafetensorsFile:
         """A BF16 tensor's raw bits (uint16, a read-only memmap view), for widening where they are
         written (`mtpc.util.arrays`); None for any other dtype."""
         return self._stored(name) if self._entries[name]["dtype"] == "BF16" else None
+
+    def read_float8_bits(self, name: str) -> np.ndarray:
+        """An F8_E4M3 tensor's raw bits (uint8, a read-only memmap view), for `fp8.dequantize`."""
+        assert self._entries[name]["dtype"] == FLOAT8_E4M3
+        return self._stored(name)
 
     def _stored(self, name: str) -> np.ndarray:
         """The tensor as stored (BF16 as its raw uint16 bits): a read-only memmap view, zeros when empty."""
