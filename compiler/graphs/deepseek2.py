@@ -110,7 +110,10 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
         k_rope = rotate_heads(b, ops, split_heads(b, ops, k_rope, 1, rd, "k_rope/heads"), rot, 1, rd, "k_rope")
         latent = b.op("Concat", [k_rope, c], {"axis": -1}, name="latent/Concat")  # [.., latent_dim]: K and V alike
 
-        out, present_key, present_value = ops.attention(b, query, latent, latent, past_key, past_value, arch)
+        if b.kernels.mla_group_query_attention or not hasattr(ops, "latent_attention"):
+            out, present_key, present_value = ops.attention(b, query, latent, latent, past_key, past_value, arch)
+        else:  # dense graphs on a provider where the plain-op form decodes faster (profiles/kernels.py)
+            out, present_key, present_value = ops.latent_attention(b, query, latent, past_key, past_value, arch)
         out = split_heads(b, ops, out, nh, mla.latent_dim, "out/Reshape")
         # Each head's result over the values is [sum p rope(k_rope) | sum p c]; only the latent half maps to v.
         o_lat = b.op("Slice", [out, b.i64(f"start_{rd}", [rd]), b.i64(f"end_{mla.latent_dim}", [mla.latent_dim]),

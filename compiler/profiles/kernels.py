@@ -42,6 +42,11 @@ class FusedKernels:
     # take a's dtype, and the recurrence ops are handed float32 gates, so the graph feeds it float32 a
     # and b (the casts it had already).
     linear_gate: bool = False
+    # MLA's absorbed attention (one latent_dim-wide KV head shared by every query head, `graphs/deepseek2.py`)
+    # in com.microsoft GroupQueryAttention, as other families' attention runs. Off: the same attention in
+    # basic ops with the heads folded into GEMM rows (`graphs/latent_attention.py`), dense graphs only (paged
+    # ones run PagedAttention either way). Measurements and the choice: _BY_PROVIDER below.
+    mla_group_query_attention: bool = False
 
 
 NO_FUSION = FusedKernels()
@@ -78,7 +83,8 @@ _BY_PROVIDER = {
     # are a MatMul / RMSNormalization-23 like the graphs' others. RotaryEmbedding-23 on CUDA (and on the
     # packed [N, X] layout of paged graphs) and LinearAttentionGate next to paged GatedDeltaNet were not
     # run, so those stay spelled out.
-    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True),
+    "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True,
+                         mla_group_query_attention=True),
 }
 
 
