@@ -1,6 +1,8 @@
 """The plain-op form of MLA's absorbed attention (`graphs/latent_attention.py`), the CPU dense default.
 
 - CPU dense graphs (main and MTP head) run it: no GroupQueryAttention node; CUDA keeps GroupQueryAttention.
+- Both forms (the kernel table patched to each) compute the numpy reference for a prompt prefilled in chunks
+  and decoded (batch 1: GroupQueryAttention refuses a chunk longer than one token after a past in a batch).
 - Its mask: a batch of two rows, one left-padded (mask 0 over its pads), prefilled in two chunks longer than
   one token and then decoded, gives each row the numpy reference's logits for the row alone: pads are never
   attended to, and a chunk's tokens see each other causally.
@@ -10,9 +12,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from unittest import mock
+
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 
 from mtpc.profiles.kernels import fused_kernels
 from mtpc.reference.forward import DecoderReference
@@ -27,10 +33,16 @@ from tests.fixtures.deepseek2_checkpoints import (
 from tests.runtime.conftest import compile_spec, write_spec
 
 
-def _package(tmp_path, tensors=None):
+def _package(tmp_path, tensors=None, gqa: bool | None = None):
+    """The tiny package for CPU; `gqa` True / False forces that MLA form (None: the CPU default)."""
     arch = tiny_mla_arch()
     folder = write_mla_checkpoint(tmp_path / "release", arch, tensors=tensors)
-    return arch, compile_spec(write_spec(tmp_path / "spec.yaml", "mla", f"{{hf: {folder.name}}}"), tmp_path / "pkg")
+    spec = write_spec(tmp_path / "spec.yaml", "mla", f"{{hf: {folder.name}}}")
+    if gqa is None:
+        return arch, compile_spec(spec, tmp_path / "pkg")
+    chosen = replace(fused_kernels("cpu"), mla_group_query_attention=gqa)
+    with mock.patch("mtpc.emit.onnx_graphs.fused_kernels", lambda *a, **k: chosen):
+        return arch, compile_spec(spec, tmp_path / "pkg")
 
 
 def _op_types(path) -> set[str]:
@@ -51,12 +63,12 @@ class _Batch:
     """model.onnx on onnxruntime, fed a batch as onnxruntime-genai feeds one: the mask over past + new columns,
     positions counting each row's real tokens (a pad's position is 0 and never read)."""
 
-    def __init__(self, path):
+    def __init__(self, path, batch: int = 2):
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self.names = [o.name for o in self.session.get_outputs()]
-        self.past = {i.name: np.zeros((2, 1, 0, i.shape[3]), np.float32) for i in self.session.get_inputs()
+        self.past = {i.name: np.zeros((batch, 1, 0, i.shape[3]), np.float32) for i in self.session.get_inputs()
                      if i.name.startswith("past_key_values.")}
-        self.mask = np.zeros((2, 0), np.int64)
+        self.mask = np.zeros((batch, 0), np.int64)
 
     def run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         self.mask = np.concatenate([self.mask, mask], axis=1)
@@ -65,6 +77,21 @@ class _Batch:
                                                                    "position_ids": positions, **self.past})))
         self.past = {n: out[n.replace("past_key_values.", "present.")] for n in self.past}
         return out["logits"]
+
+
+@pytest.mark.parametrize("gqa", [True, False])
+def test_both_forms_compute_the_reference_for_a_prompt_in_chunks(tmp_path, gqa):
+    raw = raw_mla_tensors(tiny_mla_arch(), SEED)
+    arch, package = _package(tmp_path, raw, gqa=gqa)
+    assert ("GroupQueryAttention" in _op_types(package / "model.onnx")) is gqa
+    reference = DecoderReference(arch, ArrayWeightStore(canonical_mla_tensors(arch, raw)))
+    rows = np.asarray([[45, 12, 77, 30, 61, 8]], np.int64)
+    graph = _Batch(package / "model.onnx", batch=1)
+    ones = np.ones((1, 3), np.int64)
+    logits = np.concatenate([graph.run(rows[:, :3], ones), graph.run(rows[:, 3:], ones),
+                             graph.run(np.asarray([[7]], np.int64), ones[:, :1])], axis=1)
+    expected, *_ = reference.forward(np.concatenate([rows, [[7]]], axis=1))
+    np.testing.assert_allclose(logits.astype(np.float64), expected, rtol=2e-3, atol=2e-3)
 
 
 def test_a_left_padded_batch_prefilled_in_chunks_decodes_each_row_as_alone(tmp_path):
