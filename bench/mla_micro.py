@@ -20,7 +20,8 @@ F = TensorProto.FLOAT
 def _runner(graph, feeds: dict, threads: int):
     import onnxruntime as ort
 
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

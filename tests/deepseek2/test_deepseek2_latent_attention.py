@@ -33,14 +33,14 @@ from tests.fixtures.deepseek2_checkpoints import (
 from tests.runtime.conftest import compile_spec, write_spec
 
 
-def _package(tmp_path, tensors=None, gqa: bool | None = None):
+def _package(tmp_path, tensors=None, gqa: bool | None = None, io_dtype: str = "float32"):
     """The tiny package for CPU; `gqa` True / False forces that MLA form (None: the CPU default)."""
     arch = tiny_mla_arch()
     folder = write_mla_checkpoint(tmp_path / "release", arch, tensors=tensors)
-    spec = write_spec(tmp_path / "spec.yaml", "mla", f"{{hf: {folder.name}}}")
+    spec = write_spec(tmp_path / "spec.yaml", "mla", f"{{hf: {folder.name}}}", f"precision: {{io_dtype: {io_dtype}}}\n")
     if gqa is None:
         return arch, compile_spec(spec, tmp_path / "pkg")
-    chosen = replace(fused_kernels("cpu"), mla_group_query_attention=gqa)
+    chosen = replace(fused_kernels("cpu", io_dtype=io_dtype), mla_group_query_attention=gqa)
     with mock.patch("mtpc.emit.onnx_graphs.fused_kernels", lambda *a, **k: chosen):
         return arch, compile_spec(spec, tmp_path / "pkg")
 
@@ -63,10 +63,10 @@ class _Batch:
     """model.onnx on onnxruntime, fed a batch as onnxruntime-genai feeds one: the mask over past + new columns,
     positions counting each row's real tokens (a pad's position is 0 and never read)."""
 
-    def __init__(self, path, batch: int = 2):
+    def __init__(self, path, batch: int = 2, dtype=np.float32):
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self.names = [o.name for o in self.session.get_outputs()]
-        self.past = {i.name: np.zeros((batch, 1, 0, i.shape[3]), np.float32) for i in self.session.get_inputs()
+        self.past = {i.name: np.zeros((batch, 1, 0, i.shape[3]), dtype) for i in self.session.get_inputs()
                      if i.name.startswith("past_key_values.")}
         self.mask = np.zeros((batch, 0), np.int64)
 
@@ -79,19 +79,20 @@ class _Batch:
         return out["logits"]
 
 
+@pytest.mark.parametrize("io_dtype, tolerance", [("float32", 2e-3), ("float16", 2e-2)])  # float16: 5e-3 seen
 @pytest.mark.parametrize("gqa", [True, False])
-def test_both_forms_compute_the_reference_for_a_prompt_in_chunks(tmp_path, gqa):
+def test_both_forms_compute_the_reference_for_a_prompt_in_chunks(tmp_path, gqa, io_dtype, tolerance):
     raw = raw_mla_tensors(tiny_mla_arch(), SEED)
-    arch, package = _package(tmp_path, raw, gqa=gqa)
+    arch, package = _package(tmp_path, raw, gqa=gqa, io_dtype=io_dtype)
     assert ("GroupQueryAttention" in _op_types(package / "model.onnx")) is gqa
     reference = DecoderReference(arch, ArrayWeightStore(canonical_mla_tensors(arch, raw)))
     rows = np.asarray([[45, 12, 77, 30, 61, 8]], np.int64)
-    graph = _Batch(package / "model.onnx", batch=1)
+    graph = _Batch(package / "model.onnx", batch=1, dtype=np.float16 if io_dtype == "float16" else np.float32)
     ones = np.ones((1, 3), np.int64)
     logits = np.concatenate([graph.run(rows[:, :3], ones), graph.run(rows[:, 3:], ones),
                              graph.run(np.asarray([[7]], np.int64), ones[:, :1])], axis=1)
     expected, *_ = reference.forward(np.concatenate([rows, [[7]]], axis=1))
-    np.testing.assert_allclose(logits.astype(np.float64), expected, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(logits.astype(np.float64), expected, rtol=tolerance, atol=tolerance)
 
 
 def test_a_left_padded_batch_prefilled_in_chunks_decodes_each_row_as_alone(tmp_path):
