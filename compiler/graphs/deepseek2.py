@@ -15,7 +15,10 @@ caches only the latent, one KV head `latent_dim` wide, in the K and the V cache 
 
 `query_h . key` is `q_rope . k_rope + q_nope . (W_UK_h c)`, transformers' score; `o_h`'s latent part is
 `sum_t p_t c_t`, and `W_UV_h` (head h's v rows) maps it to `sum_t p_t v_t`. The softmax scale is
-MLA's own (`Architecture.softmax_scale`), not the cached width's. The rope channels arrive in half-split
+MLA's own (`Architecture.softmax_scale`), not the cached width's. `attention(query, key, value)` is
+GroupQueryAttention (num_heads nh, kv_num_heads 1) or, where `FusedKernels.mla_group_query_attention` is off
+(dense CPU graphs: measured faster), the same function in plain ops with the heads folded into GEMM rows
+(`latent_attention.py`); paged graphs run PagedAttention. The rope channels arrive in half-split
 order (the canonical form), so the shared NeoX rotation serves, one position row per token.
 
 kv_b_proj is never a MatMul operand here: its two halves are stored as batched per-head constants,
@@ -110,7 +113,11 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
         k_rope = rotate_heads(b, ops, split_heads(b, ops, k_rope, 1, rd, "k_rope/heads"), rot, 1, rd, "k_rope")
         latent = b.op("Concat", [k_rope, c], {"axis": -1}, name="latent/Concat")  # [.., latent_dim]: K and V alike
 
-        out, present_key, present_value = ops.attention(b, query, latent, latent, past_key, past_value, arch)
+        # Only dense ops have the plain-op form; paged ones run PagedAttention whatever the kernels say.
+        if b.kernels.mla_group_query_attention or not hasattr(ops, "latent_attention"):
+            out, present_key, present_value = ops.attention(b, query, latent, latent, past_key, past_value, arch)
+        else:  # dense graphs on a provider where the plain-op form decodes faster (profiles/kernels.py)
+            out, present_key, present_value = ops.latent_attention(b, query, latent, past_key, past_value, arch)
         out = split_heads(b, ops, out, nh, mla.latent_dim, "out/Reshape")
         # Each head's result over the values is [sum p rope(k_rope) | sum p c]; only the latent half maps to v.
         o_lat = b.op("Slice", [out, b.i64(f"start_{rd}", [rd]), b.i64(f"end_{mla.latent_dim}", [mla.latent_dim]),

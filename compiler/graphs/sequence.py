@@ -14,6 +14,7 @@ import onnx_ir as oir
 from ..ir import Architecture
 from .blocks import SequenceOps, merge_heads, split_heads
 from .builder import MS, GraphBuilder
+from .latent_attention import LatentMask, latent_attention
 
 
 class DenseOps:
@@ -31,6 +32,7 @@ class DenseOps:
             width = b.op("Gather", [b.op("Shape", [attention_mask], name="Shape"), b.constant(
                 "index_1", np.asarray(1, np.int64))], {"axis": 0}, name="width")
             self.total_length = b.op("Cast", [width], {"to": oir.DataType.INT32}, name="total_sequence_length")
+        self.latent_mask = LatentMask(attention_mask)  # built only if a layer runs the plain-op latent attention
 
     def attention(self, b, q, k, v, past_key, past_value, arch: Architecture):
         attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
@@ -39,6 +41,10 @@ class DenseOps:
             "GroupQueryAttention", [q, k, v, past_key, past_value, self.seqlens_k, self.total_length], attrs,
             name="GroupQueryAttention", num_outputs=3, domain=MS)
         return out, present_key, present_value
+
+    def latent_attention(self, b, query, latent, past_key, past_value, arch: Architecture):
+        """MLA's absorbed attention over its one latent head in plain ops (`latent_attention.py`), same I/O."""
+        return latent_attention(b, self.latent_mask, query, latent, past_key, past_value, arch)
 
     def causal_conv(self, b, x, weight, past):
         y, present, _ = self.channels_first_conv(b, x, weight, past)

@@ -47,6 +47,11 @@ class FusedKernels:
     # themselves. onnxruntime 1.32 implements it in its CUDA kernels only (the CPU ones refuse it); elsewhere
     # the graph builds the window from ops every provider runs (`graphs/state_window.py`).
     state_window: bool = False
+    # MLA's absorbed attention (one latent_dim-wide KV head shared by every query head, `graphs/deepseek2.py`)
+    # in com.microsoft GroupQueryAttention, as other families' attention runs. Off: the same attention in
+    # basic ops with the heads folded into GEMM rows (`graphs/latent_attention.py`), dense graphs only (paged
+    # ones run PagedAttention either way). Measurements and the choice: _BY_PROVIDER below.
+    mla_group_query_attention: bool = False
 
 
 NO_FUSION = FusedKernels()
@@ -74,10 +79,20 @@ NO_FUSION = FusedKernels()
 # Packing gate/up is a wash at decode (one 292 us MatMulNBits + Split vs the builder's 156 + 145 us),
 # and pays in prefill, where one kernel call reads the activations once.
 
+# MLA on CPU (deepseek2, dense graphs): GroupQueryAttention off. Its CPU kernel runs the 20 query heads over the
+# one 576-wide latent head one by one, a matrix-vector product per head that reads the whole cache each time;
+# the plain-op form folds the heads into the rows of one MatMul (onnxruntime fuses its Transpose: FusedMatMul,
+# transB) and reads the cache once. bench/mla_forms.py, GLM-4.7-Flash-shaped 2 layers (hidden 2048, 20 heads,
+# q LoRA 768, kv LoRA 512, nope 192 + rope 64, v 256), float32, onnxruntime 1.32, one decoded token after a
+# prefilled cache, medians of 31 interleaved steps on the shared 2-core machine: plain / GQA decode tok/s
+# 1.22x at 1k and 1.90x at 4k (24.3 vs 12.8 tok/s), 1 thread; 1.22x / 1.43x with 2; the attention alone 2.1-3.5x.
+# Same cache contract and bytes ([B, 1, T, 576] key and value). The decompressed per-head form (20 KV heads of
+# 256) is slower still: its attention alone 0.23-0.37x GQA's, with a cache 8.9x larger. CUDA keeps GQA (its
+# kernels batch heads; not measurable here); paged graphs run PagedAttention whatever this says.
 _BY_PROVIDER = {
     # Every kernel above has a CPU implementation in float32 and float16 (verified, onnxruntime 1.32).
     "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True, l2_norm=True,
-                        linear_gate=True),
+                        linear_gate=True, mla_group_query_attention=False),
     # The CUDA graphs cannot run here, so only what is known to run there: SkipSimplifiedLayerNormalization
     # is what the 0.18.0 builder's CUDA exports use; QuickGelu has CUDA kernels; packing and the L2 norm
     # are a MatMul / RMSNormalization-23 like the graphs' others. RotaryEmbedding-23 on CUDA (and on the
@@ -85,7 +100,7 @@ _BY_PROVIDER = {
     # run, so those stay spelled out.
     # The fused state window is the builder's CUDA form; tests/lowering/ hold it to the numpy reference on CPU.
     "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True,
-                         state_window=True),
+                         state_window=True, mla_group_query_attention=True),
 }
 
 

@@ -282,7 +282,8 @@ PROFILE = OrtGenaiProfile(
     # [B, S] positions and carry the conv / recurrent state the config names (tests/conformance decodes
     # it as transformers does and drafts as the numpy rendition, on 0.18.0 and 0.17.1).
     # deepseek2 (MLA): no `deepseek_v2` / `deepseek_v3` / `glm4_moe_lite` type; the graphs run the absorbed form,
-    # a GQA decoder with one KV head of the latent's width, which `llama` allocates and feeds from the config's
+    # a decoder with one KV head of the latent's width (GroupQueryAttention, or plain ops on CPU: profiles/kernels.py,
+    # the same dense cache), which `llama` allocates and feeds from the config's
     # head_size / num_key_value_heads like any other (tests/conformance decodes it on 0.18.0 and 0.17.1).
     model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
                                  "qwen3next": "llama", "deepseek2": "llama"}),

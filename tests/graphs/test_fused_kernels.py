@@ -23,7 +23,10 @@ from .tiny import ORT_HEAD_FILE, emit, empty_state, make_ir, run, session
 PROMPT = np.array([[3, 17, 42, 9, 250, 1]], np.int64)
 # T, H and W rows apart, so a rotary that ignored MRoPE's sections would differ.
 POSITIONS = np.stack([np.arange(6), np.arange(6) * 2 + 1, np.arange(6)[::-1] + 3])[:, None, :].astype(np.int64)
-FLAGS = [f.name for f in fields(NO_FUSION)]
+# MLA's GroupQueryAttention is the one kernel CPU graphs leave off on purpose (measured slower there,
+# profiles/kernels.py), and this Qwen3.5 model has no MLA: tests/deepseek2/test_deepseek2_latent_attention.py
+# holds both of its forms to the reference.
+FLAGS = [f.name for f in fields(NO_FUSION) if f.name != "mla_group_query_attention"]
 
 
 @pytest.fixture(scope="module")
