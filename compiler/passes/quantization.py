@@ -56,12 +56,42 @@ class QuantizationPlanning:
         if own is not None:
             ir = replace(ir, source_tensors=ir.source_tensors + (own[0],))
         used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
-        weights = tuple(decision(t) for t in used)
+        weights = experts_kept_alike(tuple(decision(t) for t in used))
         notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
         if weights == ir.weights and notes == ir.notes and own is None:
             return PassResult(ir, False)
         lines = (*grouped_lines(weights), *((own[1],) if own is not None else ()))
         return PassResult(replace(ir, weights=weights, notes=notes), True, lines)
+
+
+# The rule's suffix on a stack kept float with its layer's others (schemas/quantization.schema.json names it).
+EXPERTS_ALIKE = ", experts kept alike"
+
+
+def experts_kept_alike(weights: tuple[WeightDecision, ...]) -> tuple[WeightDecision, ...]:
+    """A MoE layer's three expert stacks in one form, where `keep: source` would part them.
+
+    QMoE takes one block form for FC1 (gate, up) and FC2 (down). llama-quantize's k-quant mixes store a
+    layer's stacks in different types (Q4_K_M: gate and up Q4_K, down Q6_K in some layers); `keep: source`
+    carries Q6_K's blocks and dequantizes Q4_K's, which no op can run together. Such a layer is kept float
+    alike, each stack its source's exact values. Stacks that explicit rules part stay an error
+    (`graphs/moe.py`: "give mlp.experts.* one rule").
+    """
+    layers: dict[str, list[int]] = defaultdict(list)
+    for i, w in enumerate(weights):
+        if w.role is WeightRole.EXPERTS:
+            layers[w.name.rsplit(".experts.", 1)[0]].append(i)
+    out = list(weights)
+    for members in layers.values():
+        stacks = [weights[i] for i in members]
+        if len({(w.form, w.accuracy_level) for w in stacks}) == 1 or not all("keep: source" in w.rule for w in stacks):
+            continue
+        for i in members:
+            w = weights[i]
+            if w.form is not None:
+                rule = w.rule.split(", accuracy_level from")[0]  # float: no accuracy_level applies
+                out[i] = replace(w, form=None, accuracy_level=0, lossless=w.io_dtype == "float32", rule=rule + EXPERTS_ALIKE)
+    return tuple(out)
 
 
 def execution_provider(ir: ModelIR) -> str:

@@ -1,4 +1,5 @@
-"""llama.cpp's own runtime (`llama-speculative-simple`), built once per machine from the llama-cpp-python sdist.
+"""llama.cpp's own runtime (`llama-speculative-simple`) and quantizer (`llama-quantize`), built once per machine
+from the llama-cpp-python sdist.
 
     python -m tests.clients.llama_cpp_runtime        # builds it (minutes on two cores), prints its path
 
@@ -6,10 +7,11 @@ The sdist is the one tests/clients/llama_cpp.py fetches for the converter (same 
 which vendors llama.cpp's C++ sources under `vendor/llama.cpp/`. We configure them with cmake (CPU
 only, no curl, no server or tests) and build one example, `llama-speculative-simple`: greedy
 decoding with a draft, here llama.cpp's own MTP drafter (`--spec-type draft-mtp`), so one run
-gives llama.cpp's greedy tokens and how many of its MTP head's drafts it accepted. The binary is
-cached outside the repository:
+gives llama.cpp's greedy tokens and how many of its MTP head's drafts it accepted; and one tool,
+`llama-quantize`, which writes the k-quant mixes (Q4_K_M, ...) people download: the converter itself
+writes only f32 / f16 / bf16 / q8_0. The binaries are cached outside the repository:
 
-    ${MTPC_TEST_CACHE:-~/.cache/mtpc-tests}/llama.cpp-<version>-runtime/bin/llama-speculative-simple
+    ${MTPC_TEST_CACHE:-~/.cache/mtpc-tests}/llama.cpp-<version>-runtime/bin/{llama-speculative-simple,llama-quantize}
 
 Building it takes minutes, so outside CI the tests that use it skip with this command as the reason
 when it is absent; when `CI` is set they build it first (a fresh CI machine has none) and fail if the
@@ -27,9 +29,10 @@ from tests.clients import llama_cpp
 from tests.clients.llama_cpp_build import build_tools
 
 TARGET = "llama-speculative-simple"
+QUANTIZE = "llama-quantize"
 CMAKE_OPTIONS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=OFF",
     "-DLLAMA_BUILD_APP=OFF", "-DGGML_OPENMP=OFF",
 ]
 BUILD_COMMAND = "python -m tests.clients.llama_cpp_runtime"
@@ -40,13 +43,22 @@ def cache_dir() -> Path:
     return llama_cpp.cache_root() / f"llama.cpp-{llama_cpp.VERSION}-runtime"
 
 
-def binary() -> Path:
-    return cache_dir() / "bin" / TARGET
+def binary(target: str = TARGET) -> Path:
+    return cache_dir() / "bin" / target
 
 
-def build(log=sys.stderr) -> Path:
-    """The cached binary, built first if absent (tests/clients/llama_cpp_build.py)."""
-    return build_tools(cache_dir(), [TARGET], CMAKE_OPTIONS, log)[TARGET]
+def build(log=sys.stderr, target: str = TARGET) -> Path:
+    """The cached `target`, built first (with the other) if absent (tests/clients/llama_cpp_build.py)."""
+    return build_tools(cache_dir(), [TARGET, QUANTIZE], CMAKE_OPTIONS, log)[target]
+
+
+def quantize(source: Path, target: Path, kind: str) -> Path:
+    """`source` (an f32 / f16 GGUF) quantized by llama.cpp's own `llama-quantize` to `kind` (e.g. "Q4_K_M")."""
+    command = [str(binary(QUANTIZE)), str(source), str(target), kind, "1"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"$ {' '.join(command)}\nexit {result.returncode}\n{result.stderr[-4000:]}")
+    return target
 
 
 @dataclass(frozen=True)

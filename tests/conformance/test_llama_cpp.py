@@ -13,7 +13,6 @@ llama.cpp's own runtime.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,10 @@ import pytest
 
 from mtpc.ir import SourceRef
 from mtpc.sources.gguf import reader as gguf
-from tests.clients import llama_cpp, llama_cpp_runtime
+from tests.clients import llama_cpp_runtime
 from tests.fixtures.fitted_head import simulate_speculative
 from tests.fixtures.glm4moe_checkpoints import piece_bytes, prompt_bytes
-from tests.fixtures.shared import in_ci
+from tests.fixtures.llama_cpp_tools import llama_cpp_binary  # noqa: F401  (a fixture)
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
@@ -71,24 +70,6 @@ def test_mtp_decoding_equals_greedy(gguf_models, file_greedy, name, outtype, max
         expected = simulate_speculative(*fam.references, list(prompt), STEPS, max_draft)
         assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
         assert run.accepted > 0 and run.rejected > 0, run
-
-
-@pytest.fixture(scope="session")
-def llama_cpp_binary() -> Path:
-    """Built here under CI (a fresh machine has none; minutes on two cores, once per machine); elsewhere a
-    skip that says how to build it, so a local run is not held up by a compile it did not ask for."""
-    binary = llama_cpp_runtime.binary()
-    if not binary.is_file():
-        if in_ci():
-            log_path = llama_cpp_runtime.cache_dir().parent / "llama.cpp-runtime-build.log"
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                with open(log_path, "w") as log:
-                    return llama_cpp_runtime.build(log)
-            except (OSError, subprocess.CalledProcessError, llama_cpp.ConverterUnavailable) as error:
-                pytest.fail(f"could not build llama.cpp's runtime ({error}); its log: {log_path}", pytrace=False)
-        pytest.skip(f"llama.cpp's runtime is not built ({binary}); build it with: {llama_cpp_runtime.BUILD_COMMAND}")
-    return binary
 
 
 def _for_the_runtime(fam, path: Path, target: Path) -> Path:

@@ -1,11 +1,13 @@
-"""A deepseek2 GGUF with k-quant blocks (Q4_K, Q6_K), kept as stored: MLA's row-permuted weights stay exact.
+"""A deepseek2 GGUF with k-quant blocks, kept as stored: MLA's row-permuted weights stay exact.
 
-llama-quantize is not built here (the tests build only llama.cpp's `llama-speculative-simple`), and the
-conformance fixture's rows (64 wide) are shorter than a k-quant super-block (256). So the converter's f32 file
-of a release whose matrices are 256 wide (`conftest.WIDE`) has every matrix a k-quant can block re-encoded by
-tests/fixtures/kquant_encoder.py (valid ggml blocks, gguf-py's dequantization the oracle), as llama-quantize
-would choose them for Q4_K (routers, norms and `attn_k_b`, whose rows are qk_nope_head_dim long, stay as
-converted). Compiled with `keep: source` and float activations: the rope-row-permuted `q_b_proj` /
+The conformance fixture's rows (64 wide) are shorter than a k-quant super-block (256), so these start from
+the converter's f32 file of a release whose matrices are 256 wide (`conftest.WIDE`), quantized two ways:
+
+- by llama.cpp's own `llama-quantize` to Q4_K_M, the mix people download: Q4_K, Q5_K and Q6_K matrices,
+  `attn_k_b` (rows qk_nope_head_dim long) Q5_0, the embedding Q4_K, routers and norms f32;
+- with every matrix a k-quant can block re-encoded Q4_K or Q6_K alone by tests/fixtures/kquant_encoder.py
+  (valid ggml blocks, gguf-py's dequantization the oracle), routers, norms and `attn_k_b` as converted.
+ Compiled with `keep: source` and float activations: the rope-row-permuted `q_b_proj` /
 `kv_a_proj_with_mqa` are carried block for block (lossless), kv_b_proj from a k-quant `attn_v_b` is its exact
 dequantization, `mtpc verify` holds the graphs to the numpy reference on the file's own values, og greedy
 equals that reference, and MTP equals greedy.
@@ -22,7 +24,9 @@ from mtpc.cli.main import main
 from mtpc.ir import SourceRef
 from mtpc.reference.forward import DecoderReference
 from mtpc.sources.gguf import reader as gguf
+from tests.clients import llama_cpp_runtime
 from tests.fixtures import kquant_encoder
+from tests.fixtures.llama_cpp_tools import llama_quantize  # noqa: F401  (a fixture)
 from tests.fixtures.gguf_requantize import requantize
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS, compile_spec, write_spec
@@ -43,9 +47,7 @@ def _encode(values, qtype):
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
 def test_k_quant_blocks_of_mla_weights_compile_exactly_and_decode(ds_workdir, wide_gguf, capsys, qtype):
     path = requantize(wide_gguf, ds_workdir / f"ds-wide-{qtype}.gguf", PATTERNS, QT[qtype], encode=_encode)
-    spec = write_spec(ds_workdir / f"ds-wide-{qtype}.yaml", f"ds-wide-{qtype}", f"{{gguf: {path.name}}}", KEEP)
-    package = compile_spec(spec, ds_workdir / f"pkg-ds-wide-{qtype}")
-    weights = {w["name"]: w for w in json.loads((package / "quantization.json").read_text())["weights"]}
+    package, spec, weights = _compiled(ds_workdir, path, qtype)
     for name in ("layers.1.self_attn.q_b_proj.weight", "layers.1.self_attn.kv_a_proj_with_mqa.weight",
                  "mtp.layers.0.self_attn.q_b_proj.weight"):
         assert (weights[name]["source"], weights[name]["stored"]["kind"], weights[name]["lossless"]) == (
@@ -53,6 +55,30 @@ def test_k_quant_blocks_of_mla_weights_compile_exactly_and_decode(ds_workdir, wi
     kv_b = weights["layers.1.self_attn.kv_b_proj.weight"]
     # k_b f32 (its rows are 32 long), v_b a k-quant: the whole read as v_b's exact dequantization
     assert (kv_b["source"], kv_b["stored"]["kind"], kv_b["lossless"]) == (qtype, "float", True), kv_b
+    _holds(package, spec, path, weights, capsys)
+
+
+def test_llama_quantize_q4_k_m_compiles_exactly_and_decodes(ds_workdir, wide_gguf, llama_quantize, capsys):
+    path = llama_cpp_runtime.quantize(wide_gguf, ds_workdir / "ds-wide-Q4_K_M.gguf", "Q4_K_M")
+    package, spec, weights = _compiled(ds_workdir, path, "Q4_K_M")
+    carried = {w["source"] for w in weights.values() if w["stored"]["kind"] == "MatMulNBits"}
+    assert {"Q4_K", "Q6_K"} <= carried, carried  # the mix, carried as stored
+    for name in ("layers.1.self_attn.q_b_proj.weight", "layers.1.self_attn.kv_a_proj_with_mqa.weight"):
+        assert (weights[name]["source"], weights[name]["stored"]["kind"]) == ("Q4_K", "MatMulNBits"), weights[name]
+    # k_b Q5_0 (its 32-long rows), v_b Q4_K: kv_b_proj is their exact dequantization, reassembled
+    assert weights["layers.1.self_attn.kv_b_proj.weight"]["stored"]["kind"] == "float"
+    _holds(package, spec, path, weights, capsys)
+
+
+def _compiled(workdir, path, tag: str):
+    spec = write_spec(workdir / f"ds-wide-{tag}.yaml", f"ds-wide-{tag}", f"{{gguf: {path.name}}}", KEEP)
+    package = compile_spec(spec, workdir / f"pkg-ds-wide-{tag}")
+    weights = {w["name"]: w for w in json.loads((package / "quantization.json").read_text())["weights"]}
+    return package, spec, weights
+
+
+def _holds(package, spec, path, weights, capsys) -> None:
+    """Every weight lossless; verify; og greedy equals the numpy reference on the file's own values; MTP equals greedy."""
     assert all(w["lossless"] for w in weights.values()), [n for n, w in weights.items() if not w["lossless"]]
     assert main(["verify", str(package), "--spec", str(spec)]) == 0, capsys.readouterr()
     ref = SourceRef("gguf", str(path))

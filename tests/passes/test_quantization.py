@@ -237,3 +237,24 @@ def test_each_kind_of_weight_decided_once_is_every_weight_decided_alone(tmp_path
         assert ir.weights == alone
         kinds |= {(w.rule, w.source, w.result) for w in alone}
     assert len(kinds) > 3
+
+
+def test_a_moe_layer_whose_stacks_keep_source_forms_apart_is_kept_float_alike():
+    """llama-quantize's Q4_K_M: gate/up Q4_K (no QMoE form: dequantized), down Q6_K (QMoE blocks as stored)."""
+    from mtpc.ir import QuantForm, WeightDecision, WeightRole
+    from mtpc.passes.quantization import EXPERTS_ALIKE, experts_kept_alike
+
+    def stack(proj, source, form, rule="default, keep: source"):
+        return WeightDecision(f"layers.2.mlp.experts.{proj}_proj.weight", WeightRole.EXPERTS, source, form, rule,
+                              True, "float32", 4 if form else 0)
+
+    q6k = QuantForm(8, 16, False)
+    mixed = (stack("gate", "Q4_K", None), stack("up", "Q4_K", None),
+             stack("down", "Q6_K", q6k, "default, keep: source, accuracy_level from the cpu profile"))
+    alike = experts_kept_alike(mixed)
+    assert [w.form for w in alike] == [None] * 3 and all(w.lossless and w.accuracy_level == 0 for w in alike)
+    assert alike[2].rule == "default, keep: source" + EXPERTS_ALIKE and alike[:2] == mixed[:2]
+    # Stacks that explicit rules part are left for the graph builder to refuse ("give mlp.experts.* one rule").
+    ruled = (stack("gate", "float32", None, "default"), stack("up", "float32", None, "default"),
+             stack("down", "float32", QuantForm(8, 32, False), "override 1 (*.down_proj.weight)"))
+    assert experts_kept_alike(ruled) == ruled
