@@ -52,6 +52,32 @@ class LayerSite:
 
 
 MixerFor = Callable[[LayerSite, int, LayerKind], Mixer]
+# A family's full-attention block: `(b, ops, x, prefix, arch, rot, past_key, past_value)` -> (out, present key, value).
+AttentionBlock = Callable[..., tuple[oir.Value, oir.Value, oir.Value]]
+
+
+def full_attention(site: LayerSite, i: int, attention: AttentionBlock) -> Mixer:
+    """Layer `i`'s mixer through the family's `attention`, its KV cache read and presented under the contract's names."""
+
+    def full(h: oir.Value) -> oir.Value:
+        out, key, value = attention(site.b, site.ops, h, f"layers.{i}.", site.arch, site.rot,
+                                    site.input("past_key_names", i), site.input("past_value_names", i))
+        site.present("present_key_names", i, key)
+        site.present("present_value_names", i, value)
+        return out
+
+    return full
+
+
+def attention_only(attention: AttentionBlock, family: str) -> MixerFor:
+    """The mixers of a family whose every layer is full attention (GLM-4.5, deepseek2)."""
+
+    def mixer_for(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
+        if kind is not LayerKind.FULL_ATTENTION:  # lowering accepts only full attention for such a family
+            raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the {family} graph builder")
+        return full_attention(site, i, attention)
+
+    return mixer_for
 
 
 def build_decoder(ir: ModelIR, params: ParameterSource, data: GraphData, progress: Progress,

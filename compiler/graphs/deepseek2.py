@@ -31,12 +31,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as oir
 
-from ..ir import Architecture, LayerKind, MlaDims, ModelIR
+from ..ir import Architecture, MlaDims, ModelIR
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .blocks import (Rotary, SequenceOps, initializer_name, merge_heads, project, project_all, rms_norm, rotate_heads,
                      split_heads)
 from .builder import BuiltGraph, GraphBuilder, GraphData
-from .decoder import LayerSite, Mixer, Progress, build_decoder
+from .decoder import Progress, attention_only, build_decoder
 from .initializers import InitializerGroup, PlannedTensor
 from .parameters import ParameterSource
 
@@ -130,18 +130,4 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
 
 def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: Progress,
                kernels: FusedKernels = NO_FUSION) -> BuiltGraph:
-    return build_decoder(ir, params, data, progress, kernels, _mixer)
-
-
-def _mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
-    if kind is not LayerKind.FULL_ATTENTION:  # lowering accepts only full attention for this family
-        raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the deepseek2 graph builder")
-
-    def full(h: oir.Value) -> oir.Value:
-        out, key, value = attention(site.b, site.ops, h, f"layers.{i}.", site.arch, site.rot,
-                                    site.input("past_key_names", i), site.input("past_value_names", i))
-        site.present("present_key_names", i, key)
-        site.present("present_value_names", i, value)
-        return out
-
-    return full
+    return build_decoder(ir, params, data, progress, kernels, attention_only(attention, "deepseek2"))

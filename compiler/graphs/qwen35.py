@@ -9,7 +9,7 @@ from ..ir import LayerKind, ModelIR
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .blocks import gated_attention, gated_delta_net
 from .builder import BuiltGraph, GraphData
-from .decoder import LayerSite, Mixer, Progress, build_decoder
+from .decoder import LayerSite, Mixer, Progress, build_decoder, full_attention
 from .parameters import ParameterSource
 
 
@@ -35,14 +35,6 @@ def _mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
 
         return linear
     if kind is LayerKind.FULL_ATTENTION:
-
-        def full(h: oir.Value) -> oir.Value:
-            out, key, value = gated_attention(b, ops, h, f"layers.{i}.", site.arch, site.rot,
-                                              site.input("past_key_names", i), site.input("past_value_names", i))
-            site.present("present_key_names", i, key)
-            site.present("present_value_names", i, value)
-            return out
-
-        return full
+        return full_attention(site, i, gated_attention)
     # Lowering accepts only the layer kinds above for this family.
     raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the Qwen3.5 graph builder")

@@ -22,6 +22,7 @@ import pytest
 from mtpc.ir import LayerKind
 from mtpc.reference.forward import DecoderReference
 from mtpc.weights import ArrayWeightStore
+from tests.fixtures.torch_trailing_head import torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import (
     FLASH,
     PREFIX,
@@ -33,7 +34,6 @@ from tests.fixtures.deepseek2_checkpoints import (
     transformers_config,
     write_mla_checkpoint,
 )
-from tests.fixtures.glm4moe_checkpoints import fuse_experts
 from tests.runtime.conftest import compile_spec, write_spec
 
 _NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
@@ -91,39 +91,11 @@ def test_one_absorbed_layer_computes_the_decompressed_attention(tmp_path, q_lora
 
 
 def _torch_head(arch, tensors):
-    """The MTP layer from transformers' own modules: embed (the trunk's), enorm / hnorm, eh_proj, a
-    `Glm4MoeLiteDecoderLayer` holding `model.layers.{L}.*`, shared_head.norm, the trunk's LM head."""
-    import torch
+    """The MTP layer from transformers' own modules (`Glm4MoeLiteDecoderLayer` holding `model.layers.{L}.*`)."""
     from transformers.models.glm4_moe_lite import modeling_glm4_moe_lite as m
 
-    config = transformers_config(arch)
-    h, eps = arch.hidden_size, arch.rms_norm_eps
-    head = f"{PREFIX}layers.{arch.num_layers}."
-    t = {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in tensors.items()}
-    layer = m.Glm4MoeLiteDecoderLayer(config, layer_idx=arch.num_layers - 1).eval()  # a sparse layer's modules
-    local = {n[len(head):]: v for n, v in fuse_experts(tensors, range(arch.num_layers + 1), arch.moe.num_experts).items()
-             if n.startswith(head)}
-    layer.load_state_dict({n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in local.items()
-                           if not n.startswith(("eh_proj", "enorm", "hnorm", "shared_head"))}, strict=True)
-    norms = {}
-    for name in ("enorm", "hnorm", "shared_head.norm"):
-        norms[name] = m.Glm4MoeLiteRMSNorm(h, eps)
-        norms[name].weight.data.copy_(t[f"{head}{name}.weight"])
-    rotary = m.Glm4MoeLiteRotaryEmbedding(config)
-
-    def forward(ids, seed):
-        with torch.no_grad():
-            ids = torch.tensor([ids])
-            embedded = norms["enorm"](t[PREFIX + "embed_tokens.weight"][ids])
-            x = torch.cat([embedded, norms["hnorm"](torch.from_numpy(seed))], dim=-1) @ t[head + "eh_proj.weight"].T
-            s = ids.shape[1]
-            positions = torch.arange(s)[None]
-            mask = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)[None, None]
-            y = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=rotary(x, positions))
-            out = norms["shared_head.norm"](y)
-            return (out @ t["lm_head.weight"].T).numpy(), out.numpy()
-
-    return forward
+    return torch_trailing_head(arch, tensors, transformers_config(arch), PREFIX, m.Glm4MoeLiteDecoderLayer,
+                               m.Glm4MoeLiteRMSNorm, m.Glm4MoeLiteRotaryEmbedding)
 
 
 def test_the_mtp_layer_computes_what_transformers_modules_do(tmp_path):

@@ -11,46 +11,20 @@ from __future__ import annotations
 import numpy as np
 
 from tests.deepseek2.test_deepseek2_graphs import _Session
+from tests.fixtures.torch_trailing_head import torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import PREFIX, raw_mla_tensors
 from tests.fixtures.deepseek3_checkpoints import (
     PROMPTS, SEED, as_meant, tiny_dsv3_arch, transformers_dsv3_config, write_dsv3_checkpoint,
 )
-from tests.fixtures.glm4moe_checkpoints import fuse_experts
 from tests.runtime.conftest import compile_spec, write_spec
 
 
 def _torch_head(arch, tensors):
-    import torch
+    """The MTP layer from transformers' own modules (`DeepseekV3DecoderLayer` holding `model.layers.{L}.*`)."""
     from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m
 
-    config = transformers_dsv3_config(arch)
-    h, eps = arch.hidden_size, arch.rms_norm_eps
-    head = f"{PREFIX}layers.{arch.num_layers}."
-    t = {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in tensors.items()}
-    layer = m.DeepseekV3DecoderLayer(config, layer_idx=arch.num_layers - 1).eval()  # a sparse layer's modules
-    local = {n[len(head):]: v for n, v in fuse_experts(tensors, range(arch.num_layers + 1), arch.moe.num_experts).items()
-             if n.startswith(head)}
-    layer.load_state_dict({n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in local.items()
-                           if not n.startswith(("eh_proj", "enorm", "hnorm", "shared_head"))}, strict=True)
-    norms = {}
-    for name in ("enorm", "hnorm", "shared_head.norm"):
-        norms[name] = m.DeepseekV3RMSNorm(h, eps)
-        norms[name].weight.data.copy_(t[f"{head}{name}.weight"])
-    rotary = m.DeepseekV3RotaryEmbedding(config)
-
-    def forward(ids, seed):
-        with torch.no_grad():
-            ids = torch.tensor([ids])
-            embedded = norms["enorm"](t[PREFIX + "embed_tokens.weight"][ids])
-            x = torch.cat([embedded, norms["hnorm"](torch.from_numpy(seed))], dim=-1) @ t[head + "eh_proj.weight"].T
-            s = ids.shape[1]
-            positions = torch.arange(s)[None]
-            mask = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)[None, None]
-            y = layer(x, attention_mask=mask, position_ids=positions, position_embeddings=rotary(x, positions))
-            out = norms["shared_head.norm"](y)
-            return (out @ t["lm_head.weight"].T).numpy(), out.numpy()
-
-    return forward
+    return torch_trailing_head(arch, tensors, transformers_dsv3_config(arch), PREFIX, m.DeepseekV3DecoderLayer,
+                               m.DeepseekV3RMSNorm, m.DeepseekV3RotaryEmbedding)
 
 
 def test_the_mtp_layer_computes_what_transformers_modules_do(tmp_path):
