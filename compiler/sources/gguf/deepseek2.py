@@ -37,6 +37,7 @@ from ...ir.moe import SIGMOID, SOFTMAX
 from .constants import Keys
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
 from .names import EXPERTS, QWEN35, GGUFNames, Rule, Transform
+from .routed_experts import grouped_moe
 
 # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*.
 GATING = {1: SOFTMAX, 2: SIGMOID}
@@ -118,38 +119,14 @@ def _mla(meta: Metadata) -> MlaDims:
 
 
 def _moe(meta: Metadata, n_main: int, shapes: dict) -> MoeDims:
-    experts = meta.positive(Keys.LLM.EXPERT_COUNT)
-    top_k = meta.positive(Keys.LLM.EXPERT_USED_COUNT)
-    groups = int(meta.get(Keys.LLM.EXPERT_GROUP_COUNT, 1, required=False)) or 1
-    kept = int(meta.get(Keys.LLM.EXPERT_GROUP_USED_COUNT, 1, required=False)) or 1
-    if experts % groups or kept > groups or (groups > 1 and experts // groups < 2):
-        raise SourceError(f"{meta.path}: GGUF metadata keys {_key(meta, Keys.LLM.EXPERT_GROUP_COUNT)!r} ({groups}) "
-                          f"and {_key(meta, Keys.LLM.EXPERT_GROUP_USED_COUNT)!r} ({kept}) do not group {experts} experts")
-    if top_k > kept * (experts // groups):
-        raise SourceError(f"{meta.path}: GGUF metadata key {_key(meta, Keys.LLM.EXPERT_USED_COUNT)!r} ({top_k}) is "
-                          f"more than the experts of {kept} group(s)")
-    dense = int(meta.get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0, required=False))
-    if dense > n_main:
-        raise SourceError(f"{meta.path}: GGUF metadata key {_key(meta, Keys.LLM.LEADING_DENSE_BLOCK_COUNT)!r} "
-                          f"({dense}) is more than the {n_main} trunk blocks")
     # Any block's bias says the model has one: then every sparse block needs its own, and one left out is named.
     scoring, bias = _routing(meta, any(n.endswith(".exp_probs_b.bias") for n in shapes))
+    groups = int(meta.get(Keys.LLM.EXPERT_GROUP_COUNT, 1, required=False)) or 1
     if scoring == SOFTMAX and groups > 1:
         raise SourceError(f"{meta.path}: softmax routing over expert groups ({_key(meta, Keys.LLM.EXPERT_GROUP_COUNT)!r}"
                           f" {groups}: DeepSeek-V2's group_limited_greedy) is not supported")
-    expert_size = meta.positive(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH)
-    shared = int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 0, required=False))
-    if shared == 0:
-        raise SourceError(f"{meta.path}: GGUF metadata key {_key(meta, Keys.LLM.EXPERT_SHARED_COUNT)!r} is 0 or "
-                          f"missing; mtpc builds the deepseek2 sparse block with its shared expert(s)")
-    return MoeDims(
-        num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
-        shared_expert_intermediate_size=expert_size * shared,
-        normalize_top_k=meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM, False, required=False) not in (False, 0),
-        shared_expert_sigmoid_gate=False, scoring=scoring, selection_bias=bias, num_groups=groups, top_k_groups=kept,
-        routed_scaling_factor=_float32(meta.get(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0, required=False)),
-        dense_layers=dense,
-    )
+    return grouped_moe(meta, n_main, scoring=scoring, selection_bias=bias, shared_default=0,
+                       block="the deepseek2 sparse block with its shared expert(s)")
 
 
 def _routing(meta: Metadata, has_bias: bool) -> tuple[str, bool]:

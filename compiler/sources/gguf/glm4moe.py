@@ -19,6 +19,7 @@ from ...ir.moe import SIGMOID
 from .constants import Keys
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
 from .names import EXPERTS, QWEN35, GGUFNames, Rule
+from .routed_experts import grouped_moe
 
 # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID, what its glm4moe graph defaults to.
 SIGMOID_GATING = 2
@@ -64,40 +65,12 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
 
 
 def _moe(meta: Metadata, n_main: int) -> MoeDims:
-    def key(k: str) -> str:
-        return k.format(arch=meta.arch)
-
-    experts = meta.positive(Keys.LLM.EXPERT_COUNT)
-    top_k = meta.positive(Keys.LLM.EXPERT_USED_COUNT)
-    groups = int(meta.get(Keys.LLM.EXPERT_GROUP_COUNT, 1, required=False)) or 1
-    kept = int(meta.get(Keys.LLM.EXPERT_GROUP_USED_COUNT, 1, required=False)) or 1
-    if experts % groups or kept > groups or (groups > 1 and experts // groups < 2):
-        raise SourceError(f"{meta.path}: GGUF metadata keys {key(Keys.LLM.EXPERT_GROUP_COUNT)!r} ({groups}) and "
-                          f"{key(Keys.LLM.EXPERT_GROUP_USED_COUNT)!r} ({kept}) do not group {experts} experts")
-    if top_k > kept * (experts // groups):
-        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_USED_COUNT)!r} ({top_k}) is more than "
-                          f"the experts of {kept} group(s)")
     gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC, SIGMOID_GATING, required=False))
     if gating != SIGMOID_GATING:
-        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_GATING_FUNC)!r} is {gating}; "
-                          f"GLM-4.5 routes by sigmoid scores ({SIGMOID_GATING})")
-    dense = int(meta.get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0, required=False))
-    if dense > n_main:
-        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.LEADING_DENSE_BLOCK_COUNT)!r} ({dense}) is "
-                          f"more than the {n_main} trunk blocks")
-    expert_size = meta.positive(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH)
-    shared = int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 1, required=False))
-    if shared == 0:
-        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_SHARED_COUNT)!r} is 0; mtpc builds "
-                          f"GLM's sparse block with its shared expert")
-    return MoeDims(
-        num_experts=experts, top_k=top_k, expert_intermediate_size=expert_size,
-        shared_expert_intermediate_size=expert_size * shared,
-        normalize_top_k=meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM, False, required=False) not in (False, 0),
-        shared_expert_sigmoid_gate=False, scoring=SIGMOID, selection_bias=True, num_groups=groups, top_k_groups=kept,
-        routed_scaling_factor=_float32(meta.get(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0, required=False)),
-        dense_layers=dense,
-    )
+        raise SourceError(f"{meta.path}: GGUF metadata key {Keys.LLM.EXPERT_GATING_FUNC.format(arch=meta.arch)!r} is "
+                          f"{gating}; GLM-4.5 routes by sigmoid scores ({SIGMOID_GATING})")
+    return grouped_moe(meta, n_main, scoring=SIGMOID, selection_bias=True, shared_default=1,
+                       block="GLM's sparse block with its shared expert")
 
 
 # GLM-4.5 (llama.cpp's `glm4moe`, conversion/glm.py `Glm4MoeModel`): grouped-query attention with optional
