@@ -36,7 +36,8 @@ from ...ir import Architecture, HeadLayout, LayerKind, MlaDims, MoeDims, Rope
 from ...ir.moe import SIGMOID, SOFTMAX
 from .constants import Keys
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
-from .names import EXPERTS, QWEN35, GGUFNames, Rule, Transform
+from .names import QWEN35, GGUFNames, Rule, Transform
+from .glm4moe import ROUTED_FFN
 from .routed_experts import grouped_moe
 
 # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*.
@@ -167,11 +168,7 @@ NAMES = GGUFNames(
         Rule("attn_output.weight", "self_attn.o_proj.weight", ("H", "OV")),
     ),
     linear_attention=(),
-    ffn=(
-        Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
-        Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
-        *EXPERTS,
-    ),
+    ffn=ROUTED_FFN,
     dense_ffn=QWEN35.ffn,
     nextn_required=QWEN35.nextn_required,
     nextn_optional=QWEN35.nextn_optional,

@@ -73,6 +73,14 @@ def _moe(meta: Metadata, n_main: int) -> MoeDims:
                        block="GLM's sparse block with its shared expert")
 
 
+# The sparse block with a selection bias (DeepSeek-V3's `noaux_tc` routing), as GLM-4.5 and deepseek2 store it.
+ROUTED_FFN = (
+    Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
+    Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
+    *EXPERTS,
+)
+
+
 # GLM-4.5 (llama.cpp's `glm4moe`, conversion/glm.py `Glm4MoeModel`): grouped-query attention with optional
 # q/k/v biases and q/k norms, no Q/K permutation (NeoX order already), plain RMSNorm scales (nothing baked
 # in); the first `leading_dense_block_count` blocks dense, the others sparse with the selection bias
@@ -91,11 +99,7 @@ NAMES = GGUFNames(
         Rule("attn_output.weight", "self_attn.o_proj.weight", ("H", "O")),
     ),
     linear_attention=(),
-    ffn=(
-        Rule("ffn_gate_inp.weight", "mlp.gate.weight", ("E", "H")),
-        Rule("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", ("E",)),
-        *EXPERTS,
-    ),
+    ffn=ROUTED_FFN,
     dense_ffn=QWEN35.ffn,
     nextn_required=QWEN35.nextn_required,
     nextn_optional=QWEN35.nextn_optional,
