@@ -100,8 +100,11 @@ def run(args) -> int:
     else:
         line("hidden size", f"{arch.hidden_size}")
         line("experts", arch.moe.summary())
-    line("attention", f"{arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}"
-         + ("" if arch.attention_output_gate else f" ({arch.attention_summary()})"))
+    if arch.mla is not None:  # its one KV head is the cached latent, not a head of keys
+        line("attention", f"{arch.num_attention_heads} heads, {arch.attention_summary()}")
+    else:
+        line("attention", f"{arch.num_attention_heads} heads, {arch.num_key_value_heads} kv heads, head dim {arch.head_dim}"
+             + ("" if arch.attention_output_gate else f" ({arch.attention_summary()})"))
     if arch.linear_attention is not None:
         la = arch.linear_attention
         line(

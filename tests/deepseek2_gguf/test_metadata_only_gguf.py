@@ -50,8 +50,8 @@ def test_inspect_reads_no_weight(flash, capsys):
     for line in ("architecture:       deepseek2",
                  "experts:            64 experts, top-4 (sigmoid, selection bias, renormalized, scaled by 1.8), expert "
                  "FFN 1536, shared expert 1536; the first 1 layer(s) dense",
-                 "attention:          20 heads, 1 kv heads, head dim 576 (multi-head latent attention (q LoRA 768, kv "
-                 "LoRA 512, per head nope 192 + rope 64, v 256; caches a 576-wide latent))",
+                 "attention:          20 heads, multi-head latent attention (q LoRA 768, kv "
+                 "LoRA 512, per head nope 192 + rope 64, v 256; caches a 576-wide latent)",
                  "mtp head:           yes, 1 layer(s), a trailing decoder layer (block 47, after the trunk)"):
         assert line in out, out
 
