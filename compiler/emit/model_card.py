@@ -89,7 +89,8 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         "",
         f"- {arch.num_layers} layers: {arch.layer_kind_summary()}",
         f"- hidden size {arch.hidden_size}, {arch.num_attention_heads} attention heads, "
-        f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}",
+        + (f"one KV head of {arch.head_dim}: the latent each layer caches" if arch.mla is not None
+           else f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}"),
         *([f"- {arch.attention_summary()}"] if not arch.attention_output_gate else []),
         *_kv_cache(ir),
         *([f"- mixture of experts{' in every layer' if not arch.moe.dense_layers else ''}: {arch.moe.summary()}"]
