@@ -22,7 +22,7 @@ import pytest
 from mtpc.ir import LayerKind
 from mtpc.reference.forward import DecoderReference
 from mtpc.weights import ArrayWeightStore
-from tests.fixtures.torch_trailing_head import torch_trailing_head
+from tests.fixtures.torch_trailing_head import assert_head_graph_matches, torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import (
     FLASH,
     PREFIX,
@@ -105,16 +105,7 @@ def test_the_mtp_layer_computes_what_transformers_modules_do(tmp_path):
     package = _package(tmp_path, arch, raw)
     head = _Session(package / "mtp" / "mtp.onnx")
     forward = _torch_head(arch, raw)
-    ids = list(PROMPTS[1])
-    seed = np.random.default_rng(0).standard_normal((1, len(ids) + 1, arch.hidden_size)).astype(np.float32)
-    expected_logits, expected_hidden = forward(ids + [40], seed)
-    s = len(ids)
-    out = head.run(ids, None, 0, hidden_states=seed[:, :s])
-    np.testing.assert_allclose(out["hidden_states_out"], expected_hidden[:, :s], rtol=0, atol=5e-5)
-    np.testing.assert_allclose(out["logits"].astype(np.float32), expected_logits[:, :s], rtol=2e-3, atol=2e-3)
-    step = head.run([40], out, s, hidden_states=seed[:, s:])  # a draft step over the head's own cache
-    np.testing.assert_allclose(step["hidden_states_out"], expected_hidden[:, s:], rtol=0, atol=5e-5)
-    np.testing.assert_allclose(step["logits"].astype(np.float32), expected_logits[:, s:], rtol=2e-3, atol=2e-3)
+    assert_head_graph_matches(head, forward, list(PROMPTS[1]), arch.hidden_size)
 
 
 def _cache_bytes_per_token_per_layer(graph_path) -> dict[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.deepseek2.test_deepseek2_graphs import _Session
-from tests.fixtures.torch_trailing_head import torch_trailing_head
+from tests.fixtures.torch_trailing_head import assert_head_graph_matches, torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import PREFIX, raw_mla_tensors
 from tests.fixtures.deepseek3_checkpoints import (
     PROMPTS, SEED, as_meant, tiny_dsv3_arch, transformers_dsv3_config, write_dsv3_checkpoint,
@@ -38,13 +38,4 @@ def test_the_mtp_layer_computes_what_transformers_modules_do(tmp_path):
     assert not np.array_equal(meant[head_name + "eh_proj.weight"], raw[head_name + "eh_proj.weight"])  # FP8 too
     head = _Session(package / "mtp" / "mtp.onnx")
     forward = _torch_head(arch, meant)
-    ids = list(PROMPTS[1])
-    seed = np.random.default_rng(0).standard_normal((1, len(ids) + 1, arch.hidden_size)).astype(np.float32)
-    expected_logits, expected_hidden = forward(ids + [40], seed)
-    s = len(ids)
-    out = head.run(ids, None, 0, hidden_states=seed[:, :s])
-    np.testing.assert_allclose(out["hidden_states_out"], expected_hidden[:, :s], rtol=0, atol=5e-5)
-    np.testing.assert_allclose(out["logits"].astype(np.float32), expected_logits[:, :s], rtol=2e-3, atol=2e-3)
-    step = head.run([40], out, s, hidden_states=seed[:, s:])  # a draft step over the head's own cache
-    np.testing.assert_allclose(step["hidden_states_out"], expected_hidden[:, s:], rtol=0, atol=5e-5)
-    np.testing.assert_allclose(step["logits"].astype(np.float32), expected_logits[:, s:], rtol=2e-3, atol=2e-3)
+    assert_head_graph_matches(head, forward, list(PROMPTS[1]), arch.hidden_size)
