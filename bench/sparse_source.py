@@ -112,19 +112,27 @@ def gguf_shape(canonical: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 def write(path: Path, arch: Architecture, *, dense: bool = False) -> Path:
     w = GGUFWriter(str(path), arch="qwen35")
     add_metadata(w, arch, tokenizer=vocabulary(arch), recurrent_layers=True)
-    total = 0
     for canonical, shape in sorted(canonical_shapes(arch).items()):
         name = gguf_name(canonical, arch.num_layers)
         shape = gguf_shape(canonical, shape)
-        qtype = next((t for p, t in TYPES if fnmatchcase(name, p)), QT.F32) if len(shape) > 1 else QT.F32
-        block, type_size = GGML_QUANT_SIZES[qtype]
-        byte_shape = (*shape[:-1], shape[-1] // block * type_size)
-        nbytes = int(np.prod(byte_shape))
-        if qtype == QT.F32:
-            w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes)
-        else:  # gguf-py takes a quantized tensor's shape in bytes
-            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
-        total += nbytes
+        add_tensor_info(w, name, shape,
+                        next((t for p, t in TYPES if fnmatchcase(name, p)), QT.F32) if len(shape) > 1 else QT.F32)
+    return finish_sparse(w, path, dense=dense)
+
+
+def add_tensor_info(w: GGUFWriter, name: str, shape: tuple[int, ...], qtype: QT) -> None:
+    """A tensor's info (numpy `shape`, type), its bytes to come: `finish_sparse` writes none."""
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    byte_shape = (*shape[:-1], shape[-1] // block * type_size)
+    nbytes = int(np.prod(byte_shape))
+    if qtype == QT.F32:
+        w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes)
+    else:  # gguf-py takes a quantized tensor's shape in bytes
+        w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
+
+
+def finish_sparse(w: GGUFWriter, path: Path, *, dense: bool = False) -> Path:
+    """The header, keys and tensor infos written, the data region a hole of its full size (random bytes if `dense`)."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()

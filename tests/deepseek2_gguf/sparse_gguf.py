@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from gguf import GGMLQuantizationType as QT, GGUFWriter, TokenType
-from gguf.constants import GGML_QUANT_SIZES
 
-from bench.sparse_source import vocabulary
+from bench.sparse_source import add_tensor_info, finish_sparse, vocabulary
 from tests.fixtures.deepseek2_checkpoints import FLASH
 
 H, LAYERS, HEADS, Q_LORA, KV_LORA, NOPE, ROPE, V = 2048, 47, 20, 768, 512, 192, 64, 256
@@ -109,21 +107,5 @@ def write(path: Path, *, nextn: bool = True) -> Path:
     for name, (shape, qtype) in tensors().items():
         if not nextn and name.startswith(f"blk.{LAYERS}."):
             continue
-        block, type_size = GGML_QUANT_SIZES[qtype]
-        byte_shape = (*shape[:-1], shape[-1] // block * type_size)
-        nbytes = int(np.prod(byte_shape))
-        if qtype == QT.F32:
-            w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes)
-        else:  # gguf-py takes a quantized tensor's shape in bytes
-            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    w.fout[0].flush()
-    header_end = w.fout[0].tell()
-    w.close()
-    data_start = -(-header_end // w.data_alignment) * w.data_alignment
-    end = data_start + sum(GGUFWriter.ggml_pad(ti.nbytes, w.data_alignment) for ti in w.tensors[0].values())
-    with open(path, "r+b") as f:
-        f.truncate(end)
-    return path
+        add_tensor_info(w, name, shape, qtype)
+    return finish_sparse(w, path)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from mtpc.cli.main import main
 from mtpc.pipeline.driver import build
 from mtpc.reference.forward import DecoderReference
 from mtpc.sources.random_weights_glm4moe import seeded_glm4moe_store
+from tests.graphs.tiny import empty_state, run, session
 
 ORT_CPU = 'targets:\n  onnxruntime_genai: {version: "0.18.0", execution_provider: cpu, attention: dense}\n'
 GLM = "architecture: glm4moe, num_layers: 3, head_dim: 32, rope: {partial_rotary_factor: 0.5}"
@@ -32,14 +32,11 @@ def _spec(tmp_path: Path, synthetic: str, extra: str = "") -> Path:
 
 
 def _hidden_states(package: Path, ids: list[int]) -> np.ndarray:
-    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    sess = session(package / "model.onnx")
     s = len(ids)
     feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, s), np.int64),
-             "position_ids": np.arange(s, dtype=np.int64)[None]}
-    for i in session.get_inputs():
-        if i.name not in feeds:  # an empty KV cache
-            feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
-    return session.run(["hidden_states"], feeds)[0]
+             "position_ids": np.arange(s, dtype=np.int64)[None], **empty_state(sess, 1)}
+    return run(sess, feeds)["hidden_states"]
 
 
 @pytest.mark.parametrize("moe", [

@@ -11,12 +11,12 @@ slot is the only choice. Expert 3's output is far from expert 2's, so the choice
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 
 from mtpc.cli.main import main
 from mtpc.reference.forward import DecoderReference
 from mtpc.sources.random_weights_glm4moe import canonical_glm4moe_tensors
 from mtpc.weights import ArrayWeightStore
+from tests.graphs.tiny import empty_state, run, session
 from tests.fixtures.glm4moe_checkpoints import fitted_glm_tensors, tiny_glm_arch, write_glm_checkpoint
 
 IDS = [45, 12, 77, 30, 61, 8, 20, 66, 39, 91, 5, 52]
@@ -42,14 +42,11 @@ def _reference_hidden(arch, tensors: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _package_hidden(package) -> np.ndarray:
-    session = ort.InferenceSession(str(package / "model.onnx"), providers=["CPUExecutionProvider"])
+    sess = session(package / "model.onnx")
     s = len(IDS)
     feeds = {"input_ids": np.asarray([IDS], np.int64), "attention_mask": np.ones((1, s), np.int64),
-             "position_ids": np.arange(s, dtype=np.int64)[None]}
-    for i in session.get_inputs():
-        if i.name not in feeds:  # an empty KV cache
-            feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float16)
-    return session.run(["hidden_states"], feeds)[0].astype(np.float32)
+             "position_ids": np.arange(s, dtype=np.int64)[None], **empty_state(sess, 1)}
+    return run(sess, feeds)["hidden_states"].astype(np.float32)
 
 
 def test_a_float16_package_routes_as_float32_does(tmp_path):
