@@ -196,7 +196,8 @@ def _check_spec(path: Path, offline: bool) -> list[Reported]:
         from ..spec.lower import check_without_source
 
         spec = load_spec(path)
-        ((kind, value),) = spec.data["source"].items()
+        kind = next(k for k in ("synthetic", "hf", "gguf") if k in spec.data["source"])
+        value = spec.data["source"][kind]
         if kind != "synthetic":
             check_without_source(spec)
             at = spec.diagnostic(("source", kind), "")

@@ -23,8 +23,14 @@ block, unknown head tensors); 2 when the checkpoint cannot be read. A head
 whose weights are all absent from an HF folder (transformers drops them when
 it re-saves a model) is not a finding: compile builds text only, with a note.
 
+A GGUF target converted without its head (llama.cpp's --no-mtp) is read with
+the mtp-*.gguf beside it that holds its head, as compile pairs one (--head
+names the head file, --head off reads the target alone); without one, it
+says that the head file would add MTP.
+
 examples:
   mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf
+  mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf --head models/mtp-Qwen3.5-0.8B-Q8_0.gguf
   mtpc inspect models/qwen3.5-0.8b/          # config.json + *.safetensors
   mtpc inspect ckpt/ --format json | jq .has_mtp_head
 """
@@ -33,7 +39,30 @@ examples:
 def add_parser(sub) -> None:
     p = verb_parser(sub, "inspect", HELP, EPILOG)
     p.add_argument("source", metavar="SOURCE", help="a .gguf file or a checkpoint directory with config.json")
+    p.add_argument("--head", metavar="FILE", help="a GGUF target's MTP head file (llama.cpp's --mtp output), or off "
+                   "(default: an mtp-*.gguf beside the target that holds its head, as compile pairs one)")
     p.set_defaults(run=run)
+
+
+def _with_head(ref: "SourceRef", head: str | None) -> tuple["SourceRef", tuple[str, ...]]:
+    """A GGUF target with its MTP head file, as a spec's `source.head` pairs one (`head`: a path, off, or None)."""
+    from dataclasses import replace
+
+    from ..sources.gguf import siblings
+
+    if ref.kind != "gguf":
+        if head is not None:
+            raise MtpcError.single("--head is a GGUF target's MTP head file; the source is not a GGUF",
+                                   exit_code=ExitCode.USAGE)
+        return ref, ()
+    if head == "off":
+        return ref, siblings.unread_siblings(ref.path)
+    if head is not None:
+        if not Path(head).is_file():
+            raise MtpcError.single(f"--head {head!r} is not a file", exit_code=ExitCode.USAGE)
+        return replace(ref, head=str(Path(head).resolve())), ()
+    pairing = siblings.auto_pair(ref.path)
+    return replace(ref, head=pairing.head), pairing.notes
 
 
 def source_ref(path: Path) -> "SourceRef":
@@ -66,7 +95,7 @@ def run(args) -> int:
     from ..diffing.changes import to_plain
     from ..ir import HeadLayout
 
-    ref = source_ref(Path(args.source))
+    ref, pairing = _with_head(source_ref(Path(args.source)), args.head)
     info = sources.describe(ref)
     findings = _findings(ref, info)
     arch = info.architecture
@@ -74,12 +103,13 @@ def run(args) -> int:
         print_json(
             "inspect",
             {
-                "source": {"kind": ref.kind, "path": ref.path},
+                "source": {"kind": ref.kind, "path": ref.path, **({"head": ref.head} if ref.head else {})},
                 "architecture": to_plain(arch),
                 "has_mtp_head": info.has_mtp_head,
                 "storage": dict(info.storage),
                 "tokenizer_files": sorted(info.tokenizer_names),
                 "facts": {k: list(v) if isinstance(v, tuple) else v for k, v in info.facts},
+                "notes": list(info.notes + pairing),
                 "findings": findings,
             },
             ok=not findings,
@@ -126,6 +156,8 @@ def run(args) -> int:
         line("tokenizer", f"{', '.join(sorted(info.tokenizer_names))}")
     for key, value in info.facts:
         line(key, ", ".join(value) if isinstance(value, tuple) else value)
+    for note in info.notes + pairing:
+        line("note", note)
     for finding in findings:
         err(f"error: {finding}")
     return ExitCode.FINDINGS if findings else 0

@@ -264,6 +264,8 @@ class SourceRef:
     seed: int | None = None
     # The model a synthetic source builds (set for kind "synthetic" by lowering).
     synthetic: SyntheticSpec | None = None
+    # A GGUF target's MTP head in a file of its own (llama.cpp's `--mtp` output), absolute; None: the target alone.
+    head: str | None = added(None)
 
 
 # ----------------------------------------------------------------------------- build choices

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 from .. import sources
 from ..ir.contracts import main_decoder_config
@@ -44,7 +45,7 @@ def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, Sou
     refusal of them is reported as the description's are, at the spec's `source` (compile asks; the
     metadata verbs leave them unmade)."""
     filled = _ruled(spec)
-    ref = _source_ref(spec, filled["source"])
+    ref, pairing_notes = _source_ref(spec, filled["source"], filled["mtp"]["head"])
     info = _describe(spec, ref, files=source_files)
     architecture = _override_architecture(spec, info.architecture)
     precision = Precision(io_dtype=filled["precision"]["io_dtype"])
@@ -68,7 +69,7 @@ def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, Sou
         quantization=_quantization(filled["quantization"]),
         targets=targets,
         main=main_decoder_config(architecture, precision, execution_provider=provider),
-        notes=info.notes + _tokenizer_notes(ref, info),
+        notes=info.notes + pairing_notes + _tokenizer_notes(ref, info),
         source_tensors=info.tensors,
     )
     borrowed, notes = borrowed_weights.check(spec, ir)
@@ -94,26 +95,50 @@ def check_without_source(spec: LoadedSpec) -> None:
     targets_of(_ruled(spec)["targets"])
 
 
-def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
-    ((kind, value),) = source.items()
+def _source_ref(spec: LoadedSpec, source: dict, head_policy: str) -> tuple[SourceRef, tuple[str, ...]]:
+    """The source, and what the user should know about the GGUF head file paired with a target (`_paired`)."""
+    kind = next(k for k in ("synthetic", "hf", "gguf") if k in source)
+    value = source[kind]
     if kind == "synthetic":
-        return SourceRef("synthetic", seed=value["seed"], synthetic=synthetic_spec(value))
+        return SourceRef("synthetic", seed=value["seed"], synthetic=synthetic_spec(value)), ()
+    wanted = "folder" if kind == "hf" else "file"
+    path = _existing(spec, ("source", kind), value, wanted, f"{kind} source", f"the {kind} source is a {wanted}")
+    ref = SourceRef(kind, path=str(path))
+    return _paired(spec, ref, source.get("head"), head_policy) if kind == "gguf" else (ref, ())
+
+
+def _existing(spec: LoadedSpec, at: tuple, value: str, wanted: str, noun: str, about: str) -> Path:
+    """`value` resolved against the spec's folder: a `wanted` ("file" / "folder") there, else exit 2 at `at`."""
     path = (spec.folder / value).resolve()
-    wanted, right_kind = ("folder", path.is_dir()) if kind == "hf" else ("file", path.is_file())
-    if not right_kind:
+    if not (path.is_dir() if wanted == "folder" else path.is_file()):
         problem = f"is not a {wanted}" if path.exists() else "does not exist"
         near = None if path.exists() else path_hint(value, spec.folder)
         raise MtpcError(
-            [
-                spec.diagnostic(
-                    ("source", kind),
-                    f"{kind} source '{value}' {problem}",
-                    hint=(f"{near} " if near else "") + f"the {kind} source is a {wanted}, relative to the folder of the spec file",
-                )
-            ],
+            [spec.diagnostic(at, f"{noun} '{value}' {problem}",
+                             hint=(f"{near} " if near else "") + f"{about}, relative to the folder of the spec file")],
             ExitCode.USAGE,
         )
-    return SourceRef(kind, path=str(path))
+    return path
+
+
+def _paired(spec: LoadedSpec, ref: SourceRef, head: str | None, head_policy: str) -> tuple[SourceRef, tuple[str, ...]]:
+    """A GGUF target's MTP head file (`sources/gguf/siblings.py`): the one `source.head` names; none with `off`; else
+    an `mtp-` file beside the target that holds its head, as llama.cpp's runtime pairs one (unless `mtp.head: off`)."""
+    from ..sources.gguf import siblings
+
+    try:
+        if head == "off":
+            return ref, siblings.unread_siblings(ref.path)
+        if head is not None:
+            path = _existing(spec, ("source", "head"), head, "file", "MTP head file",
+                             "source.head names the GGUF file of the target's MTP head (llama.cpp's `--mtp` output)")
+            return replace(ref, head=str(path)), ()
+        if head_policy == "off":
+            return ref, ()
+        pairing = siblings.auto_pair(ref.path)
+        return replace(ref, head=pairing.head), pairing.notes
+    except MtpcError as err:
+        raise _anchored_at(spec, ("source", "gguf"), err) from err
 
 
 def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool) -> SourceInfo:
@@ -121,10 +146,18 @@ def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool) -> SourceInfo:
         info = sources.describe(ref)
         if files:
             info.tokenizer_files  # noqa: B018  (made and checked now; kept by the description)
+            if info.weight_checks is not None:
+                info.weight_checks()
         return info
     except MtpcError as err:
-        anchor = spec.diagnostic(("source", ref.kind), "")
-        raise MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code) from err
+        # A head file named in the spec is where its refusal points; one paired from beside the target, the target.
+        at = ("source", "head") if spec.get(("source", "head")) not in (None, "off") else ("source", ref.kind)
+        raise _anchored_at(spec, at, err) from err
+
+
+def _anchored_at(spec: LoadedSpec, at: tuple, err: MtpcError) -> MtpcError:
+    anchor = spec.diagnostic(at, "")
+    return MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code)
 
 
 def _anchored(found: Diagnostic, anchor: Diagnostic) -> Diagnostic:

@@ -153,6 +153,17 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
         return [spec.diagnostic(path, f"{where} must not be empty")]
     if kind == "pattern":
         return [spec.diagnostic(path, f"{where} {_literal(value)} is not allowed", hint=_about(schema))]
+    if kind == "oneOf" and all(list(sub) == ["required"] and len(sub["required"]) == 1 for sub in expected):
+        names = [sub["required"][0] for sub in expected]  # one key of these, and not two (`source`)
+        written = [k for k in names if isinstance(value, dict) and k in value]
+        found = f"; found {len(written)}: " + ", ".join(f"'{k}'" for k in written) if written else ""
+        return [spec.diagnostic(path, f"{where} must name exactly one of {', '.join(repr(n) for n in names)}{found}",
+                                at="key")]
+    if kind == "dependentRequired":
+        return [spec.diagnostic(path + (key,), f"'{key}' is set without {', '.join(repr(k) for k in needs)} in {where}",
+                                at="key", hint=_about(schema, key))
+                for key, needs in expected.items() if isinstance(value, dict) and key in value
+                and any(k not in value for k in needs)]
     if kind in ("oneOf", "anyOf") and all(_alternative(sub) for sub in expected):
         choices = ", ".join(_alternative(sub) for sub in expected)
         return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}")]

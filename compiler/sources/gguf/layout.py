@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, replace
 
 from ...util.diagnostics import SourceError
-from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
+from ...ir import Architecture, LayerKind, QuantForm, SourceTensor, UnusableHead
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
@@ -32,22 +32,23 @@ _ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2
 # ----------------------------------------------------------------------------- reading the file
 
 
-# The last header parsed, by the file's identity: `describe` (lowering) and the weight store both need
-# it, and walking a 248k-token vocabulary twice is a quarter of a second on a 27B file. A file
+# The last headers parsed, by the files' identities: `describe` (lowering) and the weight store both need
+# them, and walking a 248k-token vocabulary twice is a quarter of a second on a 27B file. A target and its
+# head file (`head_file`) are two, and pairing one looks at the other `mtp-` files beside it. A file
 # replaced or rewritten in between has another identity (inode, size, mtime) and is parsed afresh.
-_last_header: tuple[tuple, GGUFHeader] | None = None
+_recent_headers: dict[tuple, GGUFHeader] = {}
+_RECENT = 4
 
 
 def open_header(path: str) -> GGUFHeader:
-    global _last_header
     if not os.path.isfile(path):
         raise SourceError(f"{path}: no such GGUF file")
     st = os.stat(path)
     identity = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if _last_header is not None and _last_header[0] == identity:
-        return _last_header[1]
-    header = GGUFHeader(path)
-    _last_header = (identity, header)
+    header = _recent_headers.pop(identity, None) or GGUFHeader(path)
+    _recent_headers[identity] = header  # the most recent last
+    while len(_recent_headers) > _RECENT:
+        del _recent_headers[next(iter(_recent_headers))]
     return header
 
 
@@ -188,6 +189,8 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
         unknown=head_like - known,
         block=prefix[:-1],
     )
+    if not usable and unusable is None:  # no head declared, none present: its file may be beside this one
+        unusable = UnusableHead(no_head_reason(meta.arch), absent=True)
     arch = replace(arch, mtp_num_layers=usable, unusable_head=unusable)
     notes: list[str] = []
     if not usable:
@@ -204,6 +207,14 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
             add(replace(rule, gguf=stand_in), "", "")
             notes.append(f"the GGUF has no {prefix}{rule.gguf}: the MTP head uses {stand_in} in its place")
     return arch, notes
+
+
+def no_head_reason(arch: str) -> str:
+    """Why a GGUF without a head gives a text-only package, and what would add MTP (`head_file`, `siblings`)."""
+    key = Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch=arch)
+    return (f"the GGUF holds no MTP head ({key} is absent or 0); llama.cpp's converter writes a model's head to a file "
+            "of its own (`--mtp`: mtp-<model>-<type>.gguf), which would add MTP: put it beside this file or name it "
+            "as source.head")
 
 
 def _is_head_tensor(gguf_name: str, n_main: int) -> bool:

@@ -21,7 +21,8 @@ import numpy as np
 
 from ...util.diagnostics import SourceError
 from ...weights import QuantizedRows, QuantizedTensor, TensorInfo, Weight, unpack_codes
-from .layout import Entry, carried_form, entry_of, layout_of, op_for, open_header, served_names, source_tensor
+from .head_file import label, open_source
+from .layout import Entry, carried_form, entry_of, layout_of, op_for, served_names, source_tensor
 from .constants import GGMLQuantizationType as QT
 from .header import TensorInfo as GGUFTensorInfo
 from .metadata import Metadata
@@ -96,12 +97,12 @@ class DequantizedRows:
 
 
 class GGUFWeightStore:
-    """Canonical weights of a GGUF file, read lazily from the memory map."""
+    """Canonical weights of a GGUF file (or of a target and its MTP head file), read lazily from the memory maps."""
 
-    def __init__(self, path: str):
-        self._path = path
-        self._header = open_header(path)
-        self._layout = layout_of(Metadata(self._header, path))
+    def __init__(self, path: str, head: str | None = None):
+        self._path = label(path, head)
+        self._header = open_source(path, head)
+        self._layout = layout_of(Metadata(self._header, self._path))
         self._tensors = self._header.tensors
 
     def names(self) -> Iterable[str]:
