@@ -193,10 +193,10 @@ def _check_spec(path: Path, offline: bool) -> list[Reported]:
     """Nothing but notes when the spec is sound; `MtpcError` with its findings (1) or why it cannot be checked (2)."""
     if offline:
         from ..spec.loader import load_spec
-        from ..spec.lower import check_without_source
+        from ..spec.lower import check_without_source, source_kind
 
         spec = load_spec(path)
-        ((kind, value),) = spec.data["source"].items()
+        kind, value = source_kind(spec.data["source"])
         if kind != "synthetic":
             check_without_source(spec)
             at = spec.diagnostic(("source", kind), "")

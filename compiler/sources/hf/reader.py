@@ -22,7 +22,8 @@ from ..info import SourceInfo
 from . import deepseek2, glm4moe, qwen3next
 from .config import SUPPORTED_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
-from .files import directory_of, folder_state, tokenizer_files, weight_files
+from .checkpoint import Checkpoint
+from .files import checkpoint_of, needed_files, tokenizer_files, weight_files
 from ..mtp_head import head_verdict
 from ..card_facts import hf_card_facts
 from .safetensors import FLOAT8_E4M3, SafetensorsFile
@@ -155,24 +156,47 @@ _last_description: tuple[SourceRef, tuple, SourceInfo] | None = None
 def describe(ref: SourceRef) -> SourceInfo:
     """config.json and the safetensors headers; no tensor data is read, the tokenizer files only named."""
     global _last_description
-    directory = directory_of(ref)
-    state = folder_state(directory)
+    checkpoint = checkpoint_of(ref)
+    state = checkpoint.state()
     last = _last_description
     if last is not None and last[0] == ref and last[1] == state:
         return last[2]
-    info = _describe(directory)
+    info = _describe(checkpoint)
     _last_description = (ref, state, info)
     return info
 
 
-def _describe(directory: Path) -> SourceInfo:
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise SourceError(f"{directory}: no config.json")
-    cfg = Config(config_path, read_json(config_path))
+def _config(checkpoint: Checkpoint) -> Config:
+    config_path = checkpoint.folder / "config.json"
+    if not checkpoint.has("config.json"):
+        raise SourceError(f"{checkpoint.label}: no config.json")
+    return Config(config_path, read_json(config_path))
+
+
+def _weight_files(checkpoint: Checkpoint, arch: Architecture):
+    """`files.weight_files`, leaving out a shard of tensors the family does not read (a vision tower) when it
+    is not on this machine."""
+    names = _names(arch)
+    return weight_files(checkpoint, lambda name: names.canonical_name(name) is None, arch.family)
+
+
+def files_to_fetch(ref: SourceRef, info: SourceInfo) -> list[str]:
+    """What compile reads of the checkpoint: its small files, its tokenizer's, and the shards that hold a tensor
+    the model reads (with their index)."""
+    from .checkpoint import METADATA_FILES
+
+    checkpoint = checkpoint_of(ref)
+    names = _names(info.architecture)
+    shards = needed_files(checkpoint, lambda name: names.canonical_name(name) is None)
+    return [*(n for n in METADATA_FILES if checkpoint.has(n)), *info.tokenizer_names, *sorted(shards)]
+
+
+def _describe(checkpoint: Checkpoint) -> SourceInfo:
+    directory = checkpoint.folder
+    cfg = _config(checkpoint)
     family = _family(cfg)
     arch = (family.architecture if family else architecture)(cfg, directory)
-    listed, files = weight_files(directory)
+    listed, files = _weight_files(checkpoint, arch)
     arch = replace(arch, mtp_num_layers=_declared_heads(cfg, arch, [n for ns in listed.values() for n in ns])[1])
     entries = _canonical_entries(listed, arch, directory)
     facts: list[tuple[str, object]] = [
@@ -194,7 +218,7 @@ def _describe(directory: Path) -> SourceInfo:
     return SourceInfo(
         architecture=arch,
         storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
-        tokenizer=tokenizer_files(directory),
+        tokenizer=tokenizer_files(checkpoint),
         facts=tuple(facts),
         tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
         card=hf_card_facts(directory, cfg.doc),
@@ -217,7 +241,7 @@ def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | 
             )
 
 
-def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") -> list[str]:
+def shape_problems(directory: Path | str, arch: Architecture, store: "HFWeightStore") -> list[str]:
     """Where the tensors contradict config.json (missing, or another shape), from the headers alone."""
     problems = []
     for name, shape in canonical_shapes(arch).items():
@@ -233,11 +257,11 @@ def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") 
 
 def check(ref: SourceRef, info: SourceInfo) -> list[str]:
     """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`); no data is read."""
-    directory = directory_of(ref)
-    listed, files = weight_files(directory)
+    checkpoint = checkpoint_of(ref)
     arch = info.architecture
-    entries = _canonical_entries(listed, arch, directory)
-    return shape_problems(directory, arch, HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch)))
+    listed, files = _weight_files(checkpoint, arch)
+    entries = _canonical_entries(listed, arch, checkpoint.folder)
+    return shape_problems(checkpoint.label, arch, HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch)))
 
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
@@ -267,13 +291,14 @@ def _group(canonical: str) -> str:
 
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
-    directory = directory_of(ref)
+    checkpoint = checkpoint_of(ref)
+    checkpoint.fetch(files_to_fetch(ref, info))  # lowering has, for compile; an API caller may not have
     arch = info.architecture
-    listed, files = weight_files(directory)
-    entries = _canonical_entries(listed, arch, directory)
+    listed, files = _weight_files(checkpoint, arch)
+    entries = _canonical_entries(listed, arch, checkpoint.folder)
     _check_dtypes(files, entries)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
-    problems = shape_problems(directory, arch, store)
+    problems = shape_problems(checkpoint.label, arch, store)
     if problems:
         raise SourceError(problems[0])
     return store

@@ -49,28 +49,36 @@ _MAX_RANK = 8
 class SafetensorsFile:
     """One `.safetensors` file: its header, and memory-mapped tensors on demand."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, header: tuple[int, bytes] | None = None, file_size: int | None = None):
+        """The file at `path`, its header read from it; or, with `header` (its length and JSON bytes, as a hub
+        range request reads them, `sources/hub/remote.py`) and `file_size`, a file not on this machine yet,
+        checked the same way (its tensors are read once it is)."""
         self.path = Path(path)
+        if header is None:
+            file_size, header = self._read_header()
+        header_len, raw = header
+        assert file_size is not None
+        try:
+            parsed = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
+        except _Duplicate as e:
+            raise SourceError(f"{self.path}: not a safetensors file (header names {e.args[0]!r} twice)") from None
+        self._init_from(parsed, header_len, file_size)
+
+    def _read_header(self) -> tuple[int, tuple[int, bytes]]:
         try:
             file_size = self.path.stat().st_size
             with open(self.path, "rb") as f:
                 raw_len = f.read(8)
                 if len(raw_len) != 8:
                     raise SourceError(f"{self.path}: not a safetensors file (shorter than 8 bytes)")
-                (header_len,) = struct.unpack("<Q", raw_len)
-                if header_len > _MAX_HEADER:
-                    raise SourceError(f"{self.path}: not a safetensors file (header length {header_len})")
-                if header_len > file_size - 8:
-                    raise SourceError(
-                        f"{self.path}: truncated: the header length is {header_len} bytes, the file has {file_size - 8} after it"
-                    )
-                header = json.loads(f.read(header_len).decode("utf-8"), object_pairs_hook=_no_duplicates)
+                header_len = header_length(self.path, raw_len, file_size)
+                return file_size, (header_len, f.read(header_len))
         except OSError as e:
             raise SourceError(f"{self.path}: cannot read: {e.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
-        except _Duplicate as e:
-            raise SourceError(f"{self.path}: not a safetensors file (header names {e.args[0]!r} twice)") from None
+
+    def _init_from(self, header: object, header_len: int, file_size: int) -> None:
         if not isinstance(header, dict):
             raise SourceError(f"{self.path}: not a safetensors file (header is not a JSON object)")
         metadata = header.pop("__metadata__", None) or {}
@@ -185,6 +193,16 @@ class SafetensorsFile:
         if self._map is None:
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start)
         return self._map
+
+
+def header_length(path: Path | str, raw_len: bytes, file_size: int) -> int:
+    """The header's length from the file's first 8 bytes, refused when no safetensors file could have it."""
+    (header_len,) = struct.unpack("<Q", raw_len)
+    if header_len > _MAX_HEADER:
+        raise SourceError(f"{path}: not a safetensors file (header length {header_len})")
+    if header_len > file_size - 8:
+        raise SourceError(f"{path}: truncated: the header length is {header_len} bytes, the file has {file_size - 8} after it")
+    return header_len
 
 
 class _Duplicate(Exception):
