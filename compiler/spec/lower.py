@@ -143,6 +143,19 @@ def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
     )
 
 
+def hub_source(spec: LoadedSpec) -> HubRef | None:
+    """The hub repo a schema-valid spec's source names, or None for a synthetic or local one (or a local path
+    that does not exist): `_source_ref`'s choice, made without opening anything."""
+    source = spec.data["source"]
+    kind, value = source_kind(source)
+    if kind == "synthetic":
+        return None
+    if isinstance(value, dict):
+        return HubRef(value["repo"], source.get("revision"), file=value["file"])
+    assert isinstance(value, str)
+    return None if (spec.folder / value).exists() else _hub_ref(kind, value, source.get("revision"))
+
+
 def _hub_ref(kind: str, value: str, revision: str | None) -> HubRef | None:
     """The hub repo a value that is no local path names, or None: `owner/name` for hf, `owner/name[:QUANT]` for
     gguf (a value ending in .gguf is always a file)."""

@@ -292,7 +292,6 @@ def _group(canonical: str) -> str:
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
     checkpoint = checkpoint_of(ref)
-    checkpoint.fetch(files_to_fetch(ref, info))  # lowering has, for compile; an API caller may not have
     arch = info.architecture
     listed, files = _weight_files(checkpoint, arch)
     entries = _canonical_entries(listed, arch, checkpoint.folder)

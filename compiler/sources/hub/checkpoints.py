@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from ...ir import HubRef, SourceRef
 from ...util.diagnostics import SourceError
+from ...weights import TensorInfo, described_info
 from ..info import SourceInfo
 from .gguf_choice import chosen_file, is_model_file
 from .snapshot import Snapshot, resolve
@@ -103,26 +104,61 @@ def fetch(ref: SourceRef, info: SourceInfo, progress=lambda message: None) -> No
     download(resolve(ref.hub), files_to_fetch(ref, info), progress)
 
 
-def open_weights(ref: SourceRef, info: SourceInfo):
+def open_weights(ref: SourceRef, info: SourceInfo) -> "DescribedStore":
+    return DescribedStore(info, lambda: _opened(ref, info))
+
+
+def _opened(ref: SourceRef, info: SourceInfo):
+    """The checkpoint's own weight store over the cache's files, downloaded first if compile has not."""
+    fetch(ref, info)
     if ref.kind == "hf":
         from ..hf import reader
 
         return reader.open_weights(ref, info)
     from ..gguf import reader
 
-    fetch(ref, info)
     local = local_ref(ref)
     assert local is not None
     return reader.open_weights(local, info)
 
 
+class DescribedStore:
+    """A hub source's weights: what its description knows (names, shapes, stored forms) is answered from the
+    description, so `plan` and `diff`, which build graphs from shapes, download nothing; the checkpoint's own
+    store is opened (its files downloaded, when compile has not already) on the first read of a weight."""
+
+    def __init__(self, info: SourceInfo, open_store):
+        self._tensors = {t.name: t for t in info.tensors}
+        self._open = open_store
+        self._store = None
+
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
+    def info(self, name: str) -> TensorInfo:
+        return described_info(self._tensors[name])
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def __getattr__(self, attr: str):  # read, read_rows, read_float, read_experts, release, ...
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self._store is None:
+            self._store = self._open()
+        return getattr(self._store, attr)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
 def fingerprint(ref: SourceRef, info: SourceInfo | None = None) -> dict:
     """provenance.json's `source` of a hub ref (see the module's docstring)."""
-    from .. import describe as describe_source
-
     assert ref.hub is not None
     snapshot = resolve(ref.hub)
-    names = files_to_fetch(ref, info if info is not None else describe_source(ref))
+    names = files_to_fetch(ref, info if info is not None else describe(ref))
     return {
         "kind": ref.kind,
         "hub": {"repo": ref.hub.repo, "revision": ref.hub.revision or DEFAULT_REVISION, "commit": snapshot.commit},

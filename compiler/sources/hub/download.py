@@ -3,12 +3,14 @@
 Small files go through `hf_hub_download` (pinned to the commit, so a file already in the cache costs no
 request). A large (LFS) file is downloaded here instead, because huggingface_hub 2.5 throws a partial
 download away: `_download_to_tmp_and_move` writes to a temporary file of its own and deletes it on any
-failure, so a 50 GB shard cut at 49 GB would start again from zero. Its bytes go to `blobs/ETAG.incomplete`
-(the name huggingface_hub itself kept partial downloads under until 2.x), through huggingface_hub's own
-`get_hf_file_metadata` (HEAD: ETag, size, where the bytes are) and `http_get` with `resume_size`, which asks
-for `Range: bytes=N-`; whatever stops the download (the network, the hub, Ctrl-C) leaves the partial blob,
-and the next run resumes it. The finished blob is renamed into place and `hf_hub_download` then links it
-into the snapshot as it links any blob it finds (one HEAD, no data).
+failure, so a 50 GB shard cut at 49 GB would start again from zero (and its `http_get` hands the file 10 MiB
+chunks, so even its in-run retry loses what had arrived of the last one). Its bytes go to
+`blobs/ETAG.incomplete` (the name huggingface_hub itself kept partial downloads under until 2.x), written as
+they arrive, through huggingface_hub's own `get_hf_file_metadata` (HEAD: ETag, size, where the bytes are) and
+its session, headers and errors, asking for `Range: bytes=N-` after the N bytes already there; whatever stops
+the download (the network, the hub, Ctrl-C) leaves the partial blob, and the next run resumes it (a dropped
+connection is also tried again at once, within the run). The finished blob is renamed into place and
+`hf_hub_download` then links it into the snapshot as it links any blob it finds (one HEAD, no data).
 
 The progress bar (util/progress.py's, as the weights' write has) counts the bytes still to download: a
 resumed file counts only its rest, a cached one nothing.
@@ -36,7 +38,8 @@ def fetch(snapshot: Snapshot, names: Iterable[str], progress: Progress = lambda 
         return
     if snapshot.offline:
         raise HubFailure(f"{snapshot.shown}: {offline_lack(snapshot.hub, missing[0])}"
-                         + (f" (and {len(missing) - 1} more file{'s' if len(missing) > 2 else ''})" if len(missing) > 1 else ""))
+                         + (f" (and {len(missing) - 1} more file{'s' if len(missing) > 2 else ''})" if len(missing) > 1 else ""),
+                         cache_lacks=True)
     total = sum(_remaining(snapshot, n) for n in missing)
     progress(f"downloading {len(missing)} file{'s' if len(missing) != 1 else ''} of {snapshot.shown} "
              f"({human_size(total)})")
@@ -81,14 +84,13 @@ def _small(snapshot: Snapshot, name: str, bar) -> None:
 
 def _large(snapshot: Snapshot, name: str, bar) -> None:
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers
+    from huggingface_hub.utils import WeakFileLock
 
     hub = snapshot.hub
     with translated(hub, f"cannot download {name}", file=name):
         meta = get_hf_file_metadata(hf_hub_url(hub.repo, name, revision=snapshot.commit))
-    if meta.etag is None or meta.location is None:
-        raise HubFailure(f"{snapshot.shown}: the hub's answer for {name} has no ETag or location")
+    if meta.etag is None or meta.location is None or meta.size is None:
+        raise HubFailure(f"{snapshot.shown}: the hub's answer for {name} has no ETag, size or location")
     blob = snapshot.storage / "blobs" / meta.etag
     partial = _partial(blob)
     lock = snapshot.storage.parent / ".locks" / snapshot.storage.name / f"{meta.etag}.lock"
@@ -96,25 +98,67 @@ def _large(snapshot: Snapshot, name: str, bar) -> None:
     blob.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(str(lock)):
         if not blob.is_file():
-            done = partial.stat().st_size if partial.is_file() else 0
-            if meta.size is not None and done > meta.size:  # not a prefix of this file: start over
-                partial.unlink()
-                done = 0
-            headers = build_hf_headers()
-            if urlsplit(meta.location).netloc != urlsplit(hf_hub_url(hub.repo, name)).netloc:
-                headers.pop("authorization", None)  # a signed CDN address: the token stays with the hub
             try:
-                with open(partial, "ab") as out:
-                    http_get(meta.location, out, resume_size=done, headers=headers, expected_size=meta.size,
-                             displayed_filename=name, tqdm_class=_bar_class(bar))
+                _resume(partial, meta.location, meta.size, bar, same_host=_same_host(meta.location, hub, name))
             except Exception as error:  # noqa: BLE001  (worded by `translated`, the partial file named)
                 kept = partial.stat().st_size if partial.is_file() else 0
                 with translated(hub, f"the download of {name} stopped after {human_size(kept)} of "
-                                f"{human_size(meta.size or 0)} (kept in the cache; the next run resumes it)", file=name):
+                                f"{human_size(meta.size)} (kept in the cache; the next run resumes it)", file=name):
                     raise error from None
             os.replace(partial, blob)
     with translated(hub, f"cannot link {name} into the cache's snapshot", file=name):
         hf_hub_download(hub.repo, name, revision=snapshot.commit)
+
+
+# Attempts in a row that may fail before any new byte arrives, within one run (a dropped connection is tried
+# again at once, from where it stopped); past that the run stops, and the next resumes.
+_ATTEMPTS = 3
+
+
+def _resume(partial: Path, url: str, size: int, bar, *, same_host: bool) -> None:
+    """Append the rest of the file at `url` to `partial`, each piece written as it arrives (huggingface_hub's
+    `http_get` hands its file 10 MiB chunks, so a cut loses up to 10 MiB: here it loses nothing)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    import httpx2
+
+    headers = build_hf_headers()
+    if not same_host:
+        headers.pop("authorization", None)  # a signed CDN address: the token stays with the hub
+    failures = 0
+    while True:
+        done = partial.stat().st_size if partial.is_file() else 0
+        if done > size:  # not a prefix of this file: start over
+            partial.unlink()
+            done = 0
+        if done == size:
+            return
+        before = done
+        try:
+            wanted = {**headers, "Range": f"bytes={done}-"} if done else headers
+            with get_session().stream("GET", url, headers=wanted, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as response:
+                hf_raise_for_status(response)
+                with open(partial, "ab" if response.status_code == 206 else "wb") as out:
+                    for piece in response.iter_raw():
+                        out.write(piece)
+                        if bar is not None:
+                            bar.advance(len(piece))
+        except (httpx2.TransportError, ConnectionError):
+            now = partial.stat().st_size if partial.is_file() else 0
+            failures = 0 if now > before else failures + 1
+            if failures >= _ATTEMPTS:
+                raise
+            continue
+        now = partial.stat().st_size
+        if now != size:
+            raise HubFailure(f"the hub sent {now} of the file's {size} bytes and then said it was done")
+
+
+def _same_host(location: str, hub, name: str) -> bool:
+    from huggingface_hub import hf_hub_url
+
+    return urlsplit(location).netloc == urlsplit(hf_hub_url(hub.repo, name)).netloc
 
 
 def _bar_class(bar):

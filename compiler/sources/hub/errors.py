@@ -31,11 +31,12 @@ def token_state() -> str:
 
 
 class HubFailure(SourceError):
-    """A `SourceError` from the hub; `partial` says a download stopped part-way and is kept for the next run."""
+    """A `SourceError` from the hub; `cache_lacks`: the hub could not be asked (offline) and the cache lacks
+    what the run needs (`check --offline` reports that as a note, not an error)."""
 
-    def __init__(self, message: str, *, partial: bool = False):
+    def __init__(self, message: str, *, cache_lacks: bool = False):
         super().__init__(message)
-        self.partial = partial
+        self.cache_lacks = cache_lacks
 
 
 @contextmanager
@@ -46,7 +47,10 @@ def translated(hub: HubRef, doing: str, *, file: str | None = None) -> Iterator[
     except HubFailure:
         raise
     except Exception as error:  # noqa: BLE001  (each known kind is worded below; the rest keep their text)
-        raise HubFailure(f"{hub.shown}: {doing}: {_words(error, hub, file)}") from None
+        from huggingface_hub import errors as hf
+
+        lacks = isinstance(error, (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled, hf.RevisionResolutionError))
+        raise HubFailure(f"{hub.shown}: {doing}: {_words(error, hub, file)}", cache_lacks=lacks) from None
 
 
 def _words(error: Exception, hub: HubRef, file: str | None) -> str:

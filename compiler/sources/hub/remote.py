@@ -19,7 +19,7 @@ from .snapshot import Snapshot
 _ENTRY_BYTES = 192
 _MARGIN = 1024
 _NO_INDEX_GUESS = 64 << 10
-GGUF_FIRST_BYTES = 1 << 20
+GGUF_FIRST_BYTES = 64 << 10
 
 
 def read_range(snapshot: Snapshot, name: str, start: int, stop: int) -> bytes:
@@ -58,7 +58,7 @@ def safetensors_header(snapshot: Snapshot, name: str, tensors: int | None) -> tu
 
 
 def gguf_header(snapshot: Snapshot, name: str, path: str):
-    """The `GGUFHeader` of a hub GGUF, from as few of its first bytes as hold the header: 1 MiB, then twice
+    """The `GGUFHeader` of a hub GGUF, from as few of its first bytes as hold the header: 64 KiB, then twice
     as much again until it parses (`NeedMore` says the header goes on past the bytes read)."""
     from ..gguf.header import GGUFHeader, NeedMore
 

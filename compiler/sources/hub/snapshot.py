@@ -19,9 +19,10 @@ blob id of any other (hf_hub_url's docstring in file_download.py).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ...ir import HubRef
 from .errors import HubFailure, offline_lack, translated
@@ -70,6 +71,20 @@ def offline() -> bool:
     return constants.is_offline_mode()
 
 
+@contextmanager
+def no_network() -> Iterator[None]:
+    """huggingface_hub's offline mode within the block, whatever HF_HUB_OFFLINE says: its session refuses every
+    request (`hf_request_event_hook`), so nothing in the block can reach a network (`check --offline`)."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
 def resolve(hub: HubRef) -> Snapshot:
     """The commit `hub.revision` names now, with its listing (see the module's docstring)."""
     from huggingface_hub import constants
@@ -108,7 +123,7 @@ def _resolve(hub: HubRef, cache: Path) -> Snapshot:
     else:
         files, listed = _cached_files(storage / "snapshots" / commit), False
         if not files:
-            raise HubFailure(f"{hub.shown}: {offline_lack(hub, None)}")
+            raise HubFailure(f"{hub.shown}: {offline_lack(hub, 'config.json')}", cache_lacks=True)
     return Snapshot(hub, commit, files, storage, is_offline, listed)
 
 
