@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ...util.diagnostics import SourceError
 from ...util.lazy_import import lazy_module
@@ -134,9 +134,25 @@ def _declared_heads(cfg: Config, arch: Architecture, hf_names) -> tuple[str, int
     return f"config.json field {field}", cfg.int("mtp_num_hidden_layers", 0)
 
 
+# The last canonical entries made: (the listing they were made of, its architecture, the entries). A listing
+# stands for its checkpoint's state (`weight_files` keeps one object per state), and describe, `inspect`'s
+# findings and the weight store all read the same one: a 92k-tensor checkpoint's names are mapped once.
+_last_entries: tuple[dict, Architecture, dict] | None = None
+
+
 def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
     """canonical name -> (file name, HF name), or the HF tensors of stacked experts (`experts`);
     head tensors kept (as `mtp.*`), vision tensors dropped."""
+    global _last_entries
+    last = _last_entries
+    if last is not None and last[0] is files and last[1] == arch:
+        return last[2]
+    entries = _mapped_entries(files, arch, where)
+    _last_entries = (files, arch, entries)
+    return entries
+
+
+def _mapped_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
     tied, names = arch.tie_word_embeddings, _names(arch)
     entries: dict[str, Entry] = {}
     for filename in sorted(files):
@@ -209,11 +225,7 @@ def _describe(checkpoint: Checkpoint) -> SourceInfo:
     arch = _with_head_verdict(cfg, arch, entries)
     if arch.unusable_head is not None:
         facts.append(("mtp_note", arch.unusable_head.reason))
-    _check_dtypes(files, entries)
-    storage: dict[str, set[str]] = {}
-    for name, value in entries.items():
-        for filename, hf_name in parts_of(value):
-            storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
+    storage = _storage(files, entries)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
     return SourceInfo(
         architecture=arch,
@@ -230,38 +242,51 @@ def _describe(checkpoint: Checkpoint) -> SourceInfo:
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 
 
-def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor]) -> None:
-    """Every weight of the text model and head is stored as a float type; the first that is not is named."""
-    for filename, hf_name in sorted(p for value in entries.values() for p in parts_of(value)):
-        code = files[filename].dtype_code(hf_name)
-        if code not in WEIGHT_DTYPES and code != FLOAT8_E4M3:
-            raise SourceError(
-                f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
-                f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}"
-            )
+_FLOAT_CODES = frozenset((*WEIGHT_DTYPES, FLOAT8_E4M3))
 
 
-def shape_problems(directory: Path | str, arch: Architecture, store: "HFWeightStore") -> list[str]:
-    """Where the tensors contradict config.json (missing, or another shape), from the headers alone."""
+def _storage(files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor]) -> dict[str, set[str]]:
+    """Each tensor group's stored dtypes (`inspect`'s storage), every weight of the text model and head checked
+    to be stored as a float type (the first that is not is named)."""
+    storage: dict[str, set[str]] = {}
+    refused = []
+    headers = {f: st.entries for f, st in files.items()}
+    for name, value in entries.items():
+        codes = storage.setdefault(_group(name), set())
+        for filename, hf_name in parts_of(value):
+            code = headers[filename][hf_name]["dtype"]
+            codes.add(code)
+            if code not in _FLOAT_CODES:
+                refused.append((filename, hf_name, code))
+    if refused:
+        filename, hf_name, code = min(refused)
+        raise SourceError(f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
+                          f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}")
+    return storage
+
+
+def shape_problems(directory: Path | str, arch: Architecture, shape_of: Callable[[str], tuple[int, ...] | None],
+                   source_name: Callable[[str], str]) -> list[str]:
+    """Where the tensors contradict config.json (missing, or another shape), from the headers alone.
+    `shape_of(name)`: a canonical tensor's shape, None when the checkpoint has none."""
     problems = []
     for name, shape in canonical_shapes(arch).items():
-        if name not in store:
+        found = shape_of(name)
+        if found is None:
             where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
             problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
-        elif store.info(name).shape != shape:
-            found = list(store.info(name).shape)
-            shown = store.source_name(name)  # as the checkpoint names it (a GLM head tensor: its trailing layer's)
-            problems.append(f"{directory}: tensor {shown} has shape {found}, config.json implies {list(shape)}")
+        elif tuple(found) != shape:
+            # as the checkpoint names it (a GLM head tensor: its trailing layer's)
+            problems.append(f"{directory}: tensor {source_name(name)} has shape {list(found)}, config.json implies "
+                            f"{list(shape)}")
     return problems
 
 
 def check(ref: SourceRef, info: SourceInfo) -> list[str]:
-    """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`); no data is read."""
-    checkpoint = checkpoint_of(ref)
-    arch = info.architecture
-    listed, files = _weight_files(checkpoint, arch)
-    entries = _canonical_entries(listed, arch, checkpoint.folder)
-    return shape_problems(checkpoint.label, arch, HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch)))
+    """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`), from the
+    description's tensors: no data is read, and nothing is read twice."""
+    shapes = {t.name: t.shape for t in info.tensors}
+    return shape_problems(checkpoint_of(ref).label, info.architecture, shapes.get, _names(info.architecture).source_name)
 
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
@@ -295,9 +320,10 @@ def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
     arch = info.architecture
     listed, files = _weight_files(checkpoint, arch)
     entries = _canonical_entries(listed, arch, checkpoint.folder)
-    _check_dtypes(files, entries)
+    _storage(files, entries)  # a weight of no float type is refused
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
-    problems = shape_problems(checkpoint.label, arch, store)
+    problems = shape_problems(checkpoint.label, arch, lambda name: store.info(name).shape if name in store else None,
+                              store.source_name)
     if problems:
         raise SourceError(problems[0])
     return store
