@@ -88,12 +88,20 @@ def _listed(checkpoint: Checkpoint) -> Listed:
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise SourceError(f"{index}: field weight_map is missing or empty")
-        files: Listed = {}
-        for name, filename in sorted(weight_map.items()):
-            if not isinstance(filename, str) or "/" in filename or "\\" in filename:
-                raise SourceError(f"{index}: weight_map entry {name!r} names no file in this directory")
-            files.setdefault(filename, []).append(name)
-        return files
+        # 92k names for DeepSeek-V3: grouped first, each file name then checked once
+        grouped: dict = {}
+        unnamed = []  # names whose value cannot be a key (a list or mapping where a file name belongs)
+        for name, filename in weight_map.items():
+            try:
+                grouped.setdefault(filename, []).append(name)
+            except TypeError:
+                unnamed.append(name)
+        unnamed += [n for f, names in grouped.items() if not isinstance(f, str) or "/" in f or "\\" in f for n in names]
+        if unnamed:
+            raise SourceError(f"{index}: weight_map entry {min(unnamed)!r} names no file in this directory")
+        for names in grouped.values():
+            names.sort()
+        return dict(sorted(grouped.items()))
     if checkpoint.has("model.safetensors"):
         return {"model.safetensors": checkpoint.open("model.safetensors").names()}
     raise SourceError(f"{checkpoint.label}: no model.safetensors or model.safetensors.index.json")
@@ -105,9 +113,10 @@ def _open_files(checkpoint: Checkpoint, files: Listed) -> dict[str, SafetensorsF
         if not checkpoint.has(filename):
             raise SourceError(f"{checkpoint.folder / filename}: missing (listed in model.safetensors.index.json)")
         st = checkpoint.open(filename, len(names))
-        for name in names:
-            if name not in st:
-                raise SourceError(f"{st.path}: has no tensor {name!r} (listed in model.safetensors.index.json)")
+        held = st.entries
+        missing = [name for name in names if name not in held]
+        if missing:
+            raise SourceError(f"{st.path}: has no tensor {missing[0]!r} (listed in model.safetensors.index.json)")
         opened[filename] = st
     return opened
 

@@ -94,34 +94,49 @@ def pair_block_scales(directory: Path, listed: Listed, opened: dict[str, Safeten
     if not fp8:
         return listed, dict(opened)
     block = _block_size(directory, opened[fp8[0][0]].path, fp8[0][1])
-    where = {n: f for f, names in listed.items() for n in names}
-    scales: dict[str, dict[str, tuple[SafetensorsFile, str]]] = {}
+    where: dict[str, str] | None = None  # name -> file, made only for a scale kept in another file than its weight
+    scales: dict[str, dict[str, tuple[SafetensorsFile, str]]] = {f: {} for f in opened}
     consumed: set[str] = set()
     bn, bk = block
     for filename, name in fp8:
-        st = opened[filename]
         scale_name = name + SCALE_SUFFIX
-        scale_filename = where.get(scale_name)
-        if scale_filename is None:
-            raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} without its block scales {scale_name!r}")
-        scale_file = opened[scale_filename]
+        if scale_name in entries[filename]:
+            scale_filename: str | None = filename
+        else:
+            if where is None:
+                where = {n: f for f, names in listed.items() for n in names}
+            scale_filename = where.get(scale_name)
         shape = entries[filename][name]["shape"]
-        if len(shape) != 2:
-            raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} with shape {list(shape)}; mtpc reads "
-                              "FP8 block weights as matrices [N, K]")
-        scale = entries[scale_filename][scale_name]
-        expected = [-(-shape[0] // bn), -(-shape[1] // bk)]
-        if scale["shape"] != expected:
-            raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has shape {list(scale['shape'])}; "
-                              f"{name!r} {list(shape)} in {bn}x{bk} blocks needs {expected}")
-        if scale["dtype"] not in SCALE_DTYPES:
-            raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has dtype {scale['dtype']}; "
-                              f"block scales must be {', '.join(SCALE_DTYPES)}")
-        scales.setdefault(filename, {})[name] = (scale_file, scale_name)
+        scale = entries[scale_filename][scale_name] if scale_filename is not None else None
+        if (scale is None or len(shape) != 2 or scale["shape"] != [-(-shape[0] // bn), -(-shape[1] // bk)]
+                or scale["dtype"] not in SCALE_DTYPES):
+            _refuse_pair(opened, filename, name, scale_filename, block)
+        scales[filename][name] = (opened[scale_filename], scale_name)
         consumed.add(scale_name)
+    scales = {f: pairs for f, pairs in scales.items() if pairs}
     kept = {f: [n for n in names if n not in consumed] for f, names in listed.items()}
     files = {f: Fp8File(st, scales[f], block) if f in scales else st for f, st in opened.items()}
     return {f: names for f, names in kept.items() if names}, files
+
+
+def _refuse_pair(opened: dict[str, SafetensorsFile], filename: str, name: str, scale_filename: str | None,
+                 block: tuple[int, int]) -> None:
+    """Why an FP8 weight and its scale cannot be read together, named."""
+    st = opened[filename]
+    scale_name = name + SCALE_SUFFIX
+    if scale_filename is None:
+        raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} without its block scales {scale_name!r}")
+    shape = st.shape(name)
+    if len(shape) != 2:
+        raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} with shape {list(shape)}; mtpc reads "
+                          "FP8 block weights as matrices [N, K]")
+    scale_file = opened[scale_filename]
+    expected = [-(-shape[0] // block[0]), -(-shape[1] // block[1])]
+    if list(scale_file.shape(scale_name)) != expected:
+        raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has shape {list(scale_file.shape(scale_name))}; "
+                          f"{name!r} {list(shape)} in {block[0]}x{block[1]} blocks needs {expected}")
+    raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has dtype {scale_file.dtype_code(scale_name)}; "
+                      f"block scales must be {', '.join(SCALE_DTYPES)}")
 
 
 def _block_size(directory: Path, first_file: Path, first: str) -> tuple[int, int]:
