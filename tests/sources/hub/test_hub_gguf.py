@@ -16,6 +16,7 @@ from tests.clients import llama_cpp_runtime
 from tests.fixtures.checkpoints import tiny_arch
 from tests.fixtures.gguf_writer import MIXED_TYPES, write_gguf
 from tests.fixtures.hub_server import FixtureRepo, HubServer, hub_env
+from tests.fixtures.llama_cpp_tools import built
 
 from .conftest import package_files, run_mtpc, write_spec
 
@@ -53,7 +54,7 @@ def test_the_quant_tag_picks_the_file_llama_cpp_picks(ggufs, tmp_path):
     """llama.cpp's `-hf REPO[:TAG]` (llama-speculative-simple, common/download.cpp) downloads the file it picks into
     the same hub cache layout; what lands in the snapshot is its choice (it then fails to load these tokenizer-less
     fixtures, which does not matter here)."""
-    binary = llama_cpp_runtime.binary()
+    binary = built(llama_cpp_runtime.TARGET)
     repos = {f"acme/case{i}-GGUF": FixtureRepo.of(_repo(tmp_path / f"case{i}", files, ggufs))
              for i, (files, _) in enumerate(LISTINGS)}
     with HubServer(repos) as server:
