@@ -18,7 +18,9 @@ def test_first_compile_fills_the_cache_and_a_second_offline_writes_the_same_byte
     env = hub_env(server, tmp_path / "hf-home", token=TOKEN)
     spec = write_spec(tmp_path, f"{{hf: {REPO}}}")
     try:
-        first = run_mtpc("compile", str(spec), "-o", str(tmp_path / "first"), env=env, cwd=tmp_path)
+        # a progress line per piece downloaded (as a log gets one every MTPC_PROGRESS_INTERVAL seconds)
+        first = run_mtpc("compile", str(spec), "-o", str(tmp_path / "first"), env={**env, "MTPC_PROGRESS_INTERVAL": "0"},
+                         cwd=tmp_path)
         assert first.returncode == 0, first.stderr
         assert not server.unexpected
         assert {r.authorization for r in server.requests} == {f"Bearer {TOKEN}"}
@@ -28,7 +30,9 @@ def test_first_compile_fills_the_cache_and_a_second_offline_writes_the_same_byte
         listed = json.loads((repo_folder / "model.safetensors.index.json").read_text())["weight_map"]
         assert "model-vision.safetensors" in listed.values()
         assert f"downloading {len(READ) - 4} files of {REPO}@" in first.stderr  # the small files came with the description
-        assert "mtpc: downloading:" in first.stderr and "/s" in first.stderr
+        progress = [line for line in first.stderr.splitlines() if line.startswith("mtpc: downloading: ")]
+        assert any(" MiB / 1.52 MiB (" in line and "/s, ETA " in line for line in progress), progress
+        assert progress[-1].startswith("mtpc: downloading: 1.52 MiB in "), progress
     finally:
         server.stop()
 
