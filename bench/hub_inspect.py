@@ -9,7 +9,7 @@ the fixture hub (tests/fixtures/hub_server.py) on 127.0.0.1 and inspected by a f
 owner/name` with an empty cache every time (HF_HOME a new folder: the first run a user makes), beside
 `inspect FOLDER` of the same files, measured in the same interleaved runs. Reported: the bytes the server sent
 (the goal for the 27B shape is < 1 MiB: config.json, the index and the shards' headers by range request, never
-the 48 MB tokenizer or a weight), the requests, and median wall and CPU seconds (CPU of the mtpc process: the
+the 9.4 MB tokenizer.json or a weight), the requests, and median wall and CPU seconds (CPU of the mtpc process: the
 server's own work is not counted). `--against COMMIT` also times that commit's `inspect FOLDER` (its code laid
 out as bench/metadata_verbs.py does), the reference for DeepSeek-V3's "1.6 s today".
 """
