@@ -175,8 +175,29 @@ def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool, progress: Callab
             info.tokenizer_files  # noqa: B018  (made and checked now; kept by the description)
         return info
     except MtpcError as err:
+        neither = _neither_path_nor_repo(spec, ref, err)
+        if neither is not None:
+            raise neither from err
         anchor = spec.diagnostic(("source", ref.kind), "")
         raise MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code) from err
+
+
+def _neither_path_nor_repo(spec: LoadedSpec, ref: SourceRef, err: MtpcError) -> MtpcError | None:
+    """A value that names no path beside the spec and no repo the hub resolves (it does not exist there, or no
+    hub could be asked): said as the missing path it may well be, with what the hub answered, as
+    transformers' `from_pretrained` says of a name that is neither a folder nor a model id."""
+    from ..sources.hub.errors import HubFailure
+
+    value = spec.get(("source", ref.kind))
+    if ref.hub is None or not isinstance(value, str) or not (isinstance(err, HubFailure) and err.unresolved):
+        return None
+    near = path_hint(value, spec.folder)
+    message = f"{ref.kind} source '{value}' does not exist beside the spec, nor as a repo on the hub ({err.diagnostics[0].message})"
+    wanted = "folder" if ref.kind == "hf" else "file"
+    repo = "owner/name" if ref.kind == "hf" else "owner/name[:QUANT]"
+    hint = (f"{near} " if near else "") + f"the {ref.kind} source is a {wanted}, relative to the folder of the spec file, " \
+        f"or a repo on the Hugging Face Hub, {repo}"
+    return MtpcError([spec.diagnostic(("source", ref.kind), message, hint=hint)], ExitCode.USAGE)
 
 
 def _anchored(found: Diagnostic, anchor: Diagnostic) -> Diagnostic:

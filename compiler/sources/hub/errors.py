@@ -32,16 +32,20 @@ def token_state() -> str:
 
 class HubFailure(SourceError):
     """A `SourceError` from the hub; `cache_lacks`: the hub could not be asked (offline) and the cache lacks
-    what the run needs (`check --offline` reports that as a note, not an error)."""
+    what the run needs (`check --offline` reports that as a note, not an error); `unresolved`: the repo's
+    revision could not be resolved at all (no such repo, or none reachable), so a spec's value that might
+    have been a path is said to be neither (spec/lower.py)."""
 
-    def __init__(self, message: str, *, cache_lacks: bool = False):
+    def __init__(self, message: str, *, cache_lacks: bool = False, unresolved: bool = False):
         super().__init__(message)
         self.cache_lacks = cache_lacks
+        self.unresolved = unresolved
 
 
 @contextmanager
-def translated(hub: HubRef, doing: str, *, file: str | None = None) -> Iterator[None]:
-    """Run a huggingface_hub call; its exceptions leave as a `HubFailure` saying what `doing` met."""
+def translated(hub: HubRef, doing: str, *, file: str | None = None, resolving: bool = False) -> Iterator[None]:
+    """Run a huggingface_hub call; its exceptions leave as a `HubFailure` saying what `doing` met (`resolving`:
+    the call resolves the revision, and a repo that is not there or not reachable is `unresolved`)."""
     try:
         yield
     except HubFailure:
@@ -50,7 +54,10 @@ def translated(hub: HubRef, doing: str, *, file: str | None = None) -> Iterator[
         from huggingface_hub import errors as hf
 
         lacks = isinstance(error, (hf.LocalEntryNotFoundError, hf.OfflineModeIsEnabled, hf.RevisionResolutionError))
-        raise HubFailure(f"{hub.shown}: {doing}: {_words(error, hub, file)}", cache_lacks=lacks) from None
+        missing = resolving and (lacks or (isinstance(error, hf.RepositoryNotFoundError)
+                                           and not isinstance(error, hf.GatedRepoError)))
+        raise HubFailure(f"{hub.shown}: {doing}: {_words(error, hub, file)}", cache_lacks=lacks,
+                         unresolved=missing) from None
 
 
 def _words(error: Exception, hub: HubRef, file: str | None) -> str:

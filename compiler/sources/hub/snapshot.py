@@ -104,7 +104,7 @@ def _resolve(hub: HubRef, cache: Path) -> Snapshot:
     storage = cache / repo_folder_name(repo_id=hub.repo, repo_type="model")
     is_offline = offline()
     api = HfApi()
-    with translated(hub, "cannot resolve its revision"):
+    with translated(hub, "cannot resolve its revision", resolving=True):
         commit = api.resolve_revision(hub.repo, revision=hub.revision, local_files_only=is_offline).resolved
     entries = read_tree_cache(str(storage), commit)
     listed = True
