@@ -244,11 +244,12 @@ def mrope_axes(rope: Rope) -> np.ndarray:
     return axes
 
 
-def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: bool) -> Rotary:
-    """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row)."""
+def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: bool, scope: str = "rotary") -> Rotary:
+    """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row); a second
+    table in one graph (a layer kind with a rope of its own) gets a `scope` of its own."""
     rd = rope.rotary_dim
     inv_freq = inverse_frequencies(rope)
-    with b.scope("rotary"):
+    with b.scope(scope):
         if position_rows:
             rank = len(positions.shape)
             rows_last = b.op("Transpose", [positions], {"perm": [*range(1, rank), 0]}, name="Transpose")
@@ -376,12 +377,23 @@ def l2_normalize(b: GraphBuilder, x: oir.Value, dim: int, name: str) -> oir.Valu
         return b.op("Div", [x, norm], name="Div")
 
 
-def mlp(b: GraphBuilder, x: oir.Value, prefix: str) -> oir.Value:
+def mlp(b: GraphBuilder, x: oir.Value, prefix: str, limit: float = 0.0) -> oir.Value:
+    """SwiGLU MLP; with a `limit` (Step-3.5's `swiglu_limits_shared`) min(silu(gate), L) * clip(up, -L, L)."""
     p = prefix + "mlp."
     with b.scope("mlp"):
         gate, up = project_all(b, x, [p + "gate_proj.weight", p + "up_proj.weight"])
         gate = silu(b, gate, "act")
+        if limit:
+            gate, up = swiglu_clamp(b, gate, up, limit)
         return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
+
+
+def swiglu_clamp(b: GraphBuilder, gate: oir.Value, up: oir.Value, limit: float) -> tuple[oir.Value, oir.Value]:
+    """(min(activated gate, L), clip(up, -L, L)): Step-3.5's clamp, after the activation."""
+    dtype = b.io_dtype.numpy()
+    bound, low = b.constant(f"limit_{limit:g}", np.asarray(limit, dtype)), b.constant(f"minus_limit_{limit:g}",
+                                                                                     np.asarray(-limit, dtype))
+    return (b.op("Min", [gate, bound], name="act/Min"), b.op("Clip", [up, low, bound], name="up/Clip"))
 
 
 def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer, ffn=mlp) -> Residual:

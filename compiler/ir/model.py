@@ -24,7 +24,7 @@ from .weights import (  # noqa: F401
     WeightDecision,
     WeightRole,
 )
-from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
+from .moe import MoeDims, SwigluLimits  # noqa: F401  (the sparse FFN of MoE families, Step's SwiGLU clamps)
 from .mla import MlaDims  # noqa: F401  (multi-head latent attention, the deepseek2 family)
 from .rope import Rope, YarnScaling  # noqa: F401  (rotary embeddings, a layer kind's own among them)
 from .attention import LayerAttention  # noqa: F401  (a layer kind's own heads, rope, window, sinks)
@@ -146,6 +146,9 @@ class Architecture:
     attention_bias: bool = added(False)
     # A per-head RMSNorm of q and k before the rotation (Qwen3.5 always; GLM's `use_qk_norm`).
     qk_norm: bool = added(True)
+    # A sigmoid gate per query head on the attention's output, from its own projection `self_attn.g_proj`
+    # `[heads, hidden]` (Step-3.5's `use_head_wise_attn_gate`).
+    attention_head_gate: bool = added(False)
     # Multi-head latent attention (`ir/mla.py`); then num_key_value_heads is 1 and head_dim the cached latent's width.
     mla: MlaDims | None = added(None)
     # How SLIDING_ATTENTION layers attend (`ir/attention.py`): their own heads, rope, window (equal to
@@ -156,6 +159,15 @@ class Architecture:
     value_head_dim: int | None = added(None)
     # The kind of the MTP block's attention layer (Step's and MiMo's MTP layers slide).
     mtp_layer_kind: LayerKind = added(LayerKind.FULL_ATTENTION)
+    # MTP layers the checkpoint chains (Step-3.5: 3, layer k drafting token k from layer k-1's output); 0: as many
+    # as `mtp_num_layers`. The package builds the first: onnxruntime-genai runs one head graph, N times.
+    mtp_chained_layers: int = added(0)
+    # The MTP head scores with its own LM head (Step-3.5's `shared_head.output`), `mtp.lm_head.weight` as stored.
+    mtp_own_lm_head: bool = added(False)
+    # The hidden state the checkpoint's authors seed its head with, and the spec's default (`mtp.seed_hidden`).
+    mtp_seed_hidden: SeedHidden = added(SeedHidden.POST_NORM)
+    # Per-layer clamps of the SwiGLU (Step-3.5); None: no layer is clamped.
+    swiglu_limits: SwigluLimits | None = added(None)
 
     def __post_init__(self):
         sliding = self.sliding_attention
@@ -192,10 +204,17 @@ class Architecture:
         return self.mtp_num_layers > 0
 
     def is_sparse(self, layer: int | None) -> bool:
-        """Whether trunk layer `layer` (None: the MTP block, always sparse in a MoE family) has the sparse FFN."""
+        """Whether trunk layer `layer` (None: the MTP block, `moe.sparse_mtp`) has the sparse FFN."""
         if self.moe is None:
             return False
-        return layer is None or layer >= self.moe.dense_layers
+        return self.moe.sparse_mtp if layer is None else layer >= self.moe.dense_layers
+
+    def swiglu_limit(self, layer: int | None) -> tuple[float, float]:
+        """(routed experts', shared expert's or dense MLP's) SwiGLU clamp of trunk layer `layer` (None: the MTP
+        block); 0 = unclamped."""
+        if self.swiglu_limits is None:
+            return 0.0, 0.0
+        return self.swiglu_limits.of(self.num_layers if layer is None else layer)
 
     def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
@@ -210,10 +229,15 @@ class Architecture:
         if self.mla is not None:
             return self.mla.summary()
         parts = ["gated attention" if self.attention_output_gate else "grouped-query attention"]
+        if self.attention_head_gate:
+            parts.append("a sigmoid gate per head")
         if self.attention_bias:
             parts.append("q/k/v bias")
         parts.append("qk-norm" if self.qk_norm else "no qk-norm")
-        return ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+        summary = ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+        if LayerKind.SLIDING_ATTENTION in self.layer_kinds or self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION:
+            summary += f"; sliding layers: {self.layer_attention(LayerKind.SLIDING_ATTENTION).summary()}"
+        return summary
 
     def head_summary(self) -> str:
         """Where the source keeps its MTP head, e.g. "1 block, a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"."""
@@ -221,6 +245,9 @@ class Architecture:
             return "none"
         where = {HeadLayout.MTP_MODULE: "`mtp.*` tensors (Qwen3.5 layout)",
                  HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"}[self.head_layout]
+        if self.mtp_chained_layers > self.mtp_num_layers:
+            return (f"{self.mtp_num_layers} block (the first of {self.mtp_chained_layers} chained), {where}"
+                    + ", its own layer slides" * (self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION))
         return f"{self.mtp_num_layers} block, {where}"
 
     def layer_kind_summary(self, word_separator: str = " ") -> str:

@@ -294,6 +294,8 @@ PROFILE = OrtGenaiProfile(
     sliding_kv_cache=("onnxruntime-genai 0.18.0 refuses to rewind a window-sized KV cache once it has evicted "
                       "(src/models/windowed_kv_cache.cpp, CheckWindowedKvCacheRewind), and og.MtpGenerator rewinds "
                       "the main model after every rejected draft (src/mtp_generator.cpp, main_->RewindToLength)"),
+    # step35: no Step type either; its full and sliding layers are GroupQueryAttention layers of one KV geometry (or
+    # their plain-op forms, the same dense cache), which `llama` feeds like any other (tests/conformance, both releases).
     model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
-                                 "qwen3next": "llama", "deepseek2": "llama"}),
+                                 "qwen3next": "llama", "deepseek2": "llama", "step35": "llama"}),
 )
