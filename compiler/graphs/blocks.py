@@ -377,27 +377,8 @@ def l2_normalize(b: GraphBuilder, x: oir.Value, dim: int, name: str) -> oir.Valu
         return b.op("Div", [x, norm], name="Div")
 
 
-def mlp(b: GraphBuilder, x: oir.Value, prefix: str, limit: float = 0.0) -> oir.Value:
-    """SwiGLU MLP; with a `limit` (Step-3.5's `swiglu_limits_shared`) min(silu(gate), L) * clip(up, -L, L)."""
-    p = prefix + "mlp."
-    with b.scope("mlp"):
-        gate, up = project_all(b, x, [p + "gate_proj.weight", p + "up_proj.weight"])
-        gate = silu(b, gate, "act")
-        if limit:
-            gate, up = swiglu_clamp(b, gate, up, limit)
-        return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
-
-
-def swiglu_clamp(b: GraphBuilder, gate: oir.Value, up: oir.Value, limit: float) -> tuple[oir.Value, oir.Value]:
-    """(min(activated gate, L), clip(up, -L, L)): Step-3.5's clamp, after the activation."""
-    dtype = b.io_dtype.numpy()
-    bound, low = b.constant(f"limit_{limit:g}", np.asarray(limit, dtype)), b.constant(f"minus_limit_{limit:g}",
-                                                                                     np.asarray(-limit, dtype))
-    return (b.op("Min", [gate, bound], name="act/Min"), b.op("Clip", [up, low, bound], name="up/Clip"))
-
-
-def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer, ffn=mlp) -> Residual:
-    """Pre-norm double residual: x + mixer(norm(x)), then + ffn(norm(.)) (the MLP, or `moe.sparse_moe`).
+def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer, ffn) -> Residual:
+    """Pre-norm double residual: x + mixer(norm(x)), then + ffn(norm(.)) (`moe.feed_forward`: the MLP or the MoE).
     The FFN's output is left pending on the stream, for the next norm to add (`add_norm`)."""
     h, stream = add_norm(b, stream, prefix + "input_layernorm.weight", eps, "input_layernorm")
     h, stream = add_norm(b, Residual(stream.base, mixer(h)), prefix + "post_attention_layernorm.weight", eps,

@@ -1,4 +1,5 @@
-"""The sparse FFN as a graph: onnxruntime's fused `MoE` op plus the shared expert (Qwen3.5-MoE's gated).
+"""The FFNs as graphs: the dense SwiGLU MLP, and the sparse one: onnxruntime's fused `MoE` op plus the shared expert
+(Qwen3.5-MoE's gated).
 
 The `MoE` contrib op (com.microsoft, CPU kernel in onnxruntime 1.32) takes the router *logits*
 and does Qwen3.5's routing itself: softmax over all experts, top-k, and with
@@ -42,7 +43,7 @@ from ..ir.moe import SIGMOID
 from ..weights.quant import quantize_experts
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
-from .blocks import cast, initializer_name, mlp, project, silu, swiglu_clamp
+from .blocks import cast, initializer_name, project, project_all, silu
 from .builder import MS, GraphBuilder
 from .initializers import InitializerGroup, PlannedTensor
 from .moe_routing import F32, scaled, sigmoid_routing, softmax_choice
@@ -67,6 +68,25 @@ def _clamp_scales(limit: float) -> tuple[float, float]:
         s = 1.0 / (1.0 + np.exp(-g))
         g -= (g * s - limit) / (s + g * s * (1.0 - s))
     return g, g / limit
+
+
+def mlp(b: GraphBuilder, x: oir.Value, prefix: str, limit: float = 0.0) -> oir.Value:
+    """SwiGLU MLP; with a `limit` (Step-3.5's `swiglu_limits_shared`) min(silu(gate), L) * clip(up, -L, L)."""
+    p = prefix + "mlp."
+    with b.scope("mlp"):
+        gate, up = project_all(b, x, [p + "gate_proj.weight", p + "up_proj.weight"])
+        gate = silu(b, gate, "act")
+        if limit:
+            gate, up = swiglu_clamp(b, gate, up, limit)
+        return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
+
+
+def swiglu_clamp(b: GraphBuilder, gate: oir.Value, up: oir.Value, limit: float) -> tuple[oir.Value, oir.Value]:
+    """(min(activated gate, L), clip(up, -L, L)): Step-3.5's clamp, after the activation."""
+    dtype = b.io_dtype.numpy()
+    bound, low = b.constant(f"limit_{limit:g}", np.asarray(limit, dtype)), b.constant(f"minus_limit_{limit:g}",
+                                                                                     np.asarray(-limit, dtype))
+    return (b.op("Min", [gate, bound], name="act/Min"), b.op("Clip", [up, low, bound], name="up/Clip"))
 
 
 def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
