@@ -32,12 +32,11 @@ from pathlib import Path
 from ...ir import (Architecture, HeadLayout, LayerAttention, LayerKind, MoeDims, Rope, SeedHidden, SwigluLimits)
 from ...ir.moe import SIGMOID
 from ...weights import canonical_shapes
+from . import glm4moe
 from .config import Config, _token_ids, attention_sizes
 
 ARCHITECTURES = ("Step3p5ForCausalLM",)
 FAMILY = "step35"
-DECLARED_KEYS = ("num_nextn_predict_layers", "num_mtp_layers")
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _KINDS = {k.value: k for k in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION)}
 # A trunk or MTP layer's local HF names -> canonical local names (the rest keep theirs).
 _LOCAL = ((re.compile(r"^moe\.gate\.weight$"), "mlp.gate.weight"),
@@ -74,14 +73,10 @@ class StepNames:
                                       for n in [*one_head, "mtp.embed_tokens.weight"]])
 
     def canonical_name(self, hf_name: str) -> str | None:
-        if hf_name == "lm_head.weight":
-            return hf_name
-        if not hf_name.startswith("model."):
-            return None
-        m = _LAYER.match(hf_name)
-        if m is None:
-            return hf_name.removeprefix("model.")
-        layer, local = int(m[1]), m[2]
+        split = glm4moe.split_layer_name(hf_name)
+        if not isinstance(split, tuple):
+            return split
+        layer, local = split
         if layer < self.num_layers:
             return f"layers.{layer}.{_local(local)}"
         head = "mtp." if layer == self.num_layers else f"mtp.heads.{layer - self.num_layers}."
@@ -127,12 +122,9 @@ class StepNames:
 
 
 def declared_heads(cfg: Config, hf_names=()) -> tuple[str, int]:
-    """(where, how many the package builds): the first of the declared MTP layers (0 when none is declared)."""
-    for key in DECLARED_KEYS:
-        field, value = cfg.lookup(key)
-        if value is not None:
-            return f"config.json field {field}", min(cfg.int(key), 1)
-    return f"config.json field {DECLARED_KEYS[0]}", 0
+    """(where, how many the package builds): the first of the declared MTP layers (GLM-4.5's keys)."""
+    where, declared = glm4moe.declared_heads(cfg, hf_names)
+    return where, min(declared, 1)
 
 
 def names(arch: Architecture, qwen_names) -> StepNames:
@@ -209,7 +201,7 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
     kv_heads = cfg.int("num_attention_groups", cfg.int("num_key_value_heads", heads))
     if kv_heads == 0 or heads % kv_heads:
         raise cfg.fail(cfg.text_prefix + "num_attention_groups", f"({kv_heads}) must divide num_attention_heads ({heads})")
-    chained = cfg.int("num_nextn_predict_layers", cfg.int("num_mtp_layers", 0))
+    chained = glm4moe.declared_heads(cfg)[1]
     padded = num_layers + chained
     field, types = cfg.lookup("layer_types")
     if not isinstance(types, list) or len(types) not in (num_layers, padded) or any(t not in _KINDS for t in types):
