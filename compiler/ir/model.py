@@ -39,6 +39,7 @@ from .runtime import (  # noqa: F401
     TensorSpec,
 )
 from .mtp import DraftVocabulary, HeadPolicy, MtpSettings, SeedHidden  # noqa: F401  (the MTP head's settings)
+from .vision import VisionModel, VisionPipeline  # noqa: F401  (a vision-language checkpoint's tower)
 
 
 def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
@@ -187,6 +188,8 @@ class Architecture:
     qk_norm: bool = added(True)
     # Multi-head latent attention (`ir/mla.py`); then num_key_value_heads is 1 and head_dim the cached latent's width.
     mla: MlaDims | None = added(None)
+    # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
+    vision: VisionModel | None = added(None)
 
     @property
     def softmax_scale(self) -> float:
@@ -342,6 +345,9 @@ class ModelIR:
     # onnx-genai's own main decoder when it cannot load `main` (`decoder.onnx`, which its loader prefers,
     # reading `main`'s data file): set by passes/state_window.py when `main`'s state is windowed.
     onnx_genai_main: DecoderConfig | None = added(None)
+    # onnxruntime-genai's multimodal pipeline over the same weights (vision, embedding, a decoder taking
+    # inputs_embeds): set by passes/vision.py when the source has a vision tower.
+    vision: VisionPipeline | None = added(None)
 
     def head(self, contract: HeadContract) -> DecoderConfig | None:
         return dict(self.heads).get(contract)

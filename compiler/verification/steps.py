@@ -163,11 +163,13 @@ def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, re
 def _decode(root, cfg, prompt, options, report: Report, reference, strict: bool, progress) -> None:
     import onnxruntime_genai as og
 
+    from ..profiles.ort_genai import text_view_config
+
     max_length = len(prompt) + options.new_tokens
     progress("greedy decoding with onnxruntime-genai")
     report.steps.append("onnxruntime-genai")
     with runtime_step("onnxruntime-genai greedy decoding failed"):
-        model = og.Model(str(root))
+        model = og.Model(text_view_config(og, root))
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=max_length, do_sample=False)
         gen = og.Generator(model, params)
