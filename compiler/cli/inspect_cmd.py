@@ -118,6 +118,11 @@ def run(args) -> int:
     trailing = arch.head_layout is HeadLayout.TRAILING_LAYER
     line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}"
          + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else ""))
+    if arch.vision is not None:
+        v = arch.vision
+        line("vision tower", f"{v.tower.summary()}; image token {v.tokens.image}, vision start {v.tokens.vision_start}")
+        line("image input", f"{v.preprocessing.min_pixels}..{v.preprocessing.max_pixels} pixels, mean "
+                            f"{list(v.preprocessing.image_mean)}, std {list(v.preprocessing.image_std)}")
     if info.storage:
         out("storage:")
         for group, kind in info.storage:

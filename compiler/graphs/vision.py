@@ -16,7 +16,10 @@ bilinearly to the image's grid (align_corners, border clamp), 2-D rotary from th
 merge-block order, `depth` pre-LayerNorm blocks with attention within each frame (a block-diagonal mask:
 no attention across images) and a GELU-tanh MLP, then the merger (LayerNorm, each merge x merge block's
 patches side by side through a GELU MLP). Positions, rotation and attention scores are float32 whatever
-the tower's dtype, as transformers computes them.
+the tower's dtype, as transformers computes them; so are the residual stream, the norms and the features
+handed to the embedding graph, while the projections run in the tower's dtype: a float16 tower then stays
+within 1e-3 of transformers' float32 features (transformers' own float16 tower: 2.7e-3 on the test fixture,
+whose features reach 2.1, where float16's spacing is 2e-3).
 
 The embedding graph looks up the token embeddings and puts the image features, in order, on the image
 tokens' rows; on decode steps the runtime passes zero feature rows.
@@ -48,6 +51,7 @@ def build_vision(ir: ModelIR, params: ParameterSource, data: GraphData) -> Built
         layout = _patch_layout(b, pixels_in, grid, tower)
     with b.scope("patch_embed"):
         x = _affine(b, cast(b, layout.pixels, b.io_dtype, "Cast", F32), "visual.patch_embed.proj")
+        x = cast(b, x, F32, "Cast_stream", b.io_dtype)
     with b.scope("pos_embed"):
         x = b.op("Add", [x, _position_embedding(b, layout, tower)], name="Add")
     with b.scope("rotary"):
@@ -65,7 +69,7 @@ def build_vision(ir: ModelIR, params: ParameterSource, data: GraphData) -> Built
         h = _layer_norm(b, x, "visual.merger.norm", 1e-6, "norm")
         h = b.op("Reshape", [h, b.i64("merged_shape", [-1, tower.merged_width])], name="Reshape")
         h = _gelu(b, _affine(b, h, "visual.merger.linear_fc1"), "none", "act")
-        h = _affine(b, h, "visual.merger.linear_fc2")
+        h = _affine(b, h, "visual.merger.linear_fc2", float32=True)
     out = contract.outputs[0]
     built = b.finish(contract, {out.name: cast(b, h, _onnx(out.dtype), "output/Cast", b.io_dtype)})
     built.model.metadata_props.update({PATCH_SIZE_KEY: str(tower.patch_size),
@@ -92,6 +96,7 @@ def build_embedding(ir: ModelIR, params: ParameterSource, data: GraphData) -> Bu
         rows = b.op("Mul", [order, flags], name="Mul")
         width = ir.architecture.hidden_size
         zero_row = b.constant("zero_row", np.zeros((1, width), b.io_dtype.numpy()))
+        features = cast(b, features, b.io_dtype, "features/Cast", F32)
         table = b.op("Concat", [zero_row, features], {"axis": 0}, name="Concat")
         placed = b.op("Gather", [table, rows], {"axis": 0}, name="Gather")
         merged = b.op("Where", [b.op("Unsqueeze", [is_image, b.i64("axis_last", [-1])], name="Unsqueeze"), placed,
@@ -206,7 +211,7 @@ def _position_embedding(b: GraphBuilder, layout: _Layout, tower: VisionTower) ->
                       name=f"tap{i}{j}/Unsqueeze")
         term = b.op("Mul", [rows, weight], name=f"tap{i}{j}/Mul")
         total = term if total is None else b.op("Add", [total, term], name=f"tap{i}{j}/Add")
-    return cast(b, total, b.io_dtype, "Cast", F32)
+    return total
 
 
 def _rotary(b: GraphBuilder, layout: _Layout, tower: VisionTower) -> tuple[oir.Value, oir.Value]:
@@ -232,18 +237,30 @@ def _onnx(dtype: str) -> oir.DataType:
     return ONNX_DTYPES[dtype]
 
 
-def _affine(b: GraphBuilder, x: oir.Value, prefix: str) -> oir.Value:
-    """`x @ W^T + bias` of the tower's linear `prefix` (float or MatMulNBits, as the weight table says)."""
+def _affine(b: GraphBuilder, x: oir.Value, prefix: str, *, float32: bool = False) -> oir.Value:
+    """`x @ W^T + bias` of the tower's linear `prefix` (float or MatMulNBits, as the weight table says).
+
+    `float32`: the product in float32 (a float weight of another dtype widened), for the features: float16's
+    spacing at their magnitude (2e-3 above 2) would otherwise be their error."""
     local = prefix.rsplit(".", 1)[-1]
-    y = linear(b, x, b.params.linear(prefix + ".weight", linear_stem(prefix + ".weight")), f"{local}/MatMul")
+    params = b.params.linear(prefix + ".weight", linear_stem(prefix + ".weight"))
+    if float32 and params.quant is None and b.io_dtype != F32:
+        (w,) = b.weights(params.group)
+        y = b.op("MatMul", [cast(b, x, F32, f"{local}/Cast_x", b.io_dtype), b.op("Cast", [w], {"to": F32}, name=f"{local}/Cast_w")],
+                 name=f"{local}/MatMul")
+        (bias,) = b.weights(b.params.tensor(prefix + ".bias", initializer_name(prefix + ".bias") + "_float32", dtype=F32))
+        return b.op("Add", [y, bias], name=f"{local}/Add")
+    y = linear(b, x, params, f"{local}/MatMul")
     (bias,) = b.weights(b.params.tensor(prefix + ".bias", initializer_name(prefix + ".bias")))
     return b.op("Add", [y, bias], name=f"{local}/Add")
 
 
 def _layer_norm(b: GraphBuilder, x: oir.Value, prefix: str, eps: float, name: str) -> oir.Value:
-    (w,) = b.weights(b.params.tensor(prefix + ".weight", initializer_name(prefix + ".weight")))
-    (bias,) = b.weights(b.params.tensor(prefix + ".bias", initializer_name(prefix + ".bias")))
-    return b.op("LayerNormalization", [x, w, bias], {"epsilon": eps, "axis": -1, "stash_type": 1}, name=name)
+    """LayerNorm of the float32 residual stream, its output in the tower's dtype for the projections after it."""
+    (w,) = b.weights(b.params.tensor(prefix + ".weight", initializer_name(prefix + ".weight"), dtype=F32))
+    (bias,) = b.weights(b.params.tensor(prefix + ".bias", initializer_name(prefix + ".bias"), dtype=F32))
+    y = b.op("LayerNormalization", [x, w, bias], {"epsilon": eps, "axis": -1, "stash_type": 1}, name=name)
+    return cast(b, y, b.io_dtype, f"{name}/Cast", F32)
 
 
 def _gelu(b: GraphBuilder, x: oir.Value, approximate: str, name: str) -> oir.Value:
@@ -274,12 +291,12 @@ def _block(b: GraphBuilder, x: oir.Value, prefix: str, tower: VisionTower, cos: 
         out = b.op("Transpose", [b.op("MatMul", [probs, v], name="out/MatMul")], heads_first, name="out/Transpose")
         out = b.op("Reshape", [out, b.i64("merged_heads", [0, n * hd])], name="out/Reshape")
         out = _affine(b, cast(b, out, b.io_dtype, "out/Cast", F32), prefix + "attn.proj")
-    x = b.op("Add", [x, out], name="attn/residual")
+    x = b.op("Add", [x, cast(b, out, F32, "attn/Cast", b.io_dtype)], name="attn/residual")
     h = _layer_norm(b, x, prefix + "norm2", eps, "norm2")
     with b.scope("mlp"):
         act = "tanh" if tower.hidden_act == "gelu_pytorch_tanh" else "none"
         h = _affine(b, _gelu(b, _affine(b, h, prefix + "mlp.linear_fc1"), act, "act"), prefix + "mlp.linear_fc2")
-    return b.op("Add", [x, h], name="mlp/residual")
+    return b.op("Add", [x, cast(b, h, F32, "mlp/Cast", b.io_dtype)], name="mlp/residual")
 
 
 def _rotate(b: GraphBuilder, x: oir.Value, cos: oir.Value, sin: oir.Value, head_dim: int, name: str) -> oir.Value:

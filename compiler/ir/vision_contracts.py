@@ -16,19 +16,20 @@ NUM_IMAGE_TOKENS = "num_image_tokens"
 PIXEL_VALUES, IMAGE_GRID, IMAGE_FEATURES, INPUTS_EMBEDS = "pixel_values", "image_grid_thw", "image_features", "inputs_embeds"
 
 
-def vision_contract(tower: VisionTower, io_dtype: str) -> GraphContract:
-    """Every image of a prompt in one run: pixels float32 as the processor makes them (the tower casts)."""
+def vision_contract(tower: VisionTower) -> GraphContract:
+    """Every image of a prompt in one run: pixels float32 as the processor makes them, features float32 whatever
+    the tower's dtype (a few rows per image; the embedding graph casts them to the text model's)."""
     return GraphContract(
         (TensorSpec(PIXEL_VALUES, "float32", (NUM_PATCHES, tower.patch_width)),
          TensorSpec(IMAGE_GRID, "int64", (NUM_IMAGES, 3))),
-        (TensorSpec(IMAGE_FEATURES, io_dtype, (NUM_IMAGE_TOKENS, tower.out_hidden_size)),),
+        (TensorSpec(IMAGE_FEATURES, "float32", (NUM_IMAGE_TOKENS, tower.out_hidden_size)),),
     )
 
 
 def embedding_contract(hidden_size: int, io_dtype: str) -> GraphContract:
     return GraphContract(
         (TensorSpec("input_ids", "int64", (BATCH, SEQUENCE)),
-         TensorSpec(IMAGE_FEATURES, io_dtype, (NUM_IMAGE_TOKENS, hidden_size))),
+         TensorSpec(IMAGE_FEATURES, "float32", (NUM_IMAGE_TOKENS, hidden_size))),
         (TensorSpec(INPUTS_EMBEDS, io_dtype, (BATCH, SEQUENCE, hidden_size)),),
     )
 

@@ -177,11 +177,12 @@ def decide(
 
 def grouped_lines(weights: tuple[WeightDecision, ...]) -> list[str]:
     """One line per (rule, role, source encoding, result): count and a glob of the names."""
-    groups: dict[tuple[str, str, str, str, bool], list[str]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, bool, bool], list[str]] = defaultdict(list)
     for w in weights:
-        groups[(w.rule, w.role.value, w.source, w.result, w.lossless)].append(w.name)
+        # The vision tower's weights on lines of their own, so its choice shows beside the text model's.
+        groups[(w.rule, w.role.value, w.source, w.result, w.lossless, w.name.startswith("visual."))].append(w.name)
     lines = []
-    for (rule, role, source, result, lossless), names in sorted(groups.items()):
+    for (rule, role, source, result, lossless, _), names in sorted(groups.items()):
         exact = "lossless" if lossless else "lossy"
         lines.append(f"{rule}: {len(names)} {role} {source} -> {result} ({exact}): {name_glob(names)}")
     return lines

@@ -65,7 +65,7 @@ class VisionPipelineLowering:
                 return PassResult(ir, False)
             return PassResult(replace(ir, notes=(*ir.notes, note)), True, (note,))
         io, hidden = ir.precision.io_dtype, ir.architecture.hidden_size
-        pipeline = VisionPipeline(vision_contract(vision.tower, io), embedding_contract(hidden, io),
+        pipeline = VisionPipeline(vision_contract(vision.tower), embedding_contract(hidden, io),
                                   embeds_decoder(ir.main, hidden, io))
         if pipeline == ir.vision:
             return PassResult(ir, False)

@@ -191,8 +191,7 @@ def _describe(directory: Path) -> SourceInfo:
         ("mtp_tensors", sum(1 for n in entries if n.startswith("mtp."))),
     ]
     if arch.vision is not None:
-        facts += [("vision_tower", arch.vision.tower.summary()),
-                  ("vision_tensors", sum(1 for n in entries if is_vision_tensor(n)))]
+        facts.append(("vision_tensors", sum(1 for n in entries if is_vision_tensor(n))))
     if vision_note is not None:
         facts.append(("vision_note", vision_note))
     arch = _with_head_verdict(cfg, arch, entries)
