@@ -160,3 +160,23 @@ def test_the_tower_is_left_out_where_the_runtime_cannot_run_it(releases, vision_
     ir, _ = build_ir(spec)
     assert ir.vision is None and not any(w.name.startswith("visual.") for w in ir.weights)
     assert f"the checkpoint's vision tower is left out (a text-only package): {reason}" in ir.notes
+
+
+def test_the_cards_snippets_run_in_the_package(packages, images, monkeypatch, capsys):
+    """The card's two snippets, as written: images through og.Generator, text through og.MtpGenerator on the
+    text view."""
+    import re
+
+    package = packages[("dense", "mtp")]
+    card = (package / "README.md").read_text(encoding="utf-8")
+    assert "pipeline_tag: image-text-to-text" in card
+    snippets = re.findall(r"```python\n(.*?)```", card, re.S)
+    assert len(snippets) == 2
+    monkeypatch.chdir(package)
+    for snippet, names in zip(snippets, ({"question": " the in", "image_path": str(images["small"])},
+                                         {"prompt_token_ids": [76, 111, 111, 107]})):
+        exec(compile(snippet, "README.md", "exec"), dict(names))
+        tokens = [int(t) for t in capsys.readouterr().out.replace(",", " ").strip(" []\n").split()]
+        prompt = names.get("prompt_token_ids")
+        assert tokens[:4] == prompt if prompt else len(tokens) == 64  # the card's max_length (text: until an end token)
+        assert len(tokens) > 4
