@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SAMPLE_INTERVAL_S = 0.001
+from bench.compile_bench import _status_bytes, run_sampled  # noqa: E402
+
 SIZES = (
     ("text", "hidden_size", 1024), ("text", "num_hidden_layers", 4), ("text", "intermediate_size", 2816),
     ("text", "layer_types", ("linear_attention", "linear_attention", "linear_attention", "full_attention")),
@@ -51,17 +51,6 @@ SPEC = 'mtpc: 1\nname: {name}\nsource: {{hf: {folder}}}\ntargets:\n  onnxruntime
 
 
 # ----------------------------------------------------------------------------- children
-
-
-def _status_bytes(pid: int | str, field: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except FileNotFoundError:
-        pass
-    return None
 
 
 def child_main(kind: str, package: Path, image: Path, tokens: int) -> None:
@@ -98,15 +87,8 @@ def child_main(kind: str, package: Path, image: Path, tokens: int) -> None:
 
 def measure(kind: str, package: Path, image: Path, tokens: int) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, str(package), str(image), str(tokens)]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    peak_anon = 0
-    while child.poll() is None:
-        peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
-        time.sleep(SAMPLE_INTERVAL_S)
-    stdout, stderr = child.communicate()
-    if child.returncode != 0:
-        raise SystemExit(f"{kind} failed (exit {child.returncode}):\n{stderr}")
-    return {**json.loads(stdout.strip().splitlines()[-1]), "peak_anon_bytes": peak_anon}
+    result, peak_anon = run_sampled(kind, command)
+    return {**result, "peak_anon_bytes": peak_anon}
 
 
 def _bytes(folder: Path, pattern: str = "*") -> int:

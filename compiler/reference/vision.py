@@ -20,6 +20,7 @@ import numpy as np
 
 from ..ir.vision import VisionTokens, VisionTower
 from ..weights import WeightStore
+from .forward import _Weights
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
@@ -65,13 +66,10 @@ def _interpolation(h: int, w: int, merge: int, side: int) -> tuple[np.ndarray, n
 class VisionReference:
     def __init__(self, tower: VisionTower, store: WeightStore):
         self.tower = tower
-        self._store = store
-        self._cache: dict[str, np.ndarray] = {}
+        self._weights = _Weights(store)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._cache:
-            self._cache[name] = np.asarray(self._store.read_float(name), dtype=np.float64)
-        return self._cache[name]
+        return self._weights[name]
 
     def _linear(self, x: np.ndarray, prefix: str) -> np.ndarray:
         return x @ self[prefix + ".weight"].T + self[prefix + ".bias"]
