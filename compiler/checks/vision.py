@@ -23,6 +23,7 @@ as any text config is, by `check_files`.
 from __future__ import annotations
 
 import copy
+import json
 
 from ..ir.vision import MERGE_SIZE_KEY, PATCH_SIZE_KEY, TEMPORAL_PATCH_KEY, TEXT_OVERLAY
 from ..schema.validation import json_pointer
@@ -243,3 +244,14 @@ def text_view(c: Checker, root: dict | None, profile) -> dict | None:
     if profile is not None:
         check_runtime_keys(c, TEXT_OVERLAY, overlay, profile)
     return overlaid(root, overlay)
+
+
+def text_view_document(root, cfg: dict) -> dict:
+    """A package's genai_config.json as its text view reads it (`text_overlay.json` over it, where there is one):
+    what `verify` and `tune` run, the text decoder the head drafts for."""
+    from pathlib import Path
+
+    overlay = Path(root) / TEXT_OVERLAY
+    if not overlay.is_file():
+        return cfg
+    return overlaid(cfg, json.loads(overlay.read_text("utf-8")))

@@ -180,3 +180,14 @@ def test_the_cards_snippets_run_in_the_package(packages, images, monkeypatch, ca
         prompt = names.get("prompt_token_ids")
         assert tokens[:4] == prompt if prompt else len(tokens) == 64  # the card's max_length (text: until an end token)
         assert len(tokens) > 4
+
+
+def test_verify_and_tune_run_the_text_view(packages, vision_dir, capsys):
+    """`mtpc verify` runs the text decoder the head drafts for (greedy against the numpy reference, MTP against
+    greedy), and `tune` opens the same view: the text decoder's state window, not the pipeline decoder's."""
+    from mtpc.tuning.package import open_package
+
+    package = packages[("dense", "mtp")]
+    assert open_package(package).state_window == 5
+    assert main(["verify", str(package), "--spec", str(vision_dir / "dense-mtp.yaml")]) == 0, capsys.readouterr()
+    assert "ok   speculative == greedy" in capsys.readouterr().out

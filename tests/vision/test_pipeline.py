@@ -1,7 +1,8 @@
 """The package as it ships, run by onnxruntime-genai's multimodal pipeline (vision -> embedding -> the decoder on
 inputs_embeds with the runtime's 3-D MRoPE positions), decodes images and text as transformers'
 Qwen3_5(Moe)ForConditionalGeneration: 16 greedy tokens for one image and for two images of different sizes, in
-either order (og pads the smaller's patches), and the first step's logits within 1e-3 in float32.
+either order (og pads the smaller's patches), and for text alone, and the first step's logits within 1e-3 in
+float32.
 
 The fixture reacts to the positions' height and width rows (tests/fixtures/vision_checkpoints.py): the same
 decoder graph fed positions flattened to the time row leaves transformers' tokens, so a decoder or a runtime
@@ -22,7 +23,7 @@ from .prompts import Prompt, og_greedy, og_prompt, transformers_greedy, transfor
 STEPS = 16
 # Prompts whose 16 greedy tokens reach no end-of-text token on either release.
 CASES = {"one image": (("small",), " the in"), "two images": (("small", "large"), " it"),
-         "two images, larger first": (("large", "wide"), " the")}
+         "two images, larger first": (("large", "wide"), " the"), "no image": ((), " the in")}
 
 
 def _prompt(named) -> Prompt:
@@ -43,6 +44,8 @@ def test_greedy_with_images_equals_transformers(og_models, releases, images, fam
 def _transformers_view(got: dict) -> Prompt:
     """og's processed prompt as transformers takes it: the images' rows without og's padding (the processor
     test holds them equal to transformers' own)."""
+    if "pixel_values" not in got:  # text only, through the same pipeline
+        return Prompt(got["input_ids"][0].tolist(), None, None)
     grid = got["image_grid_thw"].reshape(-1, 3)
     counts = grid.prod(axis=1)
     pixels = got["pixel_values"].reshape(-1, got["pixel_values"].shape[-1])
