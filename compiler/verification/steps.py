@@ -66,6 +66,7 @@ def _why_tokens_differ(report: Report) -> str:
 def compare_package(options, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
     from ..ir import SeedHidden
     from ..reference.forward import DecoderReference, MtpHeadReference
+    from .vision import compare_vision
 
     arch = ir.architecture
     tolerance = tolerance_for(ir, weights, options.atol)
@@ -125,6 +126,7 @@ def compare_package(options, root: Path, cfg: dict, prompt, report: Report, prog
             report.compare("mtp head hidden state", got[hidden_out], want_hidden, tolerance)
     if sidecar and arch.mtp_num_layers > 0:
         _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
+    compare_vision(root, ir, weights, report, tolerance, progress)
 
     _decode(root, cfg, prompt, options, report, reference, strict, progress)
 

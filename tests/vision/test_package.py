@@ -184,10 +184,14 @@ def test_the_cards_snippets_run_in_the_package(packages, images, monkeypatch, ca
 
 def test_verify_and_tune_run_the_text_view(packages, vision_dir, capsys):
     """`mtpc verify` runs the text decoder the head drafts for (greedy against the numpy reference, MTP against
-    greedy), and `tune` opens the same view: the text decoder's state window, not the pipeline decoder's."""
+    greedy) and the vision graph against the tower's reference; `tune` opens the text view too: the text
+    decoder's state window, not the pipeline decoder's."""
     from mtpc.tuning.package import open_package
 
     package = packages[("dense", "mtp")]
     assert open_package(package).state_window == 5
     assert main(["verify", str(package), "--spec", str(vision_dir / "dense-mtp.yaml")]) == 0, capsys.readouterr()
-    assert "ok   speculative == greedy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok   speculative == greedy" in out
+    # The tower against the numpy reference, as the processor hands it one image after another and padded.
+    assert "ok   vision features:" in out and "ok   vision features, padded as og's processor hands two images:" in out
