@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
 from ..ir import Architecture, LayerAttention, LayerKind, MlaDims, MoeDims, SourceTensor
+from ..ir.vision import VisionTower
 from ..util.lazy_import import lazy_module
 
 # Imported when a weight is first touched: lowering and the metadata verbs use only the shapes here.
@@ -342,6 +343,35 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
             shapes[norm] = (h,)
         if arch.mtp_own_lm_head:  # the head's own LM head as the checkpoint stores it (Step-3.5's shared_head.output)
             shapes["mtp.lm_head.weight"] = (v, h)
+    if arch.vision is not None:
+        shapes.update(vision_shapes(arch.vision.tower))
+    return shapes
+
+
+def vision_shapes(tower: VisionTower) -> dict[str, tuple[int, ...]]:
+    """The vision tower's canonical tensors (`visual.*`): transformers' `Qwen3_5VisionModel` names, the patch
+    embedding's Conv3d kernel as the linear over a flattened patch."""
+    d, m = tower.hidden_size, tower.merged_width
+    shapes: dict[str, tuple[int, ...]] = {
+        "visual.patch_embed.proj.weight": (d, tower.patch_width),
+        "visual.patch_embed.proj.bias": (d,),
+        "visual.pos_embed.weight": (tower.num_position_embeddings, d),
+        "visual.merger.norm.weight": (d,),
+        "visual.merger.norm.bias": (d,),
+        "visual.merger.linear_fc1.weight": (m, m),
+        "visual.merger.linear_fc1.bias": (m,),
+        "visual.merger.linear_fc2.weight": (tower.out_hidden_size, m),
+        "visual.merger.linear_fc2.bias": (tower.out_hidden_size,),
+    }
+    for i in range(tower.depth):
+        p = f"visual.blocks.{i}."
+        shapes.update({
+            p + "norm1.weight": (d,), p + "norm1.bias": (d,), p + "norm2.weight": (d,), p + "norm2.bias": (d,),
+            p + "attn.qkv.weight": (3 * d, d), p + "attn.qkv.bias": (3 * d,),
+            p + "attn.proj.weight": (d, d), p + "attn.proj.bias": (d,),
+            p + "mlp.linear_fc1.weight": (tower.intermediate_size, d), p + "mlp.linear_fc1.bias": (tower.intermediate_size,),
+            p + "mlp.linear_fc2.weight": (d, tower.intermediate_size), p + "mlp.linear_fc2.bias": (d,),
+        })
     return shapes
 
 
