@@ -154,11 +154,14 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
     if kind == "pattern":
         return [spec.diagnostic(path, f"{where} {_literal(value)} is not allowed", hint=_about(schema))]
     if kind == "oneOf" and all(list(sub) == ["required"] and len(sub["required"]) == 1 for sub in expected):
-        names = [sub["required"][0] for sub in expected]  # one key of these, and not two (`source`)
-        written = [k for k in names if isinstance(value, dict) and k in value]
-        found = f"; found {len(written)}: " + ", ".join(f"'{k}'" for k in written) if written else ""
-        return [spec.diagnostic(path, f"{where} must name exactly one of {', '.join(repr(n) for n in names)}{found}",
-                                at="key")]
+        # `source`: one of its kinds, beside which other keys (`revision`) may stand
+        names = [sub["required"][0] for sub in expected]
+        found = [k for k in names if k in value] if isinstance(value, dict) else []
+        others = [k for k in value if k not in names] if isinstance(value, dict) else []
+        count = (f"; found {len(found)}: " + ", ".join(f"'{k}'" for k in found) if found
+                 else f"; found only {', '.join(repr(k) for k in others)}" if others else "")
+        listed = ", ".join(f"'{k}'" for k in names)
+        return [spec.diagnostic(path, f"{where} must name exactly one of {listed}{count}", at="key")]
     if kind == "dependentRequired":
         return [spec.diagnostic(path + (key,), f"'{key}' is set without {', '.join(repr(k) for k in needs)} in {where}",
                                 at="key", hint=_about(schema, key))

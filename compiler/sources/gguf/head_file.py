@@ -90,7 +90,7 @@ class PairedHeader:
     def __init__(self, target: GGUFHeader, head: GGUFHeader, metadata: dict, types: dict, tensors: dict,
                  owners: dict[str, GGUFHeader]):
         self.target, self.head = target, head
-        self.path = target.path
+        self.path, self.file_size = target.path, target.file_size  # the target's: the file the facts describe
         self.metadata, self.types, self.tensors = metadata, types, tensors
         self._owners = owners
 

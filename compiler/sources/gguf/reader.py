@@ -64,6 +64,12 @@ def describe(ref: SourceRef) -> SourceInfo:
     return info
 
 
+def describe_header(ref: SourceRef, header: GGUFHeader | PairedHeader) -> SourceInfo:
+    """`describe` of a header read elsewhere (a hub file's first bytes, or a hub target's and its head file's,
+    `sources/hub/`); `ref.path` (and `ref.head`) name them."""
+    return _describe(ref, header)
+
+
 def _describe(ref: SourceRef, header: GGUFHeader | PairedHeader) -> SourceInfo:
     assert ref.path is not None
     meta = Metadata(header, label(ref.path, ref.head))
@@ -71,7 +77,7 @@ def _describe(ref: SourceRef, header: GGUFHeader | PairedHeader) -> SourceInfo:
     header = meta.header
     facts: list[tuple[str, object]] = [
         ("format", f"GGUF v{int(meta.get('GGUF.version'))}"),
-        ("file_size", os.path.getsize(ref.path)),
+        ("file_size", header.file_size),
         ("gguf_architecture", meta.arch),
         ("tensor_count", len(header.tensors)),
         ("trunk_layers", layout.n_main),
@@ -86,7 +92,7 @@ def _describe(ref: SourceRef, header: GGUFHeader | PairedHeader) -> SourceInfo:
     notes, weight_checks = layout.notes, None
     if isinstance(header, PairedHeader):
         assert ref.head is not None
-        facts += [("mtp_head_file", os.path.basename(ref.head)), ("mtp_head_file_size", os.path.getsize(ref.head))]
+        facts += [("mtp_head_file", os.path.basename(ref.head)), ("mtp_head_file_size", header.head.file_size)]
         notes += _shared_notes(header)
         weight_checks = lambda: check_shared_values(header)  # noqa: E731
     model = meta.get(Keys.Tokenizer.MODEL, "", required=False)

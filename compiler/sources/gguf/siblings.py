@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from ...util.diagnostics import SourceError
 from .head_file import facts_of, mismatch
@@ -46,6 +47,23 @@ class Pairing:
 
     head: str | None
     notes: tuple[str, ...] = ()
+
+
+def ranked(paths: Iterable[str], model: str, tag: str | None = None) -> list[str]:
+    """A repository's `mtp-` files for `model` (a path in it), best first by `find_best_sibling`'s order: in the
+    model's folder or one above it, the deepest first; then those whose name carries `-TAG.`; then the nearest
+    quantization bits (the tag's, else the model file's); listing order on a tie. Its first is llama.cpp's pick."""
+    model_folder = model.split("/")[:-1]
+    wanted = re.match(r"\D*(\d+)", tag) if tag else None
+    bits = (int(wanted[1]) if wanted else 0) if tag else quant_bits(model.rsplit("/", 1)[-1])
+    ranks = []
+    for order, path in enumerate(paths):
+        folder = path.split("/")[:-1]
+        if not path.endswith(".gguf") or KEYWORD not in path or folder != model_folder[: len(folder)]:
+            continue
+        exact = tag is not None and f"-{tag.upper()}." in path.upper()
+        ranks.append(((-len(folder), not exact, abs(quant_bits(path.rsplit("/", 1)[-1]) - bits), order), path))
+    return [path for _, path in sorted(ranks)]
 
 
 def candidates(target: str) -> list[str]:
