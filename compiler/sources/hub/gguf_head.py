@@ -7,6 +7,7 @@ first of that order whose header (read by range request, or from the cache) is t
 (`gguf/head_file.mismatch`), passing over another model's with a note where llama.cpp would load it, as it does
 beside a local target. `source.head` names a file of the same repo and revision instead: a head in another repo
 is not offered, since `revision` is one revision and llama.cpp publishes and pairs a head in its model's repo.
+Offline, a candidate the cache lacks is passed over (compile downloaded the one it paired online).
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def auto_pair(snapshot: Snapshot, target: str, tag: str | None) -> Pairing:
         return Pairing(None)
     notes = []
     for candidate in ranked(snapshot.files, target, tag):
+        if snapshot.offline and snapshot.local(candidate) is None:
+            # Online, the file paired was downloaded with the target and those ranked before it were refused from
+            # their headers alone, so passing over what the cache lacks pairs offline what was paired online.
+            notes.append(f"{candidate} of {snapshot.shown} is not in the cache (offline): not read, not paired")
+            continue
         try:
             refusal = mismatch(target_header, header_of(snapshot, candidate))
         except HubFailure:  # the hub could not answer: no verdict on the file
