@@ -96,8 +96,8 @@ def auto_pair(target: str) -> Pairing:
             notes.append(f"{os.path.basename(path)} beside the target is not its MTP head ({refusal}): not paired")
     if not fitting:
         return Pairing(None, tuple(notes))
-    bits = quant_bits(os.path.basename(target))
-    best = min(fitting, key=lambda p: abs(quant_bits(os.path.basename(p)) - bits))  # min keeps the first of a tie
+    folder = os.path.dirname(fitting[0])
+    best = os.path.join(folder, ranked([os.path.basename(p) for p in fitting], os.path.basename(target))[0])
     chosen = f"the MTP head comes from {os.path.basename(best)} beside the target (an mtp- file, paired as llama.cpp pairs one)"
     others = [os.path.basename(p) for p in fitting if p != best]
     if others:
