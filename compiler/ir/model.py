@@ -26,6 +26,7 @@ from .weights import (  # noqa: F401
 )
 from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
 from .mla import MlaDims  # noqa: F401  (multi-head latent attention, the deepseek2 family)
+from .mamba import Mamba2Dims  # noqa: F401  (Mamba2 layers, the nemotron_h family)
 from .enums import AttentionMode, LayerKind  # noqa: F401
 from .fields import added
 # The graphs' I/O and the decoders as runtimes see them live in their own module; re-exported here.
@@ -82,6 +83,10 @@ class LinearAttentionDims:
     @property
     def conv_dim(self) -> int:
         return 2 * self.key_dim + self.value_dim
+
+    def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
+        """(conv state `[conv_dim, K-1]`, recurrent state `[Hv, Dk, Dv]`) of one layer, without batch."""
+        return (self.conv_dim, self.conv_kernel - 1), (self.num_value_heads, self.key_head_dim, self.value_head_dim)
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,11 @@ class Architecture:
     qk_norm: bool = added(True)
     # Multi-head latent attention (`ir/mla.py`); then num_key_value_heads is 1 and head_dim the cached latent's width.
     mla: MlaDims | None = added(None)
+    # The sizes of the Mamba2 layers (`LayerKind.MAMBA2`, `ir/mamba.py`).
+    mamba: Mamba2Dims | None = added(None)
+    # Every layer is one residual sub-block: a token mixer, or the FFN alone (`LayerKind.FEED_FORWARD`), as
+    # Nemotron-H's are. False: every layer is a mixer then an FFN, each behind its own norm.
+    separate_ffn_layers: bool = added(False)
 
     @property
     def softmax_scale(self) -> float:
@@ -213,7 +223,23 @@ class Architecture:
     @property
     def attention_layers(self) -> tuple[int, ...]:
         """Layers that keep a KV cache."""
-        return tuple(i for i, k in enumerate(self.layer_kinds) if k is not LayerKind.LINEAR_ATTENTION)
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k.has_kv_cache)
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        """Layers that keep a conv and a recurrent state (Gated DeltaNet, Mamba2)."""
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k.has_recurrent_state)
+
+    def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
+        """(conv, recurrent) state shape of a state layer without batch (a model has one kind of them)."""
+        dims = self.mamba if LayerKind.MAMBA2 in self.layer_kinds else self.linear_attention
+        if dims is None:
+            raise AssertionError("the architecture has no layer with a conv and a recurrent state")
+        return dims.state_shapes()
+
+    @property
+    def state_conv_kernel(self) -> int:
+        return self.state_shapes()[0][1] + 1
 
     def attention_summary(self) -> str:
         """e.g. "gated attention, qk-norm" (Qwen3.5) or "grouped-query attention, q/k/v bias, qk-norm" (GLM-4.5)."""

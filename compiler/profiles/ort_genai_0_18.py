@@ -285,6 +285,8 @@ PROFILE = OrtGenaiProfile(
     # a decoder with one KV head of the latent's width (GroupQueryAttention, or plain ops on CPU: profiles/kernels.py,
     # the same dense cache), which `llama` allocates and feeds from the config's
     # head_size / num_key_value_heads like any other (tests/conformance decodes it on 0.18.0 and 0.17.1).
+    # nemotron_h: no `nemotron_h` type; `llama` feeds [B, S] positions (which the graphs leave unread: no RoPE) and
+    # carries the KV, conv and recurrent state the graph's inputs name, as for Qwen3-Next (tests/conformance).
     model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
-                                 "qwen3next": "llama", "deepseek2": "llama"}),
+                                 "qwen3next": "llama", "deepseek2": "llama", "nemotron_h": "llama"}),
 )

@@ -42,7 +42,10 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
 from ..ir import Architecture, LayerKind, MlaDims, MoeDims
+from ..ir.moe import RELU2
 from ..util.lazy_import import lazy_module
+
+from .nemotron_h import mamba2_shapes, relu2_moe_shapes
 
 # Imported when a weight is first touched: lowering and the metadata verbs use only the shapes here.
 np = lazy_module("numpy")
@@ -284,6 +287,9 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
 
     def mlp_and_norms(p: str, layer: int | None) -> None:
         shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)})
+        ffn(p, layer)
+
+    def ffn(p: str, layer: int | None) -> None:
         if arch.moe is not None and arch.is_sparse(layer):
             shapes.update(moe_shapes(p, h, arch.moe))
             return
@@ -300,6 +306,10 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         if kind is LayerKind.FULL_ATTENTION:
             attention(p)
+        elif kind is LayerKind.MAMBA2 and arch.mamba is not None:
+            shapes.update(mamba2_shapes(p, h, arch.mamba))
+        elif kind is LayerKind.FEED_FORWARD:
+            ffn(p, i)
         elif la is not None:
             q = p + "linear_attn."
             shapes.update(
@@ -315,7 +325,10 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
                     q + "out_proj.weight": (h, la.value_dim),
                 }
             )
-        mlp_and_norms(p, i)
+        if arch.separate_ffn_layers:  # one sub-block a layer: its mixer or its FFN, behind one norm
+            shapes[p + "input_layernorm.weight"] = (h,)
+        else:
+            mlp_and_norms(p, i)
     for j in range(arch.mtp_num_layers):
         attention(f"mtp.layers.{j}.")
         mlp_and_norms(f"mtp.layers.{j}.", None)
@@ -348,6 +361,8 @@ def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, .
     """The canonical tensors of one sparse MoE FFN under `prefix` (a layer's, ending in ".")."""
     e, i, s = moe.num_experts, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
     p = prefix + "mlp."
+    if moe.expert_activation == RELU2:
+        return relu2_moe_shapes(p, hidden, moe)
     shapes = {
         p + "gate.weight": (e, hidden),
         p + "experts.gate_proj.weight": (e, i, hidden),
@@ -362,3 +377,4 @@ def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, .
     if moe.shared_expert_sigmoid_gate:
         shapes[p + "shared_expert_gate.weight"] = (1, hidden)
     return shapes
+

@@ -19,7 +19,7 @@ from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import TensorInfo, Weight, canonical_shapes
 from ..info import SourceInfo
-from . import deepseek2, glm4moe, qwen3next
+from . import deepseek2, glm4moe, nemotron_h, qwen3next
 from .config import SUPPORTED_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
 from .files import directory_of, folder_state, tokenizer_files, weight_files
@@ -101,7 +101,7 @@ class _QwenNames:
 # `FAMILY` (the IR's), `architecture(cfg, directory)`, `names(arch, qwen_names)` (its tensor names and
 # conventions) and `declared_heads(cfg, hf_names)` (where its head's depth is declared, and the depth).
 # Qwen3.5 is this module's own (`config.architecture`, `_QwenNames`).
-FAMILIES = (glm4moe, qwen3next, deepseek2)
+FAMILIES = (glm4moe, qwen3next, deepseek2, nemotron_h)
 
 
 def _family_of(family: str):
@@ -222,7 +222,7 @@ def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") 
     problems = []
     for name, shape in canonical_shapes(arch).items():
         if name not in store:
-            where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
+            where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else store.source_name(name)
             problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
         elif store.info(name).shape != shape:
             found = list(store.info(name).shape)

@@ -1,0 +1,83 @@
+"""Nemotron-H's mixers in numpy (`nemotron_h`), written from transformers 5.24's `models/nemotron_h`.
+
+- attention (`NemotronHAttention`): grouped-query attention without positional encoding (no RoPE, no
+  biases, no q/k norm), softmax scaled by `head_dim ** -0.5`;
+- Mamba2 (`NemotronHMamba2Mixer.torch_forward`, its cached one-token path `mamba2_selective_state_update`
+  and its chunked prefill `mamba2_chunk_scan`, here token by token as the recurrence they compute):
+  in_proj to [z | xBC | dt], the causal conv with its bias and SiLU, B and C per group shared by the
+  group's H/G consecutive heads (`repeat_interleave`), `dt = softplus(dt + dt_bias)` unclamped (transformers
+  clamps at `time_step_min` in its prefill only; the decision is docs/families/nemotron_h.md's),
+  `S <- exp(dt A) S + B (dt x)^T`, `y = C S + D x`, then `NemotronHRMSNormGated`: the gate first
+  (`norm_before_gate=False`), an RMS norm over each of the G groups of H*P/G channels, the weight;
+  `out_proj`.
+
+The recurrent state is kept `[B, H, N, P]` (state by head dim), LinearAttention's `(B, H_kv, d_k, d_v)`
+with k = B and v = dt x (transformers keeps its transpose); the conv state `[B, conv_dim, K-1]`.
+Shares no code with the graph builder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Architecture
+from .primitives import causal_attention
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def attention(w, arch: Architecture, prefix: str, x: np.ndarray, positions: np.ndarray,
+              past: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """x `[B, S, H]` (already input-normed); `positions` unused (no positional encoding)."""
+    b, s, _ = x.shape
+    nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
+    p = prefix + "self_attn."
+    q = w.linear(x, p + "q_proj.weight").reshape(b, s, nh, hd)
+    k = w.linear(x, p + "k_proj.weight").reshape(b, s, kvh, hd)
+    v = w.linear(x, p + "v_proj.weight").reshape(b, s, kvh, hd)
+    out, kv = causal_attention(q, k, v, past, nh // kvh)
+    return w.linear(out, p + "o_proj.weight"), kv
+
+
+def mamba2(w, arch: Architecture, prefix: str, x: np.ndarray, conv_state: np.ndarray, ssm_state: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x `[B, S, hidden]` (already input-normed) after the states -> (output, conv state, recurrent state)."""
+    m = arch.mamba
+    assert m is not None
+    b, s, _ = x.shape
+    heads, head_dim, state, groups = m.num_heads, m.head_dim, m.state_size, m.num_groups
+    p = prefix + "mamba."
+    projected = w.linear(x, p + "in_proj.weight")
+    z = projected[..., : m.inner_size]
+    xbc = projected[..., m.inner_size : m.inner_size + m.conv_dim].transpose(0, 2, 1)  # [B, conv_dim, S]
+    dt = projected[..., m.inner_size + m.conv_dim :]  # [B, S, H]
+
+    history = np.concatenate([conv_state, xbc], axis=2)
+    weight = w[p + "conv1d.weight"][:, 0, :]  # [conv_dim, K]
+    k = m.conv_kernel
+    conv = np.stack([np.sum(history[:, :, t : t + k] * weight, axis=-1) for t in range(s)], axis=2)
+    if m.conv_bias:
+        conv = conv + w[p + "conv1d.bias"][None, :, None]
+    xbc = _silu(conv).transpose(0, 2, 1)  # [B, S, conv_dim]
+    new_conv_state = history[:, :, history.shape[2] - (k - 1) :]
+
+    hs = xbc[..., : m.inner_size].reshape(b, s, heads, head_dim)
+    group_of_head = np.arange(heads) // (heads // groups)  # repeat_interleave: contiguous heads per group
+    bs = xbc[..., m.inner_size : m.inner_size + groups * state].reshape(b, s, groups, state)[:, :, group_of_head]
+    cs = xbc[..., m.inner_size + groups * state :].reshape(b, s, groups, state)[:, :, group_of_head]
+    dt = np.logaddexp(0.0, dt + w[p + "dt_bias"])  # softplus
+    a = w[p + "decay_scale"]  # -exp(A_log)
+    d = w[p + "D"]
+    y = np.empty((b, s, heads, head_dim))
+    for t in range(s):
+        decay = np.exp(dt[:, t] * a)  # [B, H]
+        ssm_state = ssm_state * decay[:, :, None, None] + bs[:, t, :, :, None] * (dt[:, t, :, None] * hs[:, t])[:, :, None, :]
+        y[:, t] = np.einsum("bhnp,bhn->bhp", ssm_state, cs[:, t]) + d[None, :, None] * hs[:, t]
+
+    gated = y.reshape(b, s, m.inner_size) * _silu(z)
+    grouped = gated.reshape(b, s, groups, m.inner_size // groups)
+    normed = grouped / np.sqrt(np.mean(grouped * grouped, axis=-1, keepdims=True) + arch.rms_norm_eps)
+    out = normed.reshape(b, s, m.inner_size) * w[p + "norm.weight"]
+    return w.linear(out, p + "out_proj.weight"), new_conv_state, ssm_state
