@@ -64,20 +64,28 @@ def mamba2(w, arch: Architecture, prefix: str, x: np.ndarray, conv_state: np.nda
     new_conv_state = history[:, :, history.shape[2] - (k - 1) :]
 
     hs = xbc[..., : m.inner_size].reshape(b, s, heads, head_dim)
-    group_of_head = np.arange(heads) // (heads // groups)  # repeat_interleave: contiguous heads per group
-    bs = xbc[..., m.inner_size : m.inner_size + groups * state].reshape(b, s, groups, state)[:, :, group_of_head]
-    cs = xbc[..., m.inner_size + groups * state :].reshape(b, s, groups, state)[:, :, group_of_head]
-    dt = np.logaddexp(0.0, dt + w[p + "dt_bias"])  # softplus
-    a = w[p + "decay_scale"]  # -exp(A_log)
-    d = w[p + "D"]
-    y = np.empty((b, s, heads, head_dim))
-    for t in range(s):
-        decay = np.exp(dt[:, t] * a)  # [B, H]
-        ssm_state = ssm_state * decay[:, :, None, None] + bs[:, t, :, :, None] * (dt[:, t, :, None] * hs[:, t])[:, :, None, :]
-        y[:, t] = np.einsum("bhnp,bhn->bhp", ssm_state, cs[:, t]) + d[None, :, None] * hs[:, t]
-
+    bs = xbc[..., m.inner_size : m.inner_size + groups * state].reshape(b, s, groups, state)
+    cs = xbc[..., m.inner_size + groups * state :].reshape(b, s, groups, state)
+    y, ssm_state = selective_scan(hs, dt, w[p + "dt_bias"], w[p + "decay_scale"], bs, cs, w[p + "D"], ssm_state)
     gated = y.reshape(b, s, m.inner_size) * _silu(z)
     grouped = gated.reshape(b, s, groups, m.inner_size // groups)
     normed = grouped / np.sqrt(np.mean(grouped * grouped, axis=-1, keepdims=True) + arch.rms_norm_eps)
     out = normed.reshape(b, s, m.inner_size) * w[p + "norm.weight"]
     return w.linear(out, p + "out_proj.weight"), new_conv_state, ssm_state
+
+
+def selective_scan(hs: np.ndarray, dt: np.ndarray, dt_bias: np.ndarray, a: np.ndarray, bs: np.ndarray, cs: np.ndarray,
+                   d: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mamba2's scan, token by token: x `[B, S, H, P]`, dt `[B, S, H]` (before its bias), A = -exp(A_log) `[H]`,
+    B / C `[B, S, G, N]`, D `[H]`, state `[B, H, N, P]` -> (y `[B, S, H, P]`, state). Group g serves heads
+    g*H/G .. (g+1)*H/G - 1 (`repeat_interleave`); dt = softplus(dt + dt_bias), unclamped."""
+    b, s, heads, head_dim = hs.shape
+    group_of_head = np.arange(heads) // (heads // bs.shape[2])
+    bs, cs = bs[:, :, group_of_head], cs[:, :, group_of_head]
+    dt = np.logaddexp(0.0, dt + dt_bias)
+    y = np.empty((b, s, heads, head_dim))
+    for t in range(s):
+        decay = np.exp(dt[:, t] * a)  # [B, H]
+        state = state * decay[:, :, None, None] + bs[:, t, :, :, None] * (dt[:, t, :, None] * hs[:, t])[:, :, None, :]
+        y[:, t] = np.einsum("bhnp,bhn->bhp", state, cs[:, t]) + d[None, :, None] * hs[:, t]
+    return y, state
