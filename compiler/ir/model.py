@@ -145,6 +145,9 @@ class HeadLayout(str, enum.Enum):
     # DeepSeek-V3 / GLM-4.5: one more decoder layer after the trunk, `model.layers.{num_hidden_layers}.*`,
     # holding `eh_proj`, `enorm`, `hnorm`, `shared_head.norm` beside an ordinary decoder layer.
     TRAILING_LAYER = "trailing_layer"
+    # Nemotron-H: `mtp.layers.0` (enorm, hnorm, eh_proj, an attention sub-block) and `mtp.layers.1` (a MoE sub-block,
+    # final_layernorm), in order the canonical head block's two halves.
+    SUB_BLOCKS = "sub_blocks"
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,8 @@ class Architecture:
         if self.attention_bias:
             parts.append("q/k/v bias")
         parts.append("qk-norm" if self.qk_norm else "no qk-norm")
+        if self.rope.rotary_dim == 0:
+            return ", ".join(parts) + ", no positional encoding"
         return ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
 
     def head_summary(self) -> str:
@@ -256,7 +261,8 @@ class Architecture:
         if not self.has_mtp_head:
             return "none"
         where = {HeadLayout.MTP_MODULE: "`mtp.*` tensors (Qwen3.5 layout)",
-                 HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"}[self.head_layout]
+                 HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)",
+                 HeadLayout.SUB_BLOCKS: "`mtp.*` sub-blocks, attention then MoE (Nemotron-H layout)"}[self.head_layout]
         return f"{self.mtp_num_layers} block, {where}"
 
     def layer_kind_summary(self, word_separator: str = " ") -> str:

@@ -120,7 +120,7 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
         tie_word_embeddings="output.weight" not in shapes,
         mtp_num_layers=nextn,
         moe=moe,
-        head_layout=HeadLayout.MTP_MODULE,
+        head_layout=HeadLayout.SUB_BLOCKS,
         attention_output_gate=False,
         qk_norm=False,
         mamba=_mamba(meta, kinds, shapes) if LayerKind.MAMBA2 in kinds else None,

@@ -241,7 +241,7 @@ def architecture(cfg: Config, directory: Path) -> Architecture:
         tie_word_embeddings=cfg.flag("tie_word_embeddings", False),
         mtp_num_layers=cfg.int(DECLARED_KEY, 0),
         moe=moe,
-        head_layout=HeadLayout.MTP_MODULE,
+        head_layout=HeadLayout.SUB_BLOCKS,
         attention_output_gate=False,
         qk_norm=False,
         mamba=_mamba(cfg) if LayerKind.MAMBA2 in kinds else None,
