@@ -165,7 +165,7 @@ class UnusableHead:
 class Architecture:
     """What the source checkpoint is, independent of how we build it."""
 
-    family: str  # "qwen35" | "qwen35moe" | "glm4moe" | "qwen3next" | "deepseek2"
+    family: str  # "qwen35" | "qwen35moe" | "glm4moe" | "qwen3next" | "deepseek2" | "nemotron_h"
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int

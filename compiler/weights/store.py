@@ -30,6 +30,11 @@ checkpoint) has the same canonical names as Qwen3.5's: `eh_proj` is `mtp.fc`, `e
 are `mtp.pre_fc_norm_embedding` / `mtp.pre_fc_norm_hidden`, `shared_head.norm` is `mtp.norm` and
 the decoder layer is `mtp.layers.0.*`.
 
+A Mamba2 layer (`LayerKind.MAMBA2`, the `nemotron_h` family) holds `mamba.in_proj.weight` (rows `[z | xBC | dt]`),
+`mamba.conv1d.{weight,bias}`, `mamba.dt_bias`, `mamba.decay_scale` (`-exp(A_log)`), `mamba.D`, `mamba.norm.weight`
+(the gated norm's, applied per group) and `mamba.out_proj.weight`; Nemotron-H's relu² MoE block has no gate
+projections, and its layers one norm each (`input_layernorm`: `weights/nemotron_h.py`).
+
 Multi-head latent attention (`Architecture.mla`, the `deepseek2` family) keeps transformers' names,
 `self_attn.{q_a_proj, q_a_layernorm, q_b_proj | q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
 o_proj}`, with the rope channels of `q_b_proj` (per head) and `kv_a_proj_with_mqa` in half-split (NeoX)
