@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.fixtures.torch_trailing_head import GraphSession
-from tests.fixtures.torch_trailing_head import assert_head_graph_matches, torch_trailing_head
+from tests.fixtures.torch_trailing_head import GraphSession, assert_head_graph_matches, torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import PREFIX, raw_mla_tensors
 from tests.fixtures.deepseek3_checkpoints import (
     PROMPTS, SEED, as_meant, tiny_dsv3_arch, transformers_dsv3_config, write_dsv3_checkpoint,

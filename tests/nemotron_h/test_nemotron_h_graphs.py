@@ -45,10 +45,11 @@ def _package(tmp_path, arch, tensors, extra: str = ""):
     return compile_spec(write_spec(tmp_path / "spec.yaml", "nemotron", f"{{hf: {folder.name}}}", extra), tmp_path / "pkg")
 
 
-@pytest.fixture(scope="module")
-def unfitted(tmp_path_factory):
-    """A package of the seeded weights with the head unfitted: its attention and experts all contribute."""
-    arch = tiny_nemotron_arch()
+@pytest.fixture(scope="module", params=[False, True], ids=["moe", "latent moe"])
+def unfitted(tmp_path_factory, request):
+    """A package of the seeded weights with the head unfitted: its attention and experts all contribute (the
+    routed experts in a latent space for Super's LatentMoE)."""
+    arch = tiny_nemotron_arch(latent=request.param)
     raw = raw_nemotron_tensors(arch)
     assert np.abs(raw["mtp.layers.0.mixer.o_proj.weight"]).max() > 0
     return arch, raw, _package(tmp_path_factory.mktemp("unfitted"), arch, raw)
@@ -183,3 +184,26 @@ def test_a_wrong_group_mapping_or_the_norm_before_the_gate_leaves_transformers_t
         package = _package(tmp_path, arch, fitted_nemotron_tensors(arch))
     tokens = decoding.greedy(decoding.load(package), list(PROMPTS[0]), STEPS)
     assert tokens != transformers_tokens
+
+
+@pytest.mark.parametrize("latent", [False, True], ids=["moe", "latent moe"])
+def test_int4_relu2_experts_in_qmoe_compute_the_reference_on_their_weights(tmp_path, latent):
+    """The relu² experts quantized to QMoE's 4-bit blocks (the SwiGLU form over duplicated rows, accuracy level 0:
+    float activations) compute what the reference does with the blocks' own values."""
+    from mtpc.ir import QuantForm
+    from mtpc.weights.quant import dequantize_experts
+
+    arch = tiny_nemotron_arch(latent=latent)
+    tensors = fitted_nemotron_tensors(arch)
+    extra = ("quantization:\n  default: {bits: null}\n  overrides:\n"
+             "    - {match: '*.mlp.experts.*', bits: 4, block_size: 16, accuracy_level: 0}\n")
+    package = _package(tmp_path, arch, tensors, extra)
+    ops = {node.op_type for node in onnx.load(str(package / "model.onnx"), load_external_data=False).graph.node}
+    assert "QMoE" in ops and "MoE" not in ops
+    canonical = canonical_nemotron_tensors(arch, tensors)
+    stored = {n: dequantize_experts(v, QuantForm(4, 16, False), v.shape) if ".mlp.experts." in n else v
+              for n, v in canonical.items()}
+    prompt = list(PROMPTS[0])
+    logits, post, _, _ = DecoderReference(arch, ArrayWeightStore(stored)).forward(np.asarray([prompt]))
+    out = GraphSession(package / "model.onnx").run(prompt, None, 0)
+    np.testing.assert_allclose(out["hidden_states"], post, rtol=0, atol=1e-4)
