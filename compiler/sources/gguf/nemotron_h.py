@@ -144,10 +144,15 @@ def _mamba(meta: Metadata, kinds, shapes) -> Mamba2Dims:
         raise SourceError(f"{meta.path}: {Keys.SSM.INNER_SIZE.format(arch=meta.arch)} ({inner}), "
                           f"{Keys.SSM.TIME_STEP_RANK.format(arch=meta.arch)} ({heads}) and "
                           f"{Keys.SSM.GROUP_COUNT.format(arch=meta.arch)} ({groups}) do not make whole heads and groups")
-    first = kinds.index(LayerKind.MAMBA2)
+    # The conv's bias is told by its tensors (no key says it): in every Mamba2 block or in none.
+    biases = {i: f"blk.{i}.ssm_conv1d.bias" in shapes for i, kind in enumerate(kinds) if kind is LayerKind.MAMBA2}
+    if len(set(biases.values())) > 1:
+        missing = next(i for i, present in biases.items() if not present)
+        raise SourceError(f"{meta.path}: GGUF tensor blk.{missing}.ssm_conv1d.bias is missing (other Mamba2 blocks "
+                          f"have their conv's bias)")
     return Mamba2Dims(num_heads=heads, head_dim=inner // heads, state_size=meta.positive(Keys.SSM.STATE_SIZE),
                       num_groups=groups, conv_kernel=meta.positive(Keys.SSM.CONV_KERNEL),
-                      conv_bias=f"blk.{first}.ssm_conv1d.bias" in shapes)
+                      conv_bias=all(biases.values()))
 
 
 NAMES = GGUFNames(
