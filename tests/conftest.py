@@ -5,7 +5,15 @@ is written (tests/clients/onnx_genai.py): the wrapper goes in before any test mo
 `write_package`.
 """
 
-from tests.clients import onnx_genai
+import os
+
+# No test reaches a model hub: a spec lowered in this process that names a hub repo (`hf: owner/name`, a fuzzed
+# spec's value) meets huggingface_hub's offline mode and a closed loopback port, before anything imports it. The
+# hub tests run mtpc in processes of their own, pointed at the fixture hub (tests/fixtures/hub_server.py).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+
+from tests.clients import onnx_genai  # noqa: E402
 
 onnx_genai.check_written_packages()
 

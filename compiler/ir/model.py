@@ -288,14 +288,36 @@ class SyntheticSpec:
 
 
 @dataclass(frozen=True)
+class HubRef:
+    """A checkpoint on the Hugging Face Hub, as the spec names it (`sources/hub/` resolves it).
+
+    `repo` is `owner/name`; `revision` a branch, tag or commit (None: the repo's default branch). A GGUF repo's
+    file is `file` when named, else chosen by its quant tag `quant` as llama.cpp's `-hf` chooses it (None: its
+    defaults)."""
+
+    repo: str
+    revision: str | None = None
+    file: str | None = None
+    quant: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """How messages name it: `owner/name`, with `@revision` and the file or `:quant` when given."""
+        text = self.repo + (f":{self.quant}" if self.quant else "") + (f"@{self.revision}" if self.revision else "")
+        return text + (f" ({self.file})" if self.file else "")
+
+
+@dataclass(frozen=True)
 class SourceRef:
-    """Where the weights come from. `path` is absolute (resolved against the spec file)."""
+    """Where the weights come from. `path` is absolute (resolved against the spec file); None for a `hub` one."""
 
     kind: str  # "synthetic" | "hf" | "gguf"
     path: str | None = None
     seed: int | None = None
     # The model a synthetic source builds (set for kind "synthetic" by lowering).
     synthetic: SyntheticSpec | None = None
+    # An hf or gguf checkpoint on the Hugging Face Hub rather than beside the spec.
+    hub: HubRef | None = added(None)
 
 
 # ----------------------------------------------------------------------------- build choices

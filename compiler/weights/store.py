@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
-from ..ir import Architecture, LayerKind, MlaDims, MoeDims
+from ..ir import Architecture, LayerKind, MlaDims, MoeDims, SourceTensor
 from ..ir.moe import RELU2
 from ..util.lazy_import import lazy_module
 
@@ -222,6 +222,18 @@ class TensorInfo:
     has_zero_points: bool = False
     float_zero_points: bool = False
     block_offsets: bool = False
+
+
+def described_info(t: SourceTensor) -> TensorInfo:
+    """A weight's `TensorInfo` as a store of its source gives it, from the source's description alone."""
+    form = t.carried
+    if form is None:
+        return TensorInfo(t.name, t.shape, t.encoding)
+    return TensorInfo(
+        t.name, t.shape, t.encoding, quantized=True, bits=form.bits, block_size=form.block_size,
+        has_zero_points=form.has_zero_points, float_zero_points=form.float_zero_points,
+        block_offsets=form.block_offsets,
+    )
 
 
 class WeightStore(Protocol):
