@@ -174,7 +174,7 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
         outputs=tuple(outputs.items()),
         contract=main_contract(arch, precision),
         execution_provider=execution_provider,
-        conv_kernel=arch.state_conv_kernel if has_linear else 0,
+        conv_kernel=arch.state_shapes()[0][1] + 1 if has_linear else 0,  # the conv state holds K - 1 inputs
     )
 
 

@@ -240,10 +240,6 @@ class Architecture:
             raise AssertionError("the architecture has no layer with a conv and a recurrent state")
         return dims.state_shapes()
 
-    @property
-    def state_conv_kernel(self) -> int:
-        return self.state_shapes()[0][1] + 1
-
     def attention_summary(self) -> str:
         """e.g. "gated attention, qk-norm" (Qwen3.5) or "grouped-query attention, q/k/v bias, qk-norm" (GLM-4.5)."""
         if self.mla is not None:
