@@ -154,7 +154,9 @@ def run(args) -> int:
              + (f", {arch.rope.yarn.summary()}" if arch.rope.yarn is not None else ""))
     trailing = arch.head_layout is HeadLayout.TRAILING_LAYER
     line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}"
-         + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else ""))
+         + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else "")
+         + (f"; the first of {arch.mtp_chained_layers} chained MTP layers (onnxruntime-genai drives one head graph)"
+            if info.has_mtp_head and arch.mtp_chained_layers > arch.mtp_num_layers else ""))
     if info.storage:
         out("storage:")
         for group, kind in info.storage:

@@ -8,7 +8,7 @@ attention, GLM-4.5 its plain grouped-query attention. The feed-forward (dense or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import onnx_ir as oir
@@ -43,6 +43,19 @@ class LayerSite:
     arch: Architecture
     cfg: DecoderConfig
     outputs: dict[str, oir.Value]
+    # Rotary tables of layer kinds with a rope of their own (`rotary_for`), built on first use.
+    rotaries: dict = field(default_factory=dict)
+
+    def rotary_for(self, kind: LayerKind) -> Rotary:
+        """The rotary tables of a layer of `kind`: the model's, or the kind's own rope (a sliding layer's)."""
+        rope = self.arch.layer_attention(kind).rope
+        if rope == self.arch.rope:
+            return self.rot
+        if rope not in self.rotaries:
+            positions = self.cfg.contract.input(input_name(self.cfg, "position_ids"))
+            self.rotaries[rope] = rotary(self.b, rope, self.b.inputs[positions.name], has_position_rows(positions),
+                                         scope=f"rotary_{kind.value}")
+        return self.rotaries[rope]
 
     def input(self, role: str, layer: int) -> oir.Value:
         return self.b.inputs[input_name(self.cfg, role, layer)]

@@ -24,9 +24,12 @@ from .weights import (  # noqa: F401
     WeightDecision,
     WeightRole,
 )
-from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
+from .moe import MoeDims, SwigluLimits  # noqa: F401  (the sparse FFN of MoE families, Step's SwiGLU clamps)
 from .mla import MlaDims  # noqa: F401  (multi-head latent attention, the deepseek2 family)
+from .rope import Rope, YarnScaling  # noqa: F401  (rotary embeddings, a layer kind's own among them)
+from .attention import LayerAttention  # noqa: F401  (a layer kind's own heads, rope, window, sinks)
 from .mamba import Mamba2Dims  # noqa: F401  (Mamba2 layers, the nemotron_h family)
+from .linear_attention import LinearAttentionDims  # noqa: F401  (Gated DeltaNet layers)
 from .enums import AttentionMode, LayerKind  # noqa: F401
 from .fields import added
 # The graphs' I/O and the decoders as runtimes see them live in their own module; re-exported here.
@@ -60,74 +63,6 @@ class HeadContract(str, enum.Enum):
 
 
 # ----------------------------------------------------------------------------- architecture
-
-
-@dataclass(frozen=True)
-class LinearAttentionDims:
-    """GatedDeltaNet sizes of the linear-attention layers."""
-
-    num_key_heads: int
-    key_head_dim: int
-    num_value_heads: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def key_dim(self) -> int:
-        return self.num_key_heads * self.key_head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.num_value_heads * self.value_head_dim
-
-    @property
-    def conv_dim(self) -> int:
-        return 2 * self.key_dim + self.value_dim
-
-    def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
-        """(conv state `[conv_dim, K-1]`, recurrent state `[Hv, Dk, Dv]`) of one layer, without batch."""
-        return (self.conv_dim, self.conv_kernel - 1), (self.num_value_heads, self.key_head_dim, self.value_head_dim)
-
-
-@dataclass(frozen=True)
-class YarnScaling:
-    """YaRN's context extension of RoPE (DeepSeek-V3's `rope_scaling` type `yarn`), as transformers'
-    `_compute_yarn_parameters` reads it: frequencies whose wavelength stays short of the original context
-    keep their rotation (extrapolate), long ones are divided by `factor` (interpolate), with a linear ramp
-    between the correction dims of `beta_fast` and `beta_slow` rotations; cos and sin are multiplied by
-    `attention_factor` (the source resolves it from `mscale` / `mscale_all_dim`). The softmax's own mscale
-    is `MlaDims.softmax_scale`'s, not this."""
-
-    factor: float
-    original_max_position_embeddings: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float = 1.0
-    # transformers floors / ceils the correction dims (its `truncate`, true unless the config says not).
-    truncate: bool = True
-
-    def summary(self) -> str:
-        return (f"yarn x{self.factor:g} from {self.original_max_position_embeddings} (beta {self.beta_fast:g}/"
-                f"{self.beta_slow:g}, cos/sin x{self.attention_factor:g})")
-
-
-@dataclass(frozen=True)
-class Rope:
-    theta: float
-    partial_rotary_factor: float
-    head_dim: int
-    # Interleaved MRoPE sections (T, H, W) over rotary_dim / 2 frequency slots.
-    mrope_section: tuple[int, ...] = ()
-    mrope_interleaved: bool = True
-    # Positions come as three rows (T, H, W), Qwen3.5's MRoPE input (equal rows for text); False: one row
-    # per token (GLM-4.5's plain NeoX RoPE), the `[batch, sequence]` position_ids most runtimes feed.
-    position_rows: bool = added(True)
-    # YaRN-scaled frequencies (DeepSeek-V3); None: plain RoPE.
-    yarn: YarnScaling | None = added(None)
-
-    @property
-    def rotary_dim(self) -> int:
-        return int(self.head_dim * self.partial_rotary_factor)
 
 
 @dataclass(frozen=True)
@@ -193,13 +128,54 @@ class Architecture:
     attention_bias: bool = added(False)
     # A per-head RMSNorm of q and k before the rotation (Qwen3.5 always; GLM's `use_qk_norm`).
     qk_norm: bool = added(True)
+    # A sigmoid gate per query head on the attention's output, from its own projection `self_attn.g_proj`
+    # `[heads, hidden]` (Step-3.5's `use_head_wise_attn_gate`).
+    attention_head_gate: bool = added(False)
     # Multi-head latent attention (`ir/mla.py`); then num_key_value_heads is 1 and head_dim the cached latent's width.
     mla: MlaDims | None = added(None)
+    # How SLIDING_ATTENTION layers attend (`ir/attention.py`): their own heads, rope, window (equal to
+    # `sliding_window`) and sinks; None: as the full layers, within `sliding_window`. The fields above are the
+    # full-attention layers'.
+    sliding_attention: LayerAttention | None = added(None)
+    # Full-attention layers' value head width where it is not head_dim (MiMo-V2-Flash: 128 beside q/k 192).
+    value_head_dim: int | None = added(None)
+    # The kind of the MTP block's attention layer (Step's and MiMo's MTP layers slide).
+    mtp_layer_kind: LayerKind = added(LayerKind.FULL_ATTENTION)
+    # MTP layers the checkpoint chains (Step-3.5: 3, layer k drafting token k from layer k-1's output); 0: as many
+    # as `mtp_num_layers`. The package builds the first: onnxruntime-genai runs one head graph, N times.
+    mtp_chained_layers: int = added(0)
+    # The MTP head scores with its own LM head (Step-3.5's `shared_head.output`), `mtp.lm_head.weight` as stored.
+    mtp_own_lm_head: bool = added(False)
+    # The hidden state the checkpoint's authors seed its head with, and the spec's default (`mtp.seed_hidden`).
+    mtp_seed_hidden: SeedHidden = added(SeedHidden.POST_NORM)
+    # Per-layer clamps of the SwiGLU (Step-3.5); None: no layer is clamped.
+    swiglu_limits: SwigluLimits | None = added(None)
     # The sizes of the Mamba2 layers (`LayerKind.MAMBA2`, `ir/mamba.py`).
     mamba: Mamba2Dims | None = added(None)
     # Every layer is one residual sub-block: a token mixer, or the FFN alone (`LayerKind.FEED_FORWARD`), as
     # Nemotron-H's are. False: every layer is a mixer then an FFN, each behind its own norm.
     separate_ffn_layers: bool = added(False)
+
+    def __post_init__(self):
+        sliding = self.sliding_attention
+        if sliding is not None and sliding.window != self.sliding_window:
+            raise ValueError(f"sliding_window {self.sliding_window} and the sliding layers' window {sliding.window} differ")
+
+    def layer_attention(self, kind: LayerKind) -> LayerAttention:
+        """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`."""
+        if kind is LayerKind.SLIDING_ATTENTION and self.sliding_attention is not None:
+            return self.sliding_attention
+        window = None
+        if kind is LayerKind.SLIDING_ATTENTION:  # attends as the full layers do, within the window
+            if self.sliding_window is None:
+                raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
+            window = self.sliding_window
+        return LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
+                              self.value_head_dim or self.head_dim, self.rope, window=window)
+
+    def attention_at(self, layer: int | None) -> LayerAttention:
+        """Trunk layer `layer`'s attention, or the MTP block's (None)."""
+        return self.layer_attention(self.mtp_layer_kind if layer is None else self.layer_kinds[layer])
 
     @property
     def softmax_scale(self) -> float:
@@ -215,10 +191,17 @@ class Architecture:
         return self.mtp_num_layers > 0
 
     def is_sparse(self, layer: int | None) -> bool:
-        """Whether trunk layer `layer` (None: the MTP block, always sparse in a MoE family) has the sparse FFN."""
+        """Whether trunk layer `layer` (None: the MTP block, `moe.sparse_mtp`) has the sparse FFN."""
         if self.moe is None:
             return False
-        return layer is None or layer >= self.moe.dense_layers
+        return self.moe.sparse_mtp if layer is None else layer >= self.moe.dense_layers
+
+    def swiglu_limit(self, layer: int | None) -> tuple[float, float]:
+        """(routed experts', shared expert's or dense MLP's) SwiGLU clamp of trunk layer `layer` (None: the MTP
+        block); 0 = unclamped."""
+        if self.swiglu_limits is None:
+            return 0.0, 0.0
+        return self.swiglu_limits.of(self.num_layers if layer is None else layer)
 
     def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
@@ -245,12 +228,17 @@ class Architecture:
         if self.mla is not None:
             return self.mla.summary()
         parts = ["gated attention" if self.attention_output_gate else "grouped-query attention"]
+        if self.attention_head_gate:
+            parts.append("a sigmoid gate per head")
         if self.attention_bias:
             parts.append("q/k/v bias")
         parts.append("qk-norm" if self.qk_norm else "no qk-norm")
         if self.rope.rotary_dim == 0:
             return ", ".join(parts) + ", no positional encoding"
-        return ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+        summary = ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+        if LayerKind.SLIDING_ATTENTION in self.layer_kinds or self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION:
+            summary += f"; sliding layers: {self.layer_attention(LayerKind.SLIDING_ATTENTION).summary()}"
+        return summary
 
     def head_summary(self) -> str:
         """Where the source keeps its MTP head, e.g. "1 block, a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"."""
@@ -259,6 +247,9 @@ class Architecture:
         where = {HeadLayout.MTP_MODULE: "`mtp.*` tensors (Qwen3.5 layout)",
                  HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)",
                  HeadLayout.SUB_BLOCKS: "`mtp.*` sub-blocks, attention then MoE (Nemotron-H layout)"}[self.head_layout]
+        if self.mtp_chained_layers > self.mtp_num_layers:
+            return (f"{self.mtp_num_layers} block (the first of {self.mtp_chained_layers} chained), {where}"
+                    + ", its own layer slides" * (self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION))
         return f"{self.mtp_num_layers} block, {where}"
 
     def layer_kind_summary(self, word_separator: str = " ") -> str:

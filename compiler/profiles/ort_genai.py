@@ -66,6 +66,9 @@ class OrtGenaiProfile:
     # the paged engine drafts no more than that many tokens on a model with conv / recurrent state.
     max_state_update_capacity: int
     model_types: Mapping[str, str]
+    # Why sliding-window layers keep a full-length KV cache in this version's packages, their window applied in
+    # the graph (the model card and `plan` say it); empty: a window-sized cache is emitted.
+    sliding_kv_cache: str = ""
 
     def target_problems(self, target: OrtGenaiTarget, io_dtype: str) -> list[TargetProblem]:
         """Every setting of `target` (with graphs in `io_dtype`) that this version cannot run.

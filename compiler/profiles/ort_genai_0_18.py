@@ -285,8 +285,19 @@ PROFILE = OrtGenaiProfile(
     # a decoder with one KV head of the latent's width (GroupQueryAttention, or plain ops on CPU: profiles/kernels.py,
     # the same dense cache), which `llama` allocates and feeds from the config's
     # head_size / num_key_value_heads like any other (tests/conformance decodes it on 0.18.0 and 0.17.1).
+    # A window-sized cache exists (decoder.sliding_window, a shared past / present buffer, GroupQueryAttention's
+    # sliding_window_cache: the 0.18.0 builder's CPU form, builders/base.py) and decodes, but the runtime refuses to
+    # rewind it once it has evicted (src/models/windowed_kv_cache.cpp CheckWindowedKvCacheRewind, whose message
+    # 0.18.0 prints), and og.MtpGenerator rewinds the main model after every rejected draft (src/mtp_generator.cpp
+    # GenerateStepSingle / GenerateStepMulti: main_->RewindToLength); a dense dynamic cache is sized at the window
+    # plus slack, which no full present has. Measured on 0.18.0: tests/profiles/test_windowed_kv_cache.py.
+    sliding_kv_cache=("onnxruntime-genai 0.18.0 refuses to rewind a window-sized KV cache once it has evicted "
+                      "(src/models/windowed_kv_cache.cpp, CheckWindowedKvCacheRewind), and og.MtpGenerator rewinds "
+                      "the main model after every rejected draft (src/mtp_generator.cpp, main_->RewindToLength)"),
+    # step35: no Step type either; its full and sliding layers are GroupQueryAttention layers of one KV geometry (or
+    # their plain-op forms, the same dense cache), which `llama` feeds like any other (tests/conformance, both releases).
     # nemotron_h: no `nemotron_h` type; `llama` feeds [B, S] positions (which the graphs leave unread: no RoPE) and
     # carries the KV, conv and recurrent state the graph's inputs name, as for Qwen3-Next (tests/conformance).
     model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
-                                 "qwen3next": "llama", "deepseek2": "llama", "nemotron_h": "llama"}),
+                                 "qwen3next": "llama", "deepseek2": "llama", "step35": "llama", "nemotron_h": "llama"}),
 )

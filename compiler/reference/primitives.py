@@ -28,11 +28,16 @@ def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float,
 
 
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, past: tuple[np.ndarray, np.ndarray] | None,
-                     group: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Softmax attention of q `[B, S, NH, HD]` over past + new k/v `[B, S, KVH, HD]` (rotated), causal among
-    the new tokens, each KV head serving `group` query heads; (output `[B, S, NH*HD]`, new (keys, values))."""
+                     group: int, *, window: int | None = None, sinks: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Softmax attention of q `[B, S, NH, HD]` over past + new k `[B, S, KVH, HD]` (rotated) and v
+    `[B, S, KVH, VD]`, causal among the new tokens, each KV head serving `group` query heads; (output
+    `[B, S, NH*VD]`, new (keys, values)).
+
+    `window`: a query sees only the last `window` tokens, its own included (`ir/attention.py`). `sinks`
+    `[NH]`: one more logit per head in each softmax row, dropped after it (it weighs no value)."""
     b, s, nh, hd = q.shape
-    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # [B, N, S, HD]
+    q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # [B, N, S, D]
     if past is not None:
         k = np.concatenate([past[0], k], axis=2)
         v = np.concatenate([past[1], v], axis=2)
@@ -40,8 +45,14 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, past: tuple[np
     past_len = total - s
     k_per_q, v_per_q = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = q @ k_per_q.transpose(0, 1, 3, 2) / np.sqrt(hd)  # [B, NH, S, T]
-    visible = np.arange(total)[None, :] <= (past_len + np.arange(s))[:, None]
+    query_at = (past_len + np.arange(s))[:, None]
+    visible = np.arange(total)[None, :] <= query_at
+    if window is not None:
+        visible &= np.arange(total)[None, :] > query_at - window
     scores = np.where(visible, scores, -np.inf)
+    if sinks is not None:
+        sink_column = np.broadcast_to(np.asarray(sinks, np.float64)[None, :, None, None], (b, nh, s, 1))
+        scores = np.concatenate([scores, sink_column], axis=-1)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    probs = scores / scores.sum(axis=-1, keepdims=True)
-    return (probs @ v_per_q).transpose(0, 2, 1, 3).reshape(b, s, nh * hd), (k, v)
+    probs = (scores / scores.sum(axis=-1, keepdims=True))[..., :total]
+    return (probs @ v_per_q).transpose(0, 2, 1, 3).reshape(b, s, nh * v.shape[-1]), (k, v)

@@ -62,4 +62,5 @@ def open_model_weights(ir: ModelIR, info: SourceInfo) -> WeightStore:
     from ..weights.draft import WithOwnLmHead
 
     vocabulary = ir.mtp.draft_vocabulary
-    return WithOwnLmHead(store, None if vocabulary is None else vocabulary.ids)
+    return WithOwnLmHead(store, None if vocabulary is None else vocabulary.ids,
+                         from_head=ir.architecture.mtp_own_lm_head)

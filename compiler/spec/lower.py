@@ -63,7 +63,9 @@ def lower(spec: LoadedSpec, *, source_files: bool = False, progress: Callable[[s
         mtp=MtpSettings(
             head=HeadPolicy(mtp["head"]),
             num_speculative_tokens=mtp["num_speculative_tokens"],
-            seed_hidden=SeedHidden(mtp["seed_hidden"]),
+            # Unset: the convention the checkpoint's authors serve its head with (the source says which).
+            seed_hidden=SeedHidden(mtp["seed_hidden"]) if "seed_hidden" in (spec.data.get("mtp") or {})
+            else architecture.mtp_seed_hidden,
             draft_vocabulary=draft_vocabulary,
             own_lm_head=own_lm_head,
         ),

@@ -72,6 +72,16 @@ def state_window(root: Path, cfg: dict) -> int:
     return dims[0].dim_value if len(dims) == 4 else 0
 
 
+def draft_note(root: Path) -> str | None:
+    """What the package drafts with, where its model card says more than "the head" (a source with several chained
+    MTP layers: `emit/model_card.py`'s `- drafts:` line)."""
+    try:
+        card = (root / "README.md").read_text("utf-8")
+    except OSError:
+        return None
+    return next((line.removeprefix("- drafts: ") for line in card.splitlines() if line.startswith("- drafts: ")), None)
+
+
 def providers(cfg: dict) -> tuple[str, ...]:
     options = (((cfg.get("model") or {}).get("decoder") or {}).get("session_options") or {}).get("provider_options") or []
     names = [name for entry in options if isinstance(entry, dict) for name in entry]

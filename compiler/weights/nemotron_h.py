@@ -1,5 +1,10 @@
 """The canonical tensors of Nemotron-H's own blocks (`weights.store.canonical_shapes` asks here): the Mamba2
-mixer (`ir/mamba.py`) and the relu² MoE block with LatentMoE (`ir/moe.py`)."""
+mixer (`ir/mamba.py`) and the relu² MoE block with LatentMoE (`ir/moe.py`).
+
+A Mamba2 layer holds `mamba.in_proj.weight` (rows `[z | xBC | dt]`), `mamba.conv1d.{weight,bias}`, `mamba.dt_bias`,
+`mamba.decay_scale` (`-exp(A_log)`), `mamba.D`, `mamba.norm.weight` (the gated norm's, applied per group) and
+`mamba.out_proj.weight`; the relu² block has no gate projections; every Nemotron-H layer has one norm
+(`input_layernorm`)."""
 
 from __future__ import annotations
 

@@ -30,11 +30,6 @@ checkpoint) has the same canonical names as Qwen3.5's: `eh_proj` is `mtp.fc`, `e
 are `mtp.pre_fc_norm_embedding` / `mtp.pre_fc_norm_hidden`, `shared_head.norm` is `mtp.norm` and
 the decoder layer is `mtp.layers.0.*`.
 
-A Mamba2 layer (`LayerKind.MAMBA2`, the `nemotron_h` family) holds `mamba.in_proj.weight` (rows `[z | xBC | dt]`),
-`mamba.conv1d.{weight,bias}`, `mamba.dt_bias`, `mamba.decay_scale` (`-exp(A_log)`), `mamba.D`, `mamba.norm.weight`
-(the gated norm's, applied per group) and `mamba.out_proj.weight`; Nemotron-H's relu² MoE block has no gate
-projections, and its layers one norm each (`input_layernorm`: `weights/nemotron_h.py`).
-
 Multi-head latent attention (`Architecture.mla`, the `deepseek2` family) keeps transformers' names,
 `self_attn.{q_a_proj, q_a_layernorm, q_b_proj | q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
 o_proj}`, with the rope channels of `q_b_proj` (per head) and `kv_a_proj_with_mqa` in half-split (NeoX)
@@ -46,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
-from ..ir import Architecture, LayerKind, MlaDims, MoeDims, SourceTensor
+from ..ir import Architecture, LayerAttention, LayerKind, MlaDims, MoeDims, SourceTensor
 from ..ir.moe import RELU2
 from ..util.lazy_import import lazy_module
 
@@ -283,24 +278,29 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
     nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
     shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "norm.weight": (h,)}
 
-    def attention(p: str) -> None:
+    def attention(p: str, layer: LayerAttention) -> None:
         if arch.mla is not None:
             shapes.update(mla_shapes(p, h, nh, arch.mla))
             return
-        q_rows = (2 if arch.attention_output_gate else 1) * nh * hd  # gated: per head [query | gate]
+        nh_, kvh_, hd_, vd_ = layer.num_attention_heads, layer.num_key_value_heads, layer.head_dim, layer.value_head_dim
+        q_rows = (2 if arch.attention_output_gate else 1) * nh_ * hd_  # gated: per head [query | gate]
         shapes.update(
             {
                 p + "self_attn.q_proj.weight": (q_rows, h),
-                p + "self_attn.k_proj.weight": (kvh * hd, h),
-                p + "self_attn.v_proj.weight": (kvh * hd, h),
-                p + "self_attn.o_proj.weight": (h, nh * hd),
+                p + "self_attn.k_proj.weight": (kvh_ * hd_, h),
+                p + "self_attn.v_proj.weight": (kvh_ * vd_, h),
+                p + "self_attn.o_proj.weight": (h, nh_ * vd_),
             }
         )
         if arch.attention_bias:
-            shapes.update({p + "self_attn.q_proj.bias": (nh * hd,), p + "self_attn.k_proj.bias": (kvh * hd,),
-                           p + "self_attn.v_proj.bias": (kvh * hd,)})
+            shapes.update({p + "self_attn.q_proj.bias": (nh_ * hd_,), p + "self_attn.k_proj.bias": (kvh_ * hd_,),
+                           p + "self_attn.v_proj.bias": (kvh_ * vd_,)})
         if arch.qk_norm:
-            shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+            shapes.update({p + "self_attn.q_norm.weight": (hd_,), p + "self_attn.k_norm.weight": (hd_,)})
+        if arch.attention_head_gate:
+            shapes[p + "self_attn.g_proj.weight"] = (nh_, h)
+        if layer.sinks:
+            shapes[p + "self_attn.sinks"] = (nh_,)
 
     def mlp_and_norms(p: str, layer: int | None) -> None:
         shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)})
@@ -321,12 +321,12 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
     la = arch.linear_attention
     for i, kind in enumerate(arch.layer_kinds):
         p = f"layers.{i}."
-        if kind is LayerKind.FULL_ATTENTION:
-            attention(p)
-        elif kind is LayerKind.MAMBA2 and arch.mamba is not None:
+        if kind is LayerKind.MAMBA2 and arch.mamba is not None:
             shapes.update(mamba2_shapes(p, h, arch.mamba))
         elif kind is LayerKind.FEED_FORWARD:
             ffn(p, i)
+        elif kind is not LayerKind.LINEAR_ATTENTION:
+            attention(p, arch.layer_attention(kind))
         elif la is not None:
             q = p + "linear_attn."
             shapes.update(
@@ -347,12 +347,14 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
         else:
             mlp_and_norms(p, i)
     for j in range(arch.mtp_num_layers):
-        attention(f"mtp.layers.{j}.")
+        attention(f"mtp.layers.{j}.", arch.attention_at(None))
         mlp_and_norms(f"mtp.layers.{j}.", None)
     if arch.mtp_num_layers:
         shapes["mtp.fc.weight"] = (h, 2 * h)
         for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
             shapes[norm] = (h,)
+        if arch.mtp_own_lm_head:  # the head's own LM head as the checkpoint stores it (Step-3.5's shared_head.output)
+            shapes["mtp.lm_head.weight"] = (v, h)
     return shapes
 
 
