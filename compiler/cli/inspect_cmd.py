@@ -157,6 +157,11 @@ def run(args) -> int:
          + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else "")
          + (f"; the first of {arch.mtp_chained_layers} chained MTP layers (onnxruntime-genai drives one head graph)"
             if info.has_mtp_head and arch.mtp_chained_layers > arch.mtp_num_layers else ""))
+    if arch.vision is not None:
+        v = arch.vision
+        line("vision tower", f"{v.tower.summary()}; image token {v.tokens.image}, vision start {v.tokens.vision_start}")
+        line("image input", f"{v.preprocessing.min_pixels}..{v.preprocessing.max_pixels} pixels, mean "
+                            f"{list(v.preprocessing.image_mean)}, std {list(v.preprocessing.image_std)}")
     if info.storage:
         out("storage:")
         for group, kind in info.storage:

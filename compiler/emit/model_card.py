@@ -18,6 +18,7 @@ from ..profiles import ort_genai_profile
 from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
 from ..weights.quant import requantization_notes
 from .artifact import Artifact, EmitContext
+from .model_card_vision import file_lines, model_lines, run_section
 from .speed_table import SpeedTable, render_speed_section
 
 CARD_NAME = "README.md"
@@ -41,6 +42,7 @@ def _weights(ir: ModelIR) -> str:
 # Hugging Face's name for ONNX models (huggingface.co/models?library=onnx); the runtimes are tags.
 LIBRARY_NAME = "onnx"
 PIPELINE_TAG = "text-generation"
+VISION_PIPELINE_TAG = "image-text-to-text"  # a package that takes images (`ModelIR.vision`)
 
 
 def front_matter(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> list[str]:
@@ -57,7 +59,8 @@ def front_matter(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> list[s
         tags.append("quantized")
     lines = ["---"]
     lines += [f"{key}: {_scalar(known[key])}" for key in ("base_model", "license") if key in known]
-    lines += [f"library_name: {LIBRARY_NAME}", f"pipeline_tag: {PIPELINE_TAG}", "tags:"]
+    task = VISION_PIPELINE_TAG if ir.vision is not None else PIPELINE_TAG
+    lines += [f"library_name: {LIBRARY_NAME}", f"pipeline_tag: {task}", "tags:"]
     lines += [f"- {_scalar(tag)}" for tag in dict.fromkeys(tags)]
     return lines + ["---", ""]
 
@@ -101,6 +104,7 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         *([f"- MTP head in the source: {arch.head_summary()}"]
           if has_head and arch.head_layout is not HeadLayout.MTP_MODULE else []),
         *_chained_heads(ir),
+        *model_lines(ir),
         f"- vocabulary {arch.vocab_size}, context length {arch.context_length}",
         f"- I/O dtype {ir.precision.io_dtype}, logits {ir.precision.effective_logits_dtype}; weights {_weights(ir)}",
         "",
@@ -112,7 +116,10 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         lines.append(f"- `{ir.onnx_genai_main.filename}`: the same decoder without the state window, for onnx-genai "
                      f"(it reads `{ir.main.filename}.data`)")
     if ir.targets.onnxruntime_genai is not None:
-        lines.append("- `genai_config.json`: onnxruntime-genai configuration" + (" with its `model.mtp` section" if ort_head else ""))
+        lines.append("- `genai_config.json`: onnxruntime-genai configuration"
+                     + (" (its multimodal pipeline)" if ir.vision is not None else "")
+                     + (" with its `model.mtp` section" if ort_head else ""))
+    lines += file_lines(ir)
     if ort_head is not None:
         lines.append(f"- `{ort_head.filename}` (+ `.data`) and the `genai_config.json` beside it: the MTP head as a model of its own folder"
                      + _draft_head(ir))
@@ -137,6 +144,8 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
             + (", drafting with the head named in `model.mtp`." if ort_head is not None else "."),
             "It cannot run on a CPU; mtpc's README says what has been verified for paged packages.",
         ]
+    elif ort_target is not None and ir.vision is not None:
+        lines += run_section(ir)
     elif ort_target is not None:
         lines += [
             "",

@@ -1,5 +1,5 @@
 """The main decoder graph every family builds the same way, to the IR's main contract (dense or paged):
-token embedding, one residual block per layer, the final norm, the LM head (over only the rows the
+token embedding (or `inputs_embeds`, in the multimodal pipeline's decoder), one residual block per layer, the final norm, the LM head (over only the rows the
 engine reads when the contract has `logits_indices`) and the hidden-state output the MTP head reads.
 
 A family supplies only each layer's token mixer (`MixerFor`): Qwen3.5 its Gated DeltaNet and gated
@@ -109,8 +109,11 @@ def build_decoder(ir: ModelIR, params: ParameterSource, data: GraphData, progres
     b = GraphBuilder("main", params, data, kernels)
     b.declare_inputs(contract)
     ops = sequence_ops(b, cfg)
-    stream = Residual(embed(b, b.inputs[input_name(cfg, "input_ids")],
-                            params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER)))
+    if cfg.input_name("inputs_embeds") is not None:  # the multimodal pipeline's decoder: the embedding graph embeds
+        stream = Residual(b.inputs[input_name(cfg, "inputs_embeds")])
+    else:
+        stream = Residual(embed(b, b.inputs[input_name(cfg, "input_ids")],
+                                params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER)))
     positions = contract.input(input_name(cfg, "position_ids"))
     rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
     outputs: dict[str, oir.Value] = {}

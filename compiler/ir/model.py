@@ -43,6 +43,7 @@ from .runtime import (  # noqa: F401
     TensorSpec,
 )
 from .mtp import DraftVocabulary, HeadPolicy, MtpSettings, SeedHidden  # noqa: F401  (the MTP head's settings)
+from .vision import VisionModel, VisionPipeline  # noqa: F401  (a vision-language checkpoint's tower)
 
 
 def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
@@ -155,6 +156,8 @@ class Architecture:
     # Every layer is one residual sub-block: a token mixer, or the FFN alone (`LayerKind.FEED_FORWARD`), as
     # Nemotron-H's are. False: every layer is a mixer then an FFN, each behind its own norm.
     separate_ffn_layers: bool = added(False)
+    # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
+    vision: VisionModel | None = added(None)
 
     def __post_init__(self):
         sliding = self.sliding_attention
@@ -383,6 +386,9 @@ class ModelIR:
     # onnx-genai's own main decoder when it cannot load `main` (`decoder.onnx`, which its loader prefers,
     # reading `main`'s data file): set by passes/state_window.py when `main`'s state is windowed.
     onnx_genai_main: DecoderConfig | None = added(None)
+    # onnxruntime-genai's multimodal pipeline over the same weights (vision, embedding, a decoder taking
+    # inputs_embeds): set by passes/vision.py when the source has a vision tower.
+    vision: VisionPipeline | None = added(None)
 
     def head(self, contract: HeadContract) -> DecoderConfig | None:
         return dict(self.heads).get(contract)

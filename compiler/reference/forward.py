@@ -130,8 +130,8 @@ def full_attention(
     v = w.linear(x, p + "v_proj.weight").reshape(b, s, kvh, hd)
     q = rms_norm(q, w[p + "q_norm.weight"], arch.rms_norm_eps)
     k = rms_norm(k, w[p + "k_norm.weight"], arch.rms_norm_eps)
-    rd, theta = arch.rope.rotary_dim, arch.rope.theta
-    q, k = rope(q, positions, rd, theta), rope(k, positions, rd, theta)
+    rd, theta, sections = arch.rope.rotary_dim, arch.rope.theta, arch.rope.mrope_section
+    q, k = rope(q, positions, rd, theta, mrope_section=sections), rope(k, positions, rd, theta, mrope_section=sections)
     attn, kv = causal_attention(q, k, v, past, nh // kvh)
     return w.linear(attn * sigmoid(gate), p + "o_proj.weight"), kv
 
@@ -232,9 +232,11 @@ class DecoderReference:
         return DecoderState(0, kv, conv, recurrent)
 
     def forward(
-        self, input_ids: np.ndarray, state: DecoderState | None = None
+        self, input_ids: np.ndarray, state: DecoderState | None = None, *, inputs_embeds: np.ndarray | None = None,
+        positions: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, DecoderState]:
-        """Run `input_ids` `[B, S]` after `state` (positions continue from `state.length`).
+        """Run `input_ids` `[B, S]` after `state` (positions continue from `state.length`), or `inputs_embeds`
+        `[B, S, H]` (input_ids then only sizes the batch), at `positions` when given (`[3, B, S]` MRoPE rows).
 
         Returns (logits `[B,S,V]`, post-final-norm hidden `[B,S,H]`, pre-norm hidden
         (last layer's residual output) `[B,S,H]`, new state).
@@ -244,8 +246,9 @@ class DecoderReference:
         if state is None:
             state = self.initial_state(b)
         arch, w = self.arch, self.w
-        positions = _positions(b, state.length, s)
-        x = w["embed_tokens.weight"][input_ids]
+        if positions is None:
+            positions = _positions(b, state.length, s)
+        x = w["embed_tokens.weight"][input_ids] if inputs_embeds is None else np.asarray(inputs_embeds, np.float64)
         kv, conv, recurrent = dict(state.kv), dict(state.conv), dict(state.recurrent)
         for i, kind in enumerate(arch.layer_kinds):
             prefix = f"layers.{i}."

@@ -13,14 +13,23 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rope(x: np.ndarray, positions: np.ndarray, rotary_dim: int, theta: float,
-         yarn: YarnScaling | None = None) -> np.ndarray:
+         yarn: YarnScaling | None = None, mrope_section: tuple[int, ...] = ()) -> np.ndarray:
     """NeoX half-split rotary embedding on the first `rotary_dim` channels (YaRN-scaled with `yarn`).
 
-    x `[B, S, N, D]`, positions `[B, S]`. Text-only MRoPE has equal T/H/W
-    positions, so it is this 1-D rotation with the same frequencies.
+    x `[B, S, N, D]`, positions `[B, S]`, or `[3, B, S]` MRoPE rows (T, H, W) whose frequency slots are
+    interleaved by `mrope_section` as transformers' Qwen3.5 text rotary recomposes them: slot j takes row H
+    when j % 3 == 1 and j < 3 * section[1], row W when j % 3 == 2 and j < 3 * section[2], else row T.
+    Text-only MRoPE has equal T/H/W positions, so it is the 1-D rotation with the same frequencies.
     """
     half = rotary_dim // 2
-    angles = positions[..., None].astype(np.float64) * inverse_frequencies(rotary_dim, theta, yarn)  # [B, S, half]
+    inv_freq = inverse_frequencies(rotary_dim, theta, yarn)
+    if positions.ndim == 3:
+        rows = np.zeros(half, np.int64)
+        for row in (1, 2):
+            rows[row : 3 * mrope_section[row] : 3] = row
+        angles = np.stack([positions[rows[j]].astype(np.float64) * inv_freq[j] for j in range(half)], axis=-1)
+    else:
+        angles = positions[..., None].astype(np.float64) * inv_freq  # [B, S, half]
     scale = attention_factor(yarn)
     cos, sin = scale * np.cos(angles)[:, :, None, :], scale * np.sin(angles)[:, :, None, :]
     x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..checks import GENAI_CONFIG
+from ..checks.vision import text_view_document
 from ..util.diagnostics import ExitCode, MtpcError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -107,7 +108,8 @@ def open_package(path: str | Path, needs_tokenizer: bool = True) -> TunablePacka
             "give the folder `mtpc compile` wrote for a spec with targets.onnxruntime_genai",
         )
     try:
-        cfg = json.loads(config.read_text("utf-8"))
+        # A multimodal package is tuned in its text view: og.MtpGenerator drafts there (passes/vision.py).
+        cfg = text_view_document(root, json.loads(config.read_text("utf-8")))
         model = cfg["model"]
         decoder = model["decoder"]
     except (ValueError, KeyError, TypeError) as error:

@@ -66,6 +66,7 @@ def _why_tokens_differ(report: Report) -> str:
 def compare_package(options, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
     from ..ir import SeedHidden
     from ..reference.forward import DecoderReference, MtpHeadReference
+    from .vision import compare_vision
 
     arch = ir.architecture
     tolerance = tolerance_for(ir, weights, options.atol)
@@ -126,6 +127,7 @@ def compare_package(options, root: Path, cfg: dict, prompt, report: Report, prog
             report.compare("mtp head hidden state", got[hidden_out], want_hidden, tolerance)
     if sidecar and arch.mtp_num_layers > 0:
         _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
+    compare_vision(root, ir, weights, report, tolerance, progress)
 
     _decode(root, cfg, prompt, options, report, reference, strict, progress)
 
@@ -167,11 +169,13 @@ def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, re
 def _decode(root, cfg, prompt, options, report: Report, reference, strict: bool, progress) -> None:
     import onnxruntime_genai as og
 
+    from ..profiles.ort_genai import text_view_config
+
     max_length = len(prompt) + options.new_tokens
     progress("greedy decoding with onnxruntime-genai")
     report.steps.append("onnxruntime-genai")
     with runtime_step("onnxruntime-genai greedy decoding failed"):
-        model = og.Model(str(root))
+        model = og.Model(text_view_config(og, root))
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=max_length, do_sample=False)
         gen = og.Generator(model, params)

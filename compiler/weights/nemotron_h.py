@@ -1,4 +1,4 @@
-"""The canonical tensors of Nemotron-H's own blocks (`weights.store.canonical_shapes` asks here): the Mamba2
+"""The canonical tensors of Nemotron-H's own blocks (`weights.shapes.canonical_shapes` asks here): the Mamba2
 mixer (`ir/mamba.py`) and the relu² MoE block with LatentMoE (`ir/moe.py`).
 
 A Mamba2 layer holds `mamba.in_proj.weight` (rows `[z | xBC | dt]`), `mamba.conv1d.{weight,bias}`, `mamba.dt_bias`,

@@ -28,6 +28,7 @@ from .store import HFWeightStore
 from ..mtp_head import head_verdict
 from ..card_facts import hf_card_facts
 from .safetensors import FLOAT8_E4M3, SafetensorsFile
+from .vision import PATCH_EMBED, canonical_shape, is_vision_tensor, vision_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,7 +53,7 @@ _DECAY_SCALE = "linear_attn.decay_scale"
 
 
 def canonical_name(hf_name: str) -> str | None:
-    """The canonical name of an HF tensor, or None for tensors outside the text model (vision tower)."""
+    """The canonical name of an HF tensor (the vision tower's `visual.*`), or None for one mtpc has no use for."""
     if hf_name.startswith("mtp.") or hf_name == "lm_head.weight":
         name = hf_name
     else:
@@ -62,7 +63,7 @@ def canonical_name(hf_name: str) -> str | None:
                 break
         else:
             return None
-        if name.startswith(("visual.", "vision_tower.")):
+        if name.startswith("vision_tower."):
             return None
     if name.endswith(_A_LOG):
         return name[: -len(_A_LOG)] + _DECAY_SCALE
@@ -74,11 +75,13 @@ def is_offset_norm(canonical: str) -> bool:
 
 
 def needs_conversion(canonical: str) -> bool:
-    return is_offset_norm(canonical) or canonical.endswith(_DECAY_SCALE)
+    return is_offset_norm(canonical) or canonical.endswith(_DECAY_SCALE) or canonical == PATCH_EMBED
 
 
 def to_canonical_value(canonical: str, raw: np.ndarray) -> np.ndarray:
     """Convert an HF value to the canonical convention (float32 where converted)."""
+    if canonical == PATCH_EMBED:  # the Conv3d kernel as the linear over a flattened patch
+        return np.asarray(raw, dtype=np.float32).reshape(raw.shape[0], -1)
     if is_offset_norm(canonical):
         return np.asarray(raw, dtype=np.float32) + np.float32(1.0)
     if canonical.endswith(_DECAY_SCALE):
@@ -93,6 +96,7 @@ class _QwenNames:
     to_canonical_value = staticmethod(lambda canonical, raw: to_canonical_value(canonical, raw))
     needs_conversion = staticmethod(lambda canonical: needs_conversion(canonical))
     source_name = staticmethod(lambda canonical: canonical)  # a head tensor's canonical name is its HF name
+    canonical_shape = staticmethod(lambda canonical, shape: canonical_shape(canonical, shape))
     optional_head: tuple[str, ...] = ()
     assembled = staticmethod(lambda entries: entries)  # nothing stored fused
 
@@ -141,7 +145,7 @@ _last_entries: tuple[dict, Architecture, dict] | None = None
 
 def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
     """canonical name -> (file name, HF name), or the HF tensors of stacked experts (`experts`);
-    head tensors kept (as `mtp.*`), vision tensors dropped."""
+    head tensors kept (as `mtp.*`), the vision tower's (`visual.*`) where the IR has the tower."""
     global _last_entries
     last = _last_entries
     if last is not None and last[0] is files and last[1] == arch:
@@ -157,7 +161,7 @@ def _mapped_entries(files: dict[str, list[str]], arch: Architecture, where: Path
     for filename in sorted(files):
         for hf_name in files[filename]:
             name = names.canonical_name(hf_name)
-            if name is None or (tied and name == "lm_head.weight"):
+            if name is None or (tied and name == "lm_head.weight") or (arch.vision is None and is_vision_tensor(name)):
                 continue
             entries[name] = (filename, hf_name)
     return names.assembled(group_experts(entries, str(where), names.source_name))
@@ -191,8 +195,19 @@ def _config(checkpoint: Checkpoint) -> Config:
 def _weight_files(checkpoint: Checkpoint, arch: Architecture):
     """`files.weight_files`, leaving out a shard of tensors the family does not read (a vision tower) when it
     is not on this machine."""
+    return weight_files(checkpoint, _unread(arch), arch.family)
+
+
+def _unread(arch: Architecture):
+    """Whether the model reads an HF tensor: not when it has no canonical name, nor a vision tower's tensor when the
+    IR has no tower."""
     names = _names(arch)
-    return weight_files(checkpoint, lambda name: names.canonical_name(name) is None, arch.family)
+
+    def unread(name: str) -> bool:
+        canonical = names.canonical_name(name)
+        return canonical is None or (arch.vision is None and is_vision_tensor(canonical))
+
+    return unread
 
 
 def files_to_fetch(ref: SourceRef, info: SourceInfo) -> list[str]:
@@ -201,8 +216,7 @@ def files_to_fetch(ref: SourceRef, info: SourceInfo) -> list[str]:
     from .checkpoint import METADATA_FILES
 
     checkpoint = checkpoint_of(ref)
-    names = _names(info.architecture)
-    shards = needed_files(checkpoint, lambda name: names.canonical_name(name) is None)
+    shards = needed_files(checkpoint, _unread(info.architecture))
     return [*(n for n in METADATA_FILES if checkpoint.has(n)), *info.tokenizer_names, *sorted(shards)]
 
 
@@ -211,6 +225,10 @@ def _describe(checkpoint: Checkpoint) -> SourceInfo:
     cfg = _config(checkpoint)
     family = _family(cfg)
     arch = (family.architecture if family else architecture)(cfg, directory)
+    vision_note = None
+    if family is None:  # Qwen3.5's vision-language releases carry the tower
+        vision, vision_note = vision_model(cfg, directory)
+        arch = replace(arch, vision=vision)
     listed, files = _weight_files(checkpoint, arch)
     arch = replace(arch, mtp_num_layers=_declared_heads(cfg, arch, [n for ns in listed.values() for n in ns])[1])
     entries = _canonical_entries(listed, arch, directory)
@@ -218,9 +236,13 @@ def _describe(checkpoint: Checkpoint) -> SourceInfo:
         ("architectures", ", ".join(cfg.doc["architectures"])),
         ("format", "safetensors"),
         ("safetensors_files", len(files)),
-        ("text_tensors", sum(1 for n in entries if not n.startswith("mtp."))),
+        ("text_tensors", sum(1 for n in entries if not n.startswith("mtp.") and not is_vision_tensor(n))),
         ("mtp_tensors", sum(1 for n in entries if n.startswith("mtp."))),
     ]
+    if arch.vision is not None:
+        facts.append(("vision_tensors", sum(1 for n in entries if is_vision_tensor(n))))
+    if vision_note is not None:
+        facts.append(("vision_note", vision_note))
     arch = _with_head_verdict(cfg, arch, entries)
     if arch.unusable_head is not None:
         facts.append(("mtp_note", arch.unusable_head.reason))
@@ -310,6 +332,8 @@ def _group(canonical: str) -> str:
     parts = canonical.split(".")
     if parts[0] == "layers":
         return ".".join(parts[2:])
+    if parts[:2] == ["visual", "blocks"]:
+        return "visual." + ".".join(parts[3:])
     if parts[:2] == ["mtp", "layers"]:
         return "mtp." + ".".join(parts[3:])
     return canonical

@@ -48,7 +48,9 @@ class HFWeightStore:
         filename, hf_name = value
         st = self._files[filename]
         dtype = "float32" if self._names.needs_conversion(name) else st.value_dtype(hf_name)
-        return TensorInfo(name, st.shape(hf_name), dtype)
+        shape = tuple(st.shape(hf_name))
+        reshaped = getattr(self._names, "canonical_shape", None)  # the vision tower's patch embedding flattened
+        return TensorInfo(name, reshaped(name, shape) if reshaped is not None else shape, dtype)
 
     def read(self, name: str) -> Weight:
         value = self._entries[name]
