@@ -15,6 +15,7 @@ import numpy as np
 
 from ..ir import MoeDims
 from ..ir.moe import RELU2, SIGMOID
+from .nemotron_h import relu2_moe
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -69,7 +70,7 @@ def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray, limits: tuple[float,
     bias = w[p + "gate.e_score_correction_bias"] if moe.selection_bias else None
     top, weights = route(tokens @ w[p + "gate.weight"].T, moe, bias)
     if moe.expert_activation == RELU2:
-        return _relu2_moe(w, moe, p, tokens, top, weights).reshape(shape)
+        return relu2_moe(w, moe, p, tokens, top, weights).reshape(shape)
     gate, up, down = w[p + "experts.gate_proj.weight"], w[p + "experts.up_proj.weight"], w[p + "experts.down_proj.weight"]
     routed = np.zeros_like(tokens)
     for t in range(tokens.shape[0]):
@@ -81,22 +82,3 @@ def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray, limits: tuple[float,
     if moe.shared_expert_sigmoid_gate:
         shared = shared / (1.0 + np.exp(-(tokens @ w[p + "shared_expert_gate.weight"].T)))
     return (routed + shared).reshape(shape)
-
-
-def _relu2(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0) ** 2
-
-
-def _relu2_moe(w, moe: MoeDims, p: str, tokens: np.ndarray, top: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Nemotron-H's block (`NemotronHMoE`): non-gated relu² experts, in the latent space with LatentMoE, and an
-    ungated relu² shared expert on the layer's input."""
-    inputs = tokens @ w[p + "fc1_latent_proj.weight"].T if moe.latent_size else tokens
-    up, down = w[p + "experts.up_proj.weight"], w[p + "experts.down_proj.weight"]
-    routed = np.zeros_like(inputs)
-    for t in range(tokens.shape[0]):
-        for e, weight in zip(top[t], weights[t]):
-            routed[t] += weight * (down[e] @ _relu2(up[e] @ inputs[t]))
-    if moe.latent_size:
-        routed = routed @ w[p + "fc2_latent_proj.weight"].T
-    s = p + "shared_expert."
-    return routed + _relu2(tokens @ w[s + "up_proj.weight"].T) @ w[s + "down_proj.weight"].T

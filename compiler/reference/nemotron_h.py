@@ -9,7 +9,9 @@
   clamps at `time_step_min` in its prefill only; the decision is docs/families/nemotron_h.md's),
   `S <- exp(dt A) S + B (dt x)^T`, `y = C S + D x`, then `NemotronHRMSNormGated`: the gate first
   (`norm_before_gate=False`), an RMS norm over each of the G groups of H*P/G channels, the weight;
-  `out_proj`.
+  `out_proj`;
+- the MoE block's experts (`NemotronHMoE`, `relu2_moe`, which `moe.sparse_moe` calls after routing): non-gated
+  relu² experts, between `fc1_latent_proj` and `fc2_latent_proj` with LatentMoE, and a relu² shared expert.
 
 The recurrent state is kept `[B, H, N, P]` (state by head dim), LinearAttention's `(B, H_kv, d_k, d_v)`
 with k = B and v = dt x (transformers keeps its transpose); the conv state `[B, conv_dim, K-1]`.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Architecture
+from ..ir import Architecture, MoeDims
 from .primitives import causal_attention
 
 
@@ -89,3 +91,22 @@ def selective_scan(hs: np.ndarray, dt: np.ndarray, dt_bias: np.ndarray, a: np.nd
         state = state * decay[:, :, None, None] + bs[:, t, :, :, None] * (dt[:, t, :, None] * hs[:, t])[:, :, None, :]
         y[:, t] = np.einsum("bhnp,bhn->bhp", state, cs[:, t]) + d[None, :, None] * hs[:, t]
     return y, state
+
+
+def _relu2(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0) ** 2
+
+
+def relu2_moe(w, moe: MoeDims, p: str, tokens: np.ndarray, top: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Nemotron-H's MoE block (`NemotronHMoE`) after routing (`moe.route`'s `top` and `weights`): non-gated relu²
+    experts, in the latent space with LatentMoE, and an ungated relu² shared expert on the layer's input."""
+    inputs = tokens @ w[p + "fc1_latent_proj.weight"].T if moe.latent_size else tokens
+    up, down = w[p + "experts.up_proj.weight"], w[p + "experts.down_proj.weight"]
+    routed = np.zeros_like(inputs)
+    for t in range(tokens.shape[0]):
+        for e, weight in zip(top[t], weights[t]):
+            routed[t] += weight * (down[e] @ _relu2(up[e] @ inputs[t]))
+    if moe.latent_size:
+        routed = routed @ w[p + "fc2_latent_proj.weight"].T
+    s = p + "shared_expert."
+    return routed + _relu2(tokens @ w[s + "up_proj.weight"].T) @ w[s + "down_proj.weight"].T
