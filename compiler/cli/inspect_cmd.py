@@ -181,9 +181,14 @@ def run(args) -> int:
             f"{la.num_key_heads} key heads x {la.key_head_dim}, {la.num_value_heads} value heads x "
             f"{la.value_head_dim}, conv kernel {la.conv_kernel}",
         )
+    if arch.mamba is not None:
+        line("mamba2", arch.mamba.summary().removeprefix("Mamba2: "))
     line("vocab", f"{arch.vocab_size}   context: {arch.context_length}")
-    line("rope", f"theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}"
-         + (f", {arch.rope.yarn.summary()}" if arch.rope.yarn is not None else ""))
+    if arch.rope.rotary_dim == 0:
+        line("rope", "none (no positional encoding)")
+    else:
+        line("rope", f"theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}"
+             + (f", {arch.rope.yarn.summary()}" if arch.rope.yarn is not None else ""))
     trailing = arch.head_layout is HeadLayout.TRAILING_LAYER
     line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}"
          + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else "")

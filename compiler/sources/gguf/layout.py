@@ -16,7 +16,7 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor, UnusableHead
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import deepseek2, glm4moe, qwen3next, step35
+from . import deepseek2, glm4moe, nemotron_h, qwen3next, step35
 from .metadata import Metadata, architecture, tensor_shapes
 from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, mla_dims, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
@@ -25,9 +25,10 @@ _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 # Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
 ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES,
                                                               deepseek2.NAMES, step35.NAMES)}
+ARCHITECTURES["nemotron_h_moe"] = nemotron_h.NAMES  # llama.cpp's name; the IR's family is `nemotron_h`
 # A family whose metadata keys are not Qwen3.5's reads them itself (`metadata.architecture` otherwise).
 _ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2.architecture,
-                         "step35": step35.architecture}
+                         "step35": step35.architecture, "nemotron_h": nemotron_h.architecture}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -124,7 +125,7 @@ def layout_of(meta: Metadata) -> Layout:
             f"{meta.path}: GGUF architecture {meta.arch!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})"
         )
     arch, n_main = _ARCHITECTURE_READERS.get(names.family, architecture)(meta, names)
-    dims = _dims(arch)
+    dims = {**_dims(arch), **(names.dims(arch) if names.dims else {})}
     present = tensor_shapes(meta.header)
     if names.variant is not None:
         names = names.variant(arch, present)
@@ -150,6 +151,8 @@ def layout_of(meta: Metadata) -> Layout:
                                   f"{[dims[d] for d in shape]})")
         assert expected is not None
         canonical_shape = (expected[0], 1, expected[1]) if rule.transform is Transform.CONV1D else expected
+        if rule.transform is Transform.FLATTEN:
+            canonical_shape = (expected[0] * expected[1],)
         if rule.transform in (Transform.BETA_ROWS, Transform.ALPHA_ROWS):
             canonical_shape = (expected[0] // 2, *expected[1:])
         if rule.transform is Transform.KV_B_SPLIT:
@@ -180,6 +183,8 @@ def layout_of(meta: Metadata) -> Layout:
 
 def block_rules(names: GGUFNames, arch: Architecture, kind: LayerKind, block: int | None) -> tuple[Rule, ...]:
     """The tensors of one block (`block` None: the MTP block): norms, FFN and mixer."""
+    if names.blocks is not None:
+        return names.blocks(names, arch, kind, block)
     mixer = (names.linear_attention if kind is LayerKind.LINEAR_ATTENTION
              else attention_rules(names, arch, sliding=kind is LayerKind.SLIDING_ATTENTION))
     return names.every_block + ffn_rules(names, arch, block) + mixer
