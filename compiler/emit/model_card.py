@@ -270,7 +270,7 @@ def _sliding_cache(ir: ModelIR) -> list[str]:
     layers = [arch.layer_attention(k) for k in arch.layer_kinds if k is not LayerKind.LINEAR_ATTENTION]
     if ir.heads:
         layers.append(arch.attention_at(None))
-    per_token = [2 * a.num_key_value_heads * a.cached_head_dim * size for a in layers]
+    per_token = [2 * a.cached_key_value_heads * a.cached_head_dim * size for a in layers]
     held = sum(p * CARD_CONTEXT for p in per_token)
     windowed = sum(p * a.cached_tokens(CARD_CONTEXT) for p, a in zip(per_token, layers))
     target = ir.targets.onnxruntime_genai

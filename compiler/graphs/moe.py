@@ -276,6 +276,8 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims, limits:
             routed = b.op("QMoE", [x, logits, fc1, scales1, None, fc2, scales2], attrs, name="QMoE", domain=MS)
         if moe.scoring == SIGMOID:
             routed = scaled(b, routed, x, factor, moe)
+    if not moe.shared_expert_intermediate_size:
+        return routed
     with b.scope("shared_expert"):
         s = p + "shared_expert."
         gate = silu(b, project(b, x, s + "gate_proj.weight", "gate_proj/MatMul"), "act")

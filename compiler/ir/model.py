@@ -11,7 +11,7 @@ Weights never live in the IR: the IR names tensors, a `WeightStore`
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 # How weights are stored lives in its own module; the IR's users import it from here.
@@ -169,6 +169,8 @@ class Architecture:
     mtp_seed_hidden: SeedHidden = added(SeedHidden.POST_NORM)
     # Per-layer clamps of the SwiGLU (Step-3.5); None: no layer is clamped.
     swiglu_limits: SwigluLimits | None = added(None)
+    # Every layer's values are multiplied by this before the attention (MiMo-V2-Flash's `attention_value_scale`).
+    attention_value_scale: float = added(1.0)
     # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
     vision: VisionModel | None = added(None)
 
@@ -178,16 +180,26 @@ class Architecture:
             raise ValueError(f"sliding_window {self.sliding_window} and the sliding layers' window {sliding.window} differ")
 
     def layer_attention(self, kind: LayerKind) -> LayerAttention:
-        """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`."""
+        """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`. Its cache
+        holds `cached_key_value_heads` KV heads."""
         if kind is LayerKind.SLIDING_ATTENTION and self.sliding_attention is not None:
-            return self.sliding_attention
-        window = None
-        if kind is LayerKind.SLIDING_ATTENTION:  # attends as the full layers do, within the window
-            if self.sliding_window is None:
-                raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
-            window = self.sliding_window
-        return LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
-                              self.value_head_dim or self.head_dim, self.rope, window=window)
+            layer = self.sliding_attention
+        else:
+            window = None
+            if kind is LayerKind.SLIDING_ATTENTION:  # attends as the full layers do, within the window
+                if self.sliding_window is None:
+                    raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
+                window = self.sliding_window
+            layer = LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
+                                   self.value_head_dim or self.head_dim, self.rope, window=window)
+        cached = self.cached_key_value_heads
+        return layer if cached == layer.num_key_value_heads else replace(layer, cached_kv_heads=cached)
+
+    @property
+    def cached_key_value_heads(self) -> int:
+        """KV heads of every attention layer's cache: the most any layer has (`LayerAttention.cached_kv_heads`)."""
+        sliding = self.sliding_attention
+        return max(self.num_key_value_heads, sliding.num_key_value_heads if sliding is not None else 0)
 
     def attention_at(self, layer: int | None) -> LayerAttention:
         """Trunk layer `layer`'s attention, or the MTP block's (None)."""

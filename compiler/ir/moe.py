@@ -71,7 +71,9 @@ class MoeDims:
         dense = f"; the first {self.dense_layers} layer(s) dense" if self.dense_layers else ""
         return (
             f"{self.num_experts} experts, top-{self.top_k} ({', '.join(routing)}), "
-            f"expert FFN {self.expert_intermediate_size}, shared expert {self.shared_expert_intermediate_size}{gate}{dense}"
+            f"expert FFN {self.expert_intermediate_size}, "
+            + (f"shared expert {self.shared_expert_intermediate_size}{gate}" if self.shared_expert_intermediate_size
+               else "no shared expert") + dense
         )
 
 

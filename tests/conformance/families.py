@@ -93,6 +93,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "deepseek2": _fixture("deepseek2_checkpoints"),
     "deepseek3": _fixture("deepseek3_checkpoints"),
     "step35": _fixture("step35_checkpoints"),
+    "mimo2": _fixture("mimo2_checkpoints"),
 }
 
 
