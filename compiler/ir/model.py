@@ -182,24 +182,19 @@ class Architecture:
     def layer_attention(self, kind: LayerKind) -> LayerAttention:
         """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`. Its cache
         holds `cached_key_value_heads` KV heads."""
-        if kind is LayerKind.SLIDING_ATTENTION and self.sliding_attention is not None:
-            layer = self.sliding_attention
-        else:
-            window = None
-            if kind is LayerKind.SLIDING_ATTENTION:  # attends as the full layers do, within the window
-                if self.sliding_window is None:
-                    raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
-                window = self.sliding_window
+        sliding, layer = kind is LayerKind.SLIDING_ATTENTION, self.sliding_attention
+        if not sliding or layer is None:  # a sliding layer here attends as the full layers do, within the window
+            if sliding and self.sliding_window is None:
+                raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
             layer = LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
-                                   self.value_head_dim or self.head_dim, self.rope, window=window)
+                                   self.value_head_dim or self.head_dim, self.rope, window=self.sliding_window if sliding else None)
         cached = self.cached_key_value_heads
         return layer if cached == layer.num_key_value_heads else replace(layer, cached_kv_heads=cached)
 
     @property
     def cached_key_value_heads(self) -> int:
         """KV heads of every attention layer's cache: the most any layer has (`LayerAttention.cached_kv_heads`)."""
-        sliding = self.sliding_attention
-        return max(self.num_key_value_heads, sliding.num_key_value_heads if sliding is not None else 0)
+        return max(self.num_key_value_heads, self.sliding_attention.num_key_value_heads if self.sliding_attention else 0)
 
     def attention_at(self, layer: int | None) -> LayerAttention:
         """Trunk layer `layer`'s attention, or the MTP block's (None)."""
