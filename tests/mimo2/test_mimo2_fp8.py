@@ -8,11 +8,9 @@ onnxruntime-genai decodes as transformers does on the weights the release means,
 
 from __future__ import annotations
 
-import numpy as np
-
 from tests.clients import hf_transformers
 from tests.fixtures.fp8_blocks import write_fp8_checkpoint
-from tests.fixtures.mimo2_checkpoints import PROMPTS, load_transformers_mimo, write_mimo_checkpoint
+from tests.fixtures.mimo2_checkpoints import PROMPTS, fitted_mimo_tensors, load_transformers_mimo, write_mimo_checkpoint
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
@@ -24,7 +22,7 @@ BLOCK = (16, 16)
 def test_an_fp8_release_decodes_as_transformers_on_the_weights_it_means(mimo_dir, arch):
     folder = write_mimo_checkpoint(mimo_dir / "fp8", arch)
     chosen = lambda name, value: value.ndim == 2 and name.endswith("_proj.weight") and "eh_proj" not in name  # noqa: E731
-    meant = write_fp8_checkpoint(folder, _release_tensors(arch), BLOCK, chosen)
+    meant = write_fp8_checkpoint(folder, fitted_mimo_tensors(arch), BLOCK, chosen)
     package = compile_mimo(mimo_dir, "fp8", source="fp8")
     main, head = decoding.load(package), decoding.load(package / "mtp")
     prompt = list(PROMPTS[0])
@@ -33,8 +31,3 @@ def test_an_fp8_release_decodes_as_transformers_on_the_weights_it_means(mimo_dir
     run = decoding.speculative(main, head, prompt, STEPS, 2)
     assert run.tokens == expected and 0 < run.accepted < run.proposed
 
-
-def _release_tensors(arch) -> dict[str, np.ndarray]:
-    from tests.fixtures.mimo2_checkpoints import fitted_mimo_tensors
-
-    return fitted_mimo_tensors(arch)
