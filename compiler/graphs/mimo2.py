@@ -15,14 +15,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as oir
 
-from ..ir import Architecture, LayerKind, ModelIR
+from ..ir import Architecture, ModelIR
 from ..profiles.kernels import NO_FUSION, FusedKernels
 from .attention import attend, layer_sinks
 from .blocks import Rotary, SequenceOps, project, project_all, rotate_heads, split_heads
 from .builder import BuiltGraph, GraphBuilder, GraphData
-from .decoder import LayerSite, Mixer, Progress, build_decoder
+from .decoder import Progress, build_decoder
 from .parameters import ParameterSource
-from .step35 import layer_of
+from .step35 import layer_mixer, layer_of
 
 
 def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch: Architecture, rot: Rotary,
@@ -45,21 +45,6 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
     return out, present_key, present_value
 
 
-def _mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
-    if kind not in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION):  # lowering accepts only these
-        raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the MiMo-V2-Flash graph builder")
-    rot = site.rotary_for(kind)
-
-    def mix(h: oir.Value) -> oir.Value:
-        out, key, value = attention(site.b, site.ops, h, f"layers.{i}.", site.arch, rot,
-                                    site.input("past_key_names", i), site.input("past_value_names", i))
-        site.present("present_key_names", i, key)
-        site.present("present_value_names", i, value)
-        return out
-
-    return mix
-
-
 def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: Progress,
                kernels: FusedKernels = NO_FUSION) -> BuiltGraph:
-    return build_decoder(ir, params, data, progress, kernels, _mixer)
+    return build_decoder(ir, params, data, progress, kernels, layer_mixer(attention, "MiMo-V2-Flash"))

@@ -11,22 +11,14 @@ q/k/v apart), so there is no third oracle here as there is for Step-3.5.
 
 from __future__ import annotations
 
-from tests.fixtures.chained_heads import chain, simulate_chain
+from tests.fixtures.chained_heads import assert_first_layer_at_every_position
 from tests.fixtures.mimo2_checkpoints import PROMPTS
-from tests.runtime import decoding
 
 STEPS, DRAFTS = 30, 3
 
 
 def test_the_package_drafts_with_its_first_mtp_layer_at_every_position(models, arch, store, main_reference):
-    heads = chain(arch, store)
-    for prompt in PROMPTS:
-        run = decoding.speculative(*models, list(prompt), STEPS, DRAFTS)
-        first = simulate_chain(main_reference, heads[:1], list(prompt), STEPS, DRAFTS)
-        assert run.tokens == first.tokens
-        assert (run.proposed, run.accepted) == (sum(n for n, _ in first.rounds), sum(a for _, a in first.rounds))
-        whole = simulate_chain(main_reference, heads, list(prompt), STEPS, DRAFTS)
-        assert whole.tokens == first.tokens and whole.rounds != first.rounds  # the chains are told apart
+    assert_first_layer_at_every_position(models, arch, store, main_reference, PROMPTS, STEPS, DRAFTS)
 
 
 def test_the_model_card_and_plan_say_what_the_package_does(package, mimo_dir, capsys):
