@@ -11,7 +11,9 @@ SGLang `models/mimo_v2_flash.py`); transformers 5.24 (`models/mimo_v2_flash`) ha
   `add_swa_attention_sink_bias` (`self_attn.attention_sink_bias`; `add_full_attention_sink_bias` is refused);
   `partial_rotary_factor` for both (rotary dim int(head_dim * factor), transformers' and llama.cpp's);
 - the window: `sliding_window_size` counts the tokens **before** the query; the authors' SGLang attends to those
-  and the query (transformers' `MiMoV2FlashConfig` sets its window to `sliding_window_size + 1` for that reason),
+  and the query (its attention's `sliding_window_size` is the window's left extent: its models with an HF
+  `sliding_window` pass `hf_sliding_window_to_window_left(sliding_window)`, MiMo's passes `sliding_window_size`
+  as is; transformers' `MiMoV2FlashConfig` sets its window to `sliding_window_size + 1` for that reason),
   so W = `sliding_window_size` + 1. vLLM passes `sliding_window_size` as its inclusive window, one token fewer; a
   release without `sliding_window_size` gives `sliding_window` in transformers' (inclusive) sense;
 - `attention_value_scale`: values times it before the attention (`Architecture.attention_value_scale`);
