@@ -75,6 +75,7 @@ def _spec_diff(a: Path, b: Path) -> tuple[list, tuple[str, ...]]:
 
     from ..diffing.changes import diff_trees, sorted_changes
     from ..diffing.files import diff_files
+    from ..diffing.report import IR_FILE
     from ..pipeline.driver import build
     from ..emit.graph_files import same_graph_inputs
 
@@ -87,7 +88,7 @@ def _spec_diff(a: Path, b: Path) -> tuple[list, tuple[str, ...]]:
         if same_graph_inputs(old.ir, new.ir):
             for rel in unbuilt_old & unbuilt_new:
                 del files_old[rel], files_new[rel]
-        changes = sorted_changes(diff_trees(ir_old, ir_new, "<ir>")) + diff_files(files_old, files_new,
+        changes = sorted_changes(diff_trees(ir_old, ir_new, IR_FILE)) + diff_files(files_old, files_new,
                                                                                    (documents_old, documents_new))
     kept = [c for c in changes if not _is_the_specs_own_record(c)]
     if kept or len(kept) == len(changes):

@@ -26,8 +26,10 @@ changed, or a graph was added or removed), moderate (nodes added or removed,
 another file added or removed), minor (attributes, initializers, settings).
 Repeated changes collapse into one row with a count:
   ~ model.onnx:/outputs[name=present.{0..63}.*]/dtype: "float32" -> "float16" ×128
---format json keeps every change besides the rows; --format markdown folds each
-file into <details> and stays under GitHub's 65,536-character comment limit.
+--format json keeps every change besides the rows; --format markdown opens with
+what the spec changed (never cut), folds each file into <details> (rows two
+graphs share, as model.onnx and decoder.onnx do, once for both) and stays under
+GitHub's 65,536-character comment limit, saying what it left out.
 Exit code 1 when there is any difference, so `mtpc diff` can gate a script; 2
 when A or B is not what `mtpc check` takes (a folder without genai_config.json
 or inference_metadata.yaml is not a package; a spec is a .yaml or .yml file).

@@ -23,12 +23,19 @@ block, unknown head tensors); 2 when the checkpoint cannot be read. A head
 whose weights are all absent from an HF folder (transformers drops them when
 it re-saves a model) is not a finding: compile builds text only, with a note.
 
+A GGUF target converted without its head (llama.cpp's --no-mtp) is read with
+the mtp-*.gguf beside it that holds its head, as compile pairs one (--head
+names the head file, --head off reads the target alone); without one, it
+says that the head file would add MTP.
+
 A hub repo (owner/name, owner/name:QUANT, --revision) is read through huggingface_hub:
-config.json and each shard's header by range request (a GGUF's header alone), so
-nothing the size of a weight is downloaded; with HF_HUB_OFFLINE=1, from the cache only.
+config.json and each shard's header by range request (a GGUF's header alone, and its
+head file's from the repo), so nothing the size of a weight is downloaded; with
+HF_HUB_OFFLINE=1, from the cache only.
 
 examples:
   mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf
+  mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf --head models/mtp-Qwen3.5-0.8B-Q8_0.gguf
   mtpc inspect Qwen/Qwen3.5-0.8B                # on the hub: config.json and the headers, by range request
   mtpc inspect ggml-org/GLM-4.7-Flash-GGUF:Q4_K_M --revision main
   mtpc inspect models/qwen3.5-0.8b/          # config.json + *.safetensors
@@ -43,7 +50,35 @@ def add_parser(sub) -> None:
                    "owner/name (safetensors or GGUF), owner/name:QUANT (a GGUF file by its quant tag)")
     p.add_argument("--revision", metavar="REV",
                    help="for a hub repo: the branch, tag or commit to read (default: its main branch)")
+    p.add_argument("--head", metavar="FILE", help="a GGUF target's MTP head file (llama.cpp's --mtp output; for a hub "
+                   "repo, a file of it), or off (default: an mtp-*.gguf beside the target that holds its head, as "
+                   "compile pairs one)")
     p.set_defaults(run=run)
+
+
+def _with_head(ref: "SourceRef", head: str | None) -> tuple["SourceRef", tuple[str, ...]]:
+    """A GGUF target with its MTP head file, as a spec's `source.head` pairs one (`head`: a path, off, or None)."""
+    from dataclasses import replace
+
+    from ..sources.gguf import siblings
+
+    if ref.kind != "gguf":
+        if head is not None:
+            raise MtpcError.single("--head is a GGUF target's MTP head file; the source is not a GGUF",
+                                   exit_code=ExitCode.USAGE)
+        return ref, ()
+    if ref.hub is not None:  # --head names a file of the repo
+        from ..sources.hub.checkpoints import with_head
+
+        return with_head(ref, head)
+    if head == "off":
+        return ref, siblings.unread_siblings(ref.path)
+    if head is not None:
+        if not Path(head).is_file():
+            raise MtpcError.single(f"--head {head!r} is not a file", exit_code=ExitCode.USAGE)
+        return replace(ref, head=str(Path(head).resolve())), ()
+    pairing = siblings.auto_pair(ref.path)
+    return replace(ref, head=pairing.head), pairing.notes
 
 
 def source_ref(path: Path, revision: str | None = None) -> "SourceRef":
@@ -98,7 +133,7 @@ def run(args) -> int:
     from ..diffing.changes import to_plain
     from ..ir import HeadLayout
 
-    ref = source_ref(Path(args.source), args.revision)
+    ref, pairing = _with_head(source_ref(Path(args.source), args.revision), args.head)
     info = sources.describe(ref)
     findings = _findings(ref, info)
     arch = info.architecture
@@ -106,12 +141,14 @@ def run(args) -> int:
         print_json(
             "inspect",
             {
-                "source": {"kind": ref.kind, "path": ref.path, **({"hub": _hub_facts(ref)} if ref.hub else {})},
+                "source": {"kind": ref.kind, "path": ref.path, **({"head": ref.head} if ref.head else {}),
+                           **({"hub": _hub_facts(ref)} if ref.hub else {})},
                 "architecture": to_plain(arch),
                 "has_mtp_head": info.has_mtp_head,
                 "storage": dict(info.storage),
                 "tokenizer_files": sorted(info.tokenizer_names),
                 "facts": {k: list(v) if isinstance(v, tuple) else v for k, v in info.facts},
+                "notes": list(info.notes + pairing),
                 "findings": findings,
             },
             ok=not findings,
@@ -144,9 +181,14 @@ def run(args) -> int:
             f"{la.num_key_heads} key heads x {la.key_head_dim}, {la.num_value_heads} value heads x "
             f"{la.value_head_dim}, conv kernel {la.conv_kernel}",
         )
+    if arch.mamba is not None:
+        line("mamba2", arch.mamba.summary().removeprefix("Mamba2: "))
     line("vocab", f"{arch.vocab_size}   context: {arch.context_length}")
-    line("rope", f"theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}"
-         + (f", {arch.rope.yarn.summary()}" if arch.rope.yarn is not None else ""))
+    if arch.rope.rotary_dim == 0:
+        line("rope", "none (no positional encoding)")
+    else:
+        line("rope", f"theta {arch.rope.theta}, rotary dim {arch.rope.rotary_dim}, mrope {list(arch.rope.mrope_section)}"
+             + (f", {arch.rope.yarn.summary()}" if arch.rope.yarn is not None else ""))
     trailing = arch.head_layout is HeadLayout.TRAILING_LAYER
     line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}"
          + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else "")
@@ -165,6 +207,8 @@ def run(args) -> int:
         line("tokenizer", f"{', '.join(sorted(info.tokenizer_names))}")
     for key, value in info.facts:
         line(key, ", ".join(value) if isinstance(value, tuple) else value)
+    for note in info.notes + pairing:
+        line("note", note)
     for finding in findings:
         err(f"error: {finding}")
     return ExitCode.FINDINGS if findings else 0
@@ -194,7 +238,8 @@ def _hub_facts(ref: "SourceRef") -> dict:
 
     assert ref.hub is not None
     snapshot = resolve(ref.hub)
-    return {"repo": ref.hub.repo, "revision": ref.hub.revision, "commit": snapshot.commit, "file": file_of(ref)}
+    return {"repo": ref.hub.repo, "revision": ref.hub.revision, "commit": snapshot.commit, "file": file_of(ref),
+            **({"head": ref.hub.head} if ref.hub.head else {})}
 
 
 def _shown(ref: "SourceRef") -> str:

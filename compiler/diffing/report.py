@@ -22,6 +22,7 @@ from .groups import Group, group_changes
 from .changes import ADDED, CHANGED, Change, REMOVED, summary
 from .files import TEXT_SUFFIXES
 from ..emit.manifest import MANIFEST_NAME
+from ..emit.provenance_record import PROVENANCE_NAME
 from .onnx_summary import INTERFACE, data_file_note
 
 NONE, MINOR, MODERATE, MAJOR = "none", "minor", "moderate", "major"
@@ -31,6 +32,21 @@ MARKS = {NONE: "⚪", MINOR: "🔵", MODERATE: "🟡", MAJOR: "🔴"}
 
 
 _GRAPH_ORDER = {"inputs": 1, "outputs": 2, "ops": 3, "nodes": 4, "initializers": 5, "opsets": 6, "metadata": 7}
+
+# Two specs' IRs compared (`api/comparing.py`), as one more file of the diff.
+IR_FILE = "<ir>"
+# The IR's fields a spec writes; the others (the decoders' contracts, every weight's stored form, the notes) the
+# passes derive from these. A change to one of these is the cause of everything else a diff of two specs shows.
+SPEC_FIELDS = ("name", "source", "architecture", "mtp", "precision", "quantization", "targets")
+
+
+def is_cause(group: Group) -> bool:
+    """A row of what the spec itself changed: a setting of the compiled spec (`<ir>`, two specs), or the spec's
+    text as a package records it (`provenance.json`'s `/spec`, two packages or a plan against one)."""
+    path = group.changes[0].path
+    if group.file == IR_FILE:
+        return path[:1] != () and path[0] in SPEC_FIELDS
+    return group.file == PROVENANCE_NAME and path[:1] == ("spec",)
 
 
 @dataclass(frozen=True)
@@ -84,7 +100,7 @@ def file_verdict(file: str, changes: list[Change]) -> FileVerdict:
         return FileVerdict(file, severity, reason, len(changes))
     if whole:  # compared by hash: nothing finer is known
         return FileVerdict(file, MINOR, "bytes differ", len(changes))
-    reason = "the compiled spec changed" if file == "<ir>" else "text changed" if file.endswith(TEXT_SUFFIXES) else "settings changed"
+    reason = "the compiled spec changed" if file == IR_FILE else "text changed" if file.endswith(TEXT_SUFFIXES) else "settings changed"
     return FileVerdict(file, MINOR, reason, len(changes))
 
 
@@ -120,14 +136,22 @@ class DiffReport:
 
     @cached_property
     def groups(self) -> dict[str, list[Group]]:
-        """Rows per file; a graph's in reading order: interface, operators, nodes, initializers, the rest."""
+        """Rows per file; a graph's in reading order: interface, operators, nodes, initializers, the rest; the
+        compiled spec's settings before what the passes derived from them."""
         out = {}
         for f, cs in self.by_file.items():
             groups = group_changes(cs)
             if f.endswith(".onnx"):
                 groups.sort(key=lambda g: _GRAPH_ORDER.get(g.changes[0].path[0] if g.changes[0].path else "", 0))
+            elif f == IR_FILE:
+                groups.sort(key=lambda g: not is_cause(g))
             out[f] = groups
         return out
+
+    @cached_property
+    def cause(self) -> list[Group]:
+        """The rows of what the spec itself changed (`is_cause`): the one place a reviewer reads why."""
+        return [g for f in sorted(self.groups) for g in self.groups[f] if is_cause(g)]
 
     @cached_property
     def file_notes(self) -> dict[str, str]:

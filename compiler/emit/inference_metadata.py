@@ -46,7 +46,9 @@ _LAYER_STATE = {
         (None, "conv", "past_conv_names", "present_conv_names"),
         (None, "recurrent", "past_recurrent_names", "present_recurrent_names"),
     ),
+    LayerKind.FEED_FORWARD: (),
 }
+_LAYER_STATE[LayerKind.MAMBA2] = _LAYER_STATE[LayerKind.LINEAR_ATTENTION]  # its state has the same contract
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,9 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         *([f"- {arch.attention_summary()}"] if not arch.attention_output_gate else []),
         *_kv_cache(ir),
         *_sliding_cache(ir),
-        *([f"- mixture of experts{' in every layer' if not arch.moe.dense_layers else ''}: {arch.moe.summary()}"]
-          if arch.moe is not None else []),
+        *([f"- {arch.mamba.summary()}"] if arch.mamba is not None else []),
+        *([f"- mixture of experts{' in every layer' if not arch.moe.dense_layers and not arch.separate_ffn_layers else ''}: "
+           f"{arch.moe.summary()}"] if arch.moe is not None else []),
         *([f"- MTP head in the source: {arch.head_summary()}"]
           if has_head and arch.head_layout is not HeadLayout.MTP_MODULE else []),
         *_chained_heads(ir),

@@ -120,8 +120,8 @@ def source_fingerprint(ref: SourceRef) -> dict:
 
         return fingerprint(ref)
     path = Path(ref.path)
-    if path.is_file() and ref.kind != "hf":  # a GGUF file
-        files = [path]
+    if path.is_file() and ref.kind != "hf":  # a GGUF file, and its MTP head's own file
+        files = [path] + ([Path(ref.head)] if ref.head is not None else [])
     else:  # a checkpoint folder, or an HF config.json named directly
         folder = path.parent if path.is_file() else path
         files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))

@@ -20,6 +20,7 @@ import onnx_ir as oir
 from ..ir.contracts import EMBEDDING_INITIALIZER, LM_HEAD_INITIALIZER
 from ..ir import Architecture, Rope
 from .builder import MS, GraphBuilder
+from .recurrence import Recurrence, gated_delta_rule
 from .parameters import EmbeddingParams, LinearParams
 from .rope_frequencies import inverse_frequencies, yarn_scaled
 
@@ -53,15 +54,15 @@ class SequenceOps(Protocol):
         """q `[.., NH*HD]`, k/v `[.., KVH*HD]`, already normed and rotated -> (out, present_key, present_value)."""
         ...
 
-    def causal_conv(self, b: GraphBuilder, x: oir.Value, weight: oir.Value, past: oir.Value
-                    ) -> tuple[oir.Value, oir.Value]:
-        """Depthwise causal conv with SiLU over `[.., C]` -> (y `[.., C]`, present state)."""
+    def causal_conv(self, b: GraphBuilder, x: oir.Value, weight: oir.Value, past: oir.Value,
+                    bias: oir.Value | None = None) -> tuple[oir.Value, oir.Value]:
+        """Depthwise causal conv (plus `bias`) with SiLU over `[.., C]` -> (y `[.., C]`, present state)."""
         ...
 
     def recurrence(self, b: GraphBuilder, q: oir.Value, k: oir.Value, v: oir.Value, decay: oir.Value,
-                   beta: oir.Value, past: oir.Value, arch: Architecture) -> tuple[oir.Value, oir.Value]:
-        """Gated delta rule. q/k `[.., Hk, Dk]` (L2-normed), v `[.., Hv * Dv]`, decay/beta float32 `[.., Hv]`
-        -> (output `[.., Hv, Dv]`, present state)."""
+                   beta: oir.Value | None, past: oir.Value, rule: Recurrence) -> tuple[oir.Value, oir.Value]:
+        """`rule`'s recurrence. q/k `[.., Hk, Dk]`, v `[.., Hv * Dv]`, decay (and beta, for the delta rules)
+        float32 `[.., Hv]` -> (output `[.., Hv, Dv]`, present state)."""
         ...
 
     def take_state_updates(self) -> tuple[oir.Value | None, oir.Value | None]:
@@ -353,7 +354,7 @@ def gated_delta_net(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str
             softplus = b.op("Softplus", [b.op("Add", [a, dt_bias], name="decay/Add")], name="decay/Softplus")
             decay = b.op("Mul", [softplus, decay_scale], name="decay/Mul")
             beta = b.op("Sigmoid", [beta_logit], name="beta/Sigmoid")
-        o, present_recurrent = ops.recurrence(b, q, k, v, decay, beta, past_recurrent, arch)
+        o, present_recurrent = ops.recurrence(b, q, k, v, decay, beta, past_recurrent, gated_delta_rule(arch))
         # Gated RMSNorm per value head (plain scale, not offset form) times silu(z).
         o = rms_norm(b, o, p + "norm.weight", arch.rms_norm_eps, "norm")
         z = split_heads(b, ops, z, la.num_value_heads, la.value_head_dim, "z/Reshape")

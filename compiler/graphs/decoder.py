@@ -63,6 +63,15 @@ class LayerSite:
     def present(self, role: str, layer: int, value: oir.Value) -> None:
         self.outputs[output_name(self.cfg, role, layer)] = value
 
+    def present_state(self, layer: int, conv: oir.Value, recurrent: oir.Value) -> None:
+        """A linear layer's conv and recurrent state, and the compact state updates (paged hybrids) its ops captured."""
+        self.present("present_conv_names", layer, conv)
+        self.present("present_recurrent_names", layer, recurrent)
+        conv_values, capsule = self.ops.take_state_updates()
+        if self.cfg.state_update_capacity:
+            self.present("state_update_conv_value_names", layer, conv_values)
+            self.present("state_update_recurrent_capsule_names", layer, capsule)
+
 
 MixerFor = Callable[[LayerSite, int, LayerKind], Mixer]
 # A family's full-attention block: `(b, ops, x, prefix, arch, rot, past_key, past_value)` -> (out, present key, value).
@@ -114,7 +123,11 @@ def build_decoder(ir: ModelIR, params: ParameterSource, data: GraphData, progres
         progress(f"{cfg.filename}: layer {i} ({kind.value})")
         mixer = mixer_for(site, i, kind)
         with b.scope(f"layers.{i}"):
-            stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer, feed_forward(arch, i))
+            if arch.separate_ffn_layers:  # the layer is its mixer (or its FFN) alone, behind its one norm
+                h, stream = add_norm(b, stream, f"layers.{i}.input_layernorm.weight", arch.rms_norm_eps, "input_layernorm")
+                stream = Residual(stream.base, mixer(h))
+            else:
+                stream = residual_block(b, stream, f"layers.{i}.", arch.rms_norm_eps, mixer, feed_forward(arch, i))
 
     normed, stream = add_norm(b, stream, "norm.weight", arch.rms_norm_eps, "norm")
     logits_name = output_name(cfg, "logits")

@@ -26,6 +26,13 @@ MatMulNBits' packing (`quant.quantize_experts`), `[E, N, K * bits / 8]` weights 
 `[E, N, K / block]` scales, which its CPU kernel reads with the default zero point (measured:
 tests/moe/test_moe_op.py). With accuracy_level 0 the 4-bit kernel keeps float activations.
 
+Nemotron-H's non-gated relu² experts (`MoeDims.expert_activation`): onnxruntime's CUDA kernels have a
+`relu2` activation and take the up rows alone as FC1; its CPU kernels (relu, gelu, silu, swiglu, identity)
+do not, and run them as the fused SwiGLU over the up rows twice, `[u0, u0, u1, u1, ...]`, with alpha
+`RELU2_ALPHA`: `u * sigmoid(alpha * u) * u` is `relu(u) * u = relu(u)^2` but for at most `4 / (e * alpha)^2`
+(5e-9), so QMoE's block kernels serve relu² experts too (bench/README.md, "relu² experts"). LatentMoE's
+projections wrap the op; the router and the shared expert read the layer's input.
+
 Expert stacks are the largest tensors of a MoE model (2-3 GiB a layer at 35B-A3B in float32), so a large
 one is written a few experts at a time, each expert read alone from the source (`read_experts`).
 """
@@ -39,7 +46,7 @@ import onnx_ir as oir
 
 from ..util.diagnostics import MtpcError
 from ..ir import Architecture, MoeDims, QuantForm, WeightDecision
-from ..ir.moe import SIGMOID
+from ..ir.moe import RELU2, SIGMOID
 from ..weights.quant import quantize_experts
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
@@ -89,23 +96,31 @@ def swiglu_clamp(b: GraphBuilder, gate: oir.Value, up: oir.Value, limit: float) 
     return (b.op("Min", [gate, bound], name="act/Min"), b.op("Clip", [up, low, bound], name="up/Clip"))
 
 
-def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """`[E, I, H]` gate and up -> `[E, 2I, H]` with rows `g0, u0, g1, u1, ...` (swiglu_fusion=1)."""
+# SwiGLU's alpha when it runs relu² experts on CPU: u * sigmoid(RELU2_ALPHA * u) * u is relu(u)^2 within 5e-9.
+RELU2_ALPHA = 1e4
+
+
+def interleave_gate_up(gate: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+    """`[E, I, H]` stacks -> `[E, nI, H]` with rows `g0, u0, g1, u1, ...` (swiglu_fusion=1); one stack as it is."""
     e, i, h = gate.shape
-    return np.stack([gate, up], axis=2).reshape(e, 2 * i, h)
+    return np.stack([gate, *rest], axis=2).reshape(e, (1 + len(rest)) * i, h)
 
 
-def _expert_names(p: str) -> tuple[str, str, str]:
-    """The routed experts' gate, up and down stacks under a layer's `mlp.` prefix."""
-    return p + "experts.gate_proj.weight", p + "experts.up_proj.weight", p + "experts.down_proj.weight"
+def _expert_names(p: str, moe: MoeDims | None = None, relu2_kernel: bool = False) -> tuple[str, ...]:
+    """FC1's stacks, interleaved row by row (SwiGLU's gate and up; relu²'s up, twice for the SwiGLU form or once
+    for the `relu2` kernel), then FC2's (down), under a layer's `mlp.` prefix."""
+    gate, up, down = p + "experts.gate_proj.weight", p + "experts.up_proj.weight", p + "experts.down_proj.weight"
+    if moe is not None and moe.expert_activation == RELU2:
+        return (up, down) if relu2_kernel else (up, up, down)
+    return gate, up, down
 
 
-def _expert_decision(b: GraphBuilder, p: str) -> WeightDecision:
+def _expert_decision(b: GraphBuilder, p: str, names: tuple[str, ...]) -> WeightDecision:
     """How the IR's weight table stores the routed experts: its `form` None for float MoE, else QMoE blocks.
 
     Gate and up are one FC1 input, and QMoE takes one block form for FC1 and FC2, so all three must agree.
     """
-    decisions = [b.params.decision(n) for n in _expert_names(p)]
+    decisions = [b.params.decision(n) for n in dict.fromkeys(names)]
     if len({(d.form, d.accuracy_level) for d in decisions}) != 1:
         forms = ", ".join(f"{d.name}: {d.result}" for d in decisions)
         raise MtpcError.single(
@@ -115,7 +130,7 @@ def _expert_decision(b: GraphBuilder, p: str) -> WeightDecision:
     return decisions[0]
 
 
-def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, up_scale: float = 1.0
+def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, names: tuple[str, ...], up_scale: float = 1.0
                     ) -> tuple[oir.Value | None, ...]:
     """FC1 (interleaved gate/up) and FC2 (down) of the routed experts: (fc1, fc1 scales, fc2, fc2 scales),
     float in the I/O dtype without scales, or QMoE's packed blocks.
@@ -127,11 +142,14 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, up_scale: f
     `up_scale` c multiplies the up rows and divides the down rows (a clamped layer's, `_clamp_scales`); those
     stacks are then read as float, whatever the source stores."""
     store = b.params.store
-    gate_name, up_name, down_name = _expert_names(p)
-    e, i, h = store.info(gate_name).shape
-    fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
+    *fc1_names, down_name = names
+    fc1_sources = tuple(dict.fromkeys(fc1_names))
+    e, i, h = store.info(fc1_names[0]).shape
+    n1 = len(fc1_names) * i
+    stems = "_".join(n.rsplit(".", 2)[-2].removesuffix("_proj") for n in fc1_names)
+    fc1_name, fc2_name = initializer_name(p + f"experts.{stems}_proj.weight"), initializer_name(down_name)
     as_float = form is None
-    scales = {up_name: up_scale, down_name: 1.0 / up_scale} if up_scale != 1.0 else {}
+    scales = {p + "experts.up_proj.weight": up_scale, down_name: 1.0 / up_scale} if up_scale != 1.0 else {}
 
     def read(name: str, a: int, z: int) -> Weight:
         if name in scales:
@@ -145,14 +163,13 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, up_scale: f
 
     if form is None:
         def fc1(a: int, z: int) -> tuple[np.ndarray, ...]:
-            return (interleave_gate_up(read(gate_name, a, z), read(up_name, a, z)),)
+            return (interleave_gate_up(*(read(n, a, z) for n in fc1_names)),)
 
         def fc1_whole() -> tuple[np.ndarray, ...]:
-            return (interleave_gate_up(whole(gate_name, as_float=True), whole(up_name, as_float=True)),)
+            return (interleave_gate_up(*(whole(n, as_float=True) for n in fc1_names)),)
 
         groups = (
-            _stacked_group(b, (PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), (gate_name, up_name), fc1,
-                           fc1_whole),
+            _stacked_group(b, (PlannedTensor(fc1_name, b.io_dtype, (e, n1, h)),), fc1_sources, fc1, fc1_whole),
             _stacked_group(b, (PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),), (down_name,),
                            lambda a, z: (read(down_name, a, z),), lambda: (whole(down_name, as_float=True),)),
         )
@@ -162,10 +179,10 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, up_scale: f
     def blocks(weight: Weight, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         return quantize_experts(weight, form, (_experts_in(weight, n), n, k))
 
-    def fc1_blocks(gate: Weight, up: Weight) -> tuple[np.ndarray, ...]:
+    def fc1_blocks(*stacks: Weight) -> tuple[np.ndarray, ...]:
         # Interleaving rows commutes with quantizing them: each row's blocks are its own.
-        (gate, gate_scales), (up, up_scales) = blocks(gate, i, h), blocks(up, i, h)
-        return interleave_gate_up(gate, up), interleave_gate_up(gate_scales, up_scales)
+        quantized = [blocks(w, i, h) for w in stacks]
+        return interleave_gate_up(*(q for q, _ in quantized)), interleave_gate_up(*(s for _, s in quantized))
 
     def planned(name: str, n: int, k: int) -> tuple[PlannedTensor, ...]:
         return (
@@ -174,9 +191,9 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, up_scale: f
         )
 
     groups = (
-        _stacked_group(b, planned(fc1_name, 2 * i, h), (gate_name, up_name),
-                       lambda a, z: fc1_blocks(read(gate_name, a, z), read(up_name, a, z)),
-                       lambda: fc1_blocks(whole(gate_name, as_float=False), whole(up_name, as_float=False))),
+        _stacked_group(b, planned(fc1_name, n1, h), fc1_sources,
+                       lambda a, z: fc1_blocks(*(read(n, a, z) for n in fc1_names)),
+                       lambda: fc1_blocks(*(whole(n, as_float=False) for n in fc1_names))),
         _stacked_group(b, planned(fc2_name, h, i), (down_name,), lambda a, z: blocks(read(down_name, a, z), h, i),
                        lambda: blocks(whole(down_name, as_float=False), h, i)),
     )
@@ -258,28 +275,41 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims, limits:
             logits, factor = sigmoid_routing(b, logits, moe, p)
         else:
             logits = softmax_choice(b, logits, moe)
-        decision = _expert_decision(b, p)
+        relu2 = moe.expert_activation == RELU2
+        names = _expert_names(p, moe, b.kernels.moe_relu2)
+        decision = _expert_decision(b, p, names)
         form = decision.form
         op_limit, up_scale = _clamp_scales(limits[0]) if limits[0] else (None, 1.0)
-        fc1, scales1, fc2, scales2 = _expert_weights(b, p, form, up_scale)
+        fc1, scales1, fc2, scales2 = _expert_weights(b, p, form, names, up_scale)
         # Sigmoid routing hands the op -inf off the chosen experts, so its renormalization gives GLM's weights.
         normalize = moe.normalize_top_k or moe.scoring == SIGMOID
-        attrs = {"k": moe.top_k, "activation_type": "swiglu", "swiglu_fusion": 1, "activation_alpha": 1.0,
-                 "activation_beta": 0.0, "normalize_routing_weights": int(normalize)}
+        attrs = {"k": moe.top_k, "activation_type": "swiglu", "swiglu_fusion": 1,
+                 "activation_alpha": RELU2_ALPHA if relu2 else 1.0, "activation_beta": 0.0,
+                 "normalize_routing_weights": int(normalize)}
+        if relu2 and b.kernels.moe_relu2:
+            attrs = {"k": moe.top_k, "activation_type": "relu2", "normalize_routing_weights": int(normalize)}
         if op_limit is not None:
             attrs["swiglu_limit"] = op_limit
+        routed_input = project(b, x, p + "fc1_latent_proj.weight", "fc1_latent_proj/MatMul") if moe.latent_size else x
         if form is None:
-            routed = b.op("MoE", [x, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
+            routed = b.op("MoE", [routed_input, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
         else:
             attrs.update(expert_weight_bits=form.bits, block_size=form.block_size,
                          accuracy_level=decision.accuracy_level)
-            routed = b.op("QMoE", [x, logits, fc1, scales1, None, fc2, scales2], attrs, name="QMoE", domain=MS)
+            routed = b.op("QMoE", [routed_input, logits, fc1, scales1, None, fc2, scales2], attrs, name="QMoE",
+                          domain=MS)
         if moe.scoring == SIGMOID:
-            routed = scaled(b, routed, x, factor, moe)
+            routed = scaled(b, routed, routed_input, factor, moe)
+        if moe.latent_size:
+            routed = project(b, routed, p + "fc2_latent_proj.weight", "fc2_latent_proj/MatMul")
     if not moe.shared_expert_intermediate_size:
         return routed
     with b.scope("shared_expert"):
         s = p + "shared_expert."
+        if relu2:  # non-gated: down(relu(up(x))^2)
+            up = b.op("Relu", [project(b, x, s + "up_proj.weight", "up_proj/MatMul")], name="Relu")
+            return b.op("Add", [routed, project(b, b.op("Mul", [up, up], name="Square"), s + "down_proj.weight",
+                                                "down_proj/MatMul")], name="moe/Add")
         gate = silu(b, project(b, x, s + "gate_proj.weight", "gate_proj/MatMul"), "act")
         up = project(b, x, s + "up_proj.weight", "up_proj/MatMul")
         if limits[1]:

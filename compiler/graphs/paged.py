@@ -21,6 +21,7 @@ import onnx_ir as oir
 
 from ..ir import Architecture, LayerAttention
 from .blocks import split_heads
+from .recurrence import Recurrence
 from .builder import MS, GraphBuilder
 
 PAGED_IO_DTYPES = (oir.DataType.FLOAT16, oir.DataType.BFLOAT16)
@@ -79,8 +80,8 @@ class PagedOps:
                                                  num_outputs=3, domain=MS)
         return out, key_cache, value_cache
 
-    def causal_conv(self, b, x, weight, past):
-        inputs = [x, weight, self.cumulative_sequence_lengths, None, past]
+    def causal_conv(self, b, x, weight, past, bias=None):
+        inputs = [x, weight, self.cumulative_sequence_lengths, bias, past]
         attrs = {"activation": "silu"}
         if self.state_updates:
             inputs.append(self.state_updates.capture_count)
@@ -91,16 +92,15 @@ class PagedOps:
         self._captured[0] = update[0] if update else None
         return y, present
 
-    def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
-        la = arch.linear_attention
+    def recurrence(self, b, q, k, v, decay, beta, past, rule: Recurrence):
         declared = tuple(d if isinstance(d, int) else None for d in past.shape)[-2:]
-        if declared != (la.value_head_dim, la.key_head_dim):
+        if declared != (rule.value_dim, rule.key_dim):
             raise AssertionError(
                 f"paged recurrent state {past.name} declared {past.shape}; GatedDeltaNet needs V-major "
-                f"[B, Hv, Dv={la.value_head_dim}, Dk={la.key_head_dim}]"
+                f"[B, Hv, Dv={rule.value_dim}, Dk={rule.key_dim}]"
             )
-        v = split_heads(b, self, v, la.num_value_heads, la.value_head_dim, "v/Reshape")
-        attrs = {"update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
+        v = split_heads(b, self, v, rule.value_heads, rule.value_dim, "v/Reshape")
+        attrs = {"update_rule": rule.update_rule, "scale": rule.scale}
         inputs = [q, k, v, self.cumulative_sequence_lengths, decay, beta, past]
         if self.state_updates:
             # a_log / dt_bias stay empty: the gate arrives computed.

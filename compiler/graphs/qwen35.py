@@ -19,18 +19,13 @@ def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: 
 
 
 def _mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
-    b, ops, cfg = site.b, site.ops, site.cfg
+    b, ops = site.b, site.ops
     if kind is LayerKind.LINEAR_ATTENTION:
 
         def linear(h: oir.Value) -> oir.Value:
             out, conv, recurrent = gated_delta_net(b, ops, h, f"layers.{i}.", site.arch,
                                                    site.input("past_conv_names", i), site.input("past_recurrent_names", i))
-            site.present("present_conv_names", i, conv)
-            site.present("present_recurrent_names", i, recurrent)
-            conv_values, capsule = ops.take_state_updates()
-            if cfg.state_update_capacity:
-                site.present("state_update_conv_value_names", i, conv_values)
-                site.present("state_update_recurrent_capsule_names", i, capsule)
+            site.present_state(i, conv, recurrent)
             return out
 
         return linear

@@ -14,6 +14,7 @@ import onnx_ir as oir
 from ..ir import Architecture, LayerAttention
 from .attention import WindowMask
 from .blocks import SequenceOps, merge_heads, split_heads
+from .recurrence import Recurrence
 from .builder import MS, GraphBuilder
 from .latent_attention import LatentMask, latent_attention
 
@@ -61,43 +62,41 @@ class DenseOps:
         """MLA's absorbed attention over its one latent head in plain ops (`latent_attention.py`), same I/O."""
         return latent_attention(b, self.latent_mask, query, latent, past_key, past_value, arch)
 
-    def causal_conv(self, b, x, weight, past):
-        y, present, _ = self.channels_first_conv(b, x, weight, past)
+    def causal_conv(self, b, x, weight, past, bias=None):
+        y, present, _ = self.channels_first_conv(b, x, weight, past, bias=bias)
         return y, present
 
-    def channels_first_conv(self, b, x, weight, past, attrs: dict | None = None):
+    def channels_first_conv(self, b, x, weight, past, attrs: dict | None = None, bias=None):
         """(y `[B, S, C]`, present state, x as the op reads it: `[B, C, S]`); `attrs` adds to the op's."""
         channels_first = b.op("Transpose", [x], {"perm": [0, 2, 1]}, name="conv/Transpose_in")
-        y, present = b.op_multi("CausalConvWithState", [channels_first, weight, None, past],
+        y, present = b.op_multi("CausalConvWithState", [channels_first, weight, bias, past],
                                 {"activation": "silu", **(attrs or {})}, name="conv/CausalConvWithState",
                                 num_outputs=2, domain=MS)
         return b.op("Transpose", [y], {"perm": [0, 2, 1]}, name="conv/Transpose_out"), present, channels_first
 
-    def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
-        la = arch.linear_attention
-        q, k, v, decay, beta = self.recurrence_inputs(b, q, k, v, decay, beta, arch)
-        out, present = linear_attention(b, q, k, v, past, decay, beta, arch, "LinearAttention")
-        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present
+    def recurrence(self, b, q, k, v, decay, beta, past, rule: Recurrence):
+        q, k, v, decay, beta = self.recurrence_inputs(b, q, k, v, decay, beta, rule)
+        out, present = linear_attention(b, q, k, v, past, decay, beta, rule, "LinearAttention")
+        return split_heads(b, self, out, rule.value_heads, rule.value_dim, "out/Reshape"), present
 
-    def recurrence_inputs(self, b, q, k, v, decay, beta, arch: Architecture):
+    def recurrence_inputs(self, b, q, k, v, decay, beta, rule: Recurrence):
         """q / k with their heads merged, and the gates in the op's dtype (the state's)."""
-        la = arch.linear_attention
-        q = merge_heads(b, self, q, la.key_dim, "q/merge")
-        k = merge_heads(b, self, k, la.key_dim, "k/merge")
+        q = merge_heads(b, self, q, rule.key_heads * rule.key_dim, "q/merge")
+        k = merge_heads(b, self, k, rule.key_heads * rule.key_dim, "k/merge")
         if b.io_dtype != oir.DataType.FLOAT:
             decay = b.op("Cast", [decay], {"to": b.io_dtype}, name="decay/Cast")
-            beta = b.op("Cast", [beta], {"to": b.io_dtype}, name="beta/Cast")
+            if beta is not None:
+                beta = b.op("Cast", [beta], {"to": b.io_dtype}, name="beta/Cast")
         return q, k, v, decay, beta
 
 
-def linear_attention(b: GraphBuilder, q, k, v, past, decay, beta, arch: Architecture, name: str,
+def linear_attention(b: GraphBuilder, q, k, v, past, decay, beta, rule: Recurrence, name: str,
                      state_window: int = 0):
-    """com.microsoft LinearAttention (gated delta rule) over `[B, S, X]` -> (output, present state); with a
+    """com.microsoft LinearAttention (`rule`'s update) over `[B, S, X]` -> (output, present state); with a
     `state_window` W the kernel's own window: past and present `[W, B, ...]` (CUDA kernels only)."""
-    la = arch.linear_attention
     # q/k heads < value heads: value head j reads key head j // (Hv / Hk) (grouped), as the weights are stored.
-    attrs = {"q_num_heads": la.num_key_heads, "kv_num_heads": la.num_value_heads,
-             "update_rule": "gated_delta", "scale": la.key_head_dim**-0.5}
+    attrs = {"q_num_heads": rule.key_heads, "kv_num_heads": rule.value_heads,
+             "update_rule": rule.update_rule, "scale": rule.scale}
     if state_window:
         attrs["state_window"] = state_window
     out, present = b.op_multi("LinearAttention", [q, k, v, past, decay, beta], attrs, name=name, num_outputs=2,

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as oir
 
-from ..ir import Architecture
 from .blocks import split_heads
+from .recurrence import Recurrence
 from .builder import GraphBuilder
 from .sequence import DenseOps, linear_attention
 
@@ -62,45 +62,45 @@ class WindowedDenseOps(DenseOps):
     def _past_slot(self, b: GraphBuilder, past: oir.Value, name: str) -> oir.Value:
         return b.op("Gather", [past, self.last_slot], {"axis": 0}, name=name)
 
-    def causal_conv(self, b, x, weight, past):
+    def causal_conv(self, b, x, weight, past, bias=None):
         past_last = self._past_slot(b, past, "conv/past_slot")  # [B, C, K-1]
-        y, _, channels_first = self.channels_first_conv(b, x, weight, past_last)
+        y, _, channels_first = self.channels_first_conv(b, x, weight, past_last, bias=bias)
         with b.scope("conv_window"):
             history = b.op("Concat", [past_last, channels_first], {"axis": 2}, name="history")
             windows = b.op("Gather", [history, self.conv_columns], {"axis": 2}, name="Gather")  # [B, C, W, K-1]
             present = b.op("Transpose", [windows], {"perm": [2, 0, 1, 3]}, name="slots")  # [W, B, C, K-1]
         return y, present
 
-    def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
-        la = arch.linear_attention
-        inputs = self.recurrence_inputs(b, q, k, v, decay, beta, arch)
+    def recurrence(self, b, q, k, v, decay, beta, past, rule: Recurrence):
+        inputs = self.recurrence_inputs(b, q, k, v, decay, beta, rule)
         state = self._past_slot(b, past, "recurrent/past_slot")  # [B, Hv, Dk, Dv]
         with b.scope("recurrent_window"):
-            branches = {"then_branch": b.branch("one_token", lambda: self._one_token(b, inputs, state, arch)),
-                        "else_branch": b.branch("tokens", lambda: self._tokens(b, inputs, state, arch))}
+            branches = {"then_branch": b.branch("one_token", lambda: self._one_token(b, inputs, state, rule)),
+                        "else_branch": b.branch("tokens", lambda: self._tokens(b, inputs, state, rule))}
             out, present = b.op_multi("If", [self.one_token], branches, name="If", num_outputs=2)
-        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present
+        return split_heads(b, self, out, rule.value_heads, rule.value_dim, "out/Reshape"), present
 
-    def _one_token(self, b, inputs, state, arch):
+    def _one_token(self, b, inputs, state, rule):
         """A decode step: one LinearAttention call, its state in slot W - 1 and zeros before it (never read), one
         write of the window where the general form would copy the state once per slot and then again."""
         q, k, v, decay, beta = inputs
-        out, state = linear_attention(b, q, k, v, state, decay, beta, arch, "one_token/LinearAttention")
+        out, state = linear_attention(b, q, k, v, state, decay, beta, rule, "one_token/LinearAttention")
         rank = 5
         pads = b.i64("one_token_pads", [self.window - 1] + [0] * (2 * rank - 1))
         present = b.op("Pad", [b.op("Unsqueeze", [state, self.zero], name="one_token/Unsqueeze"), pads],
                        {"mode": "constant"}, name="one_token/Pad")
         return out, present
 
-    def _tokens(self, b, inputs, state, arch):
+    def _tokens(self, b, inputs, state, rule):
         """Any T: one call per slot (the first also runs the tokens before it), the states concatenated."""
         # pieces[i][s]: the tokens slot s's call runs (slot 0: all up to its own; the others: theirs, or none).
-        pieces = [b.op_multi("Split", [x, self.pieces], {"axis": 1}, name=f"Split_{i}", num_outputs=self.window)
+        pieces = [None if x is None else b.op_multi("Split", [x, self.pieces], {"axis": 1}, name=f"Split_{i}",
+                                                    num_outputs=self.window)
                   for i, x in enumerate(inputs)]
         outputs, states = [], []
         for s in range(self.window):
-            q, k, v, decay, beta = (p[s] for p in pieces)
-            out, state = linear_attention(b, q, k, v, state, decay, beta, arch, f"step_{s}/LinearAttention")
+            q, k, v, decay, beta = (None if p is None else p[s] for p in pieces)
+            out, state = linear_attention(b, q, k, v, state, decay, beta, rule, f"step_{s}/LinearAttention")
             outputs.append(out)
             states.append(b.op("Unsqueeze", [state, self.zero], name=f"step_{s}/Unsqueeze"))
         out = b.op("Concat", outputs, {"axis": 1}, name="outputs")
@@ -116,12 +116,11 @@ class FusedWindowOps(DenseOps):
         super().__init__(b, attention_mask)
         self.window = window
 
-    def causal_conv(self, b, x, weight, past):
-        y, present, _ = self.channels_first_conv(b, x, weight, past, {"state_window": self.window})
+    def causal_conv(self, b, x, weight, past, bias=None):
+        y, present, _ = self.channels_first_conv(b, x, weight, past, {"state_window": self.window}, bias=bias)
         return y, present
 
-    def recurrence(self, b, q, k, v, decay, beta, past, arch: Architecture):
-        la = arch.linear_attention
-        q, k, v, decay, beta = self.recurrence_inputs(b, q, k, v, decay, beta, arch)
-        out, present = linear_attention(b, q, k, v, past, decay, beta, arch, "LinearAttention", self.window)
-        return split_heads(b, self, out, la.num_value_heads, la.value_head_dim, "out/Reshape"), present
+    def recurrence(self, b, q, k, v, decay, beta, past, rule: Recurrence):
+        q, k, v, decay, beta = self.recurrence_inputs(b, q, k, v, decay, beta, rule)
+        out, present = linear_attention(b, q, k, v, past, decay, beta, rule, "LinearAttention", self.window)
+        return split_heads(b, self, out, rule.value_heads, rule.value_dim, "out/Reshape"), present

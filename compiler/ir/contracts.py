@@ -8,7 +8,7 @@ variants are produced from these by `passes/paged_io.py`.
 
 from __future__ import annotations
 
-from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, LayerKind, Precision, TensorSpec
+from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, Precision, TensorSpec
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -111,17 +111,15 @@ def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
         TensorSpec(names_out["logits"], precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
         TensorSpec(names_out["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
     ]
-    lin = arch.linear_attention
     for i, kind in enumerate(arch.layer_kinds):
-        if kind is LayerKind.LINEAR_ATTENTION:
-            assert lin is not None
-            conv = (BATCH, lin.conv_dim, lin.conv_kernel - 1)
-            rec = (BATCH, lin.num_value_heads, lin.key_head_dim, lin.value_head_dim)
+        if kind.has_recurrent_state:
+            conv_shape, rec_shape = arch.state_shapes()
+            conv, rec = (BATCH, *conv_shape), (BATCH, *rec_shape)
             inputs += [TensorSpec(names_in["past_conv_names"] % i, io, conv),
                        TensorSpec(names_in["past_recurrent_names"] % i, io, rec)]
             outputs += [TensorSpec(names_out["present_conv_names"] % i, io, conv),
                         TensorSpec(names_out["present_recurrent_names"] % i, io, rec)]
-        else:
+        elif kind.has_kv_cache:
             ins, outs = _kv_specs(arch.layer_attention(kind), i, io, names_in, names_out)
             inputs += ins
             outputs += outs
@@ -163,7 +161,7 @@ def onnx_genai_head_contract(arch: Architecture, precision: Precision) -> GraphC
 
 def main_decoder_config(arch: Architecture, precision: Precision, *, execution_provider: str = "cpu") -> DecoderConfig:
     """The main decoder as lowered: dense contract, names for the layer kinds it has."""
-    has_linear = any(k is LayerKind.LINEAR_ATTENTION for k in arch.layer_kinds)
+    has_linear = bool(arch.state_layers)
     state_roles = ("past_conv_names", "past_recurrent_names", "present_conv_names", "present_recurrent_names")
     inputs = {k: v for k, v in MAIN_INPUT_NAMES.items() if has_linear or k not in state_roles}
     outputs = {k: v for k, v in MAIN_OUTPUT_NAMES.items() if has_linear or k not in state_roles}
@@ -178,7 +176,7 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
         outputs=tuple(outputs.items()),
         contract=main_contract(arch, precision),
         execution_provider=execution_provider,
-        conv_kernel=arch.linear_attention.conv_kernel if arch.linear_attention and has_linear else 0,
+        conv_kernel=arch.state_shapes()[0][1] + 1 if has_linear else 0,  # the conv state holds K - 1 inputs
     )
 
 

@@ -28,6 +28,8 @@ from .moe import MoeDims, SwigluLimits  # noqa: F401  (the sparse FFN of MoE fam
 from .mla import MlaDims  # noqa: F401  (multi-head latent attention, the deepseek2 family)
 from .rope import Rope, YarnScaling  # noqa: F401  (rotary embeddings, a layer kind's own among them)
 from .attention import LayerAttention  # noqa: F401  (a layer kind's own heads, rope, window, sinks)
+from .mamba import Mamba2Dims  # noqa: F401  (Mamba2 layers, the nemotron_h family)
+from .linear_attention import LinearAttentionDims  # noqa: F401  (Gated DeltaNet layers)
 from .enums import AttentionMode, LayerKind  # noqa: F401
 from .fields import added
 # The graphs' I/O and the decoders as runtimes see them live in their own module; re-exported here.
@@ -65,29 +67,6 @@ class HeadContract(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class LinearAttentionDims:
-    """GatedDeltaNet sizes of the linear-attention layers."""
-
-    num_key_heads: int
-    key_head_dim: int
-    num_value_heads: int
-    value_head_dim: int
-    conv_kernel: int
-
-    @property
-    def key_dim(self) -> int:
-        return self.num_key_heads * self.key_head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.num_value_heads * self.value_head_dim
-
-    @property
-    def conv_dim(self) -> int:
-        return 2 * self.key_dim + self.value_dim
-
-
-@dataclass(frozen=True)
 class TokenIds:
     bos: int
     eos: tuple[int, ...]
@@ -102,6 +81,9 @@ class HeadLayout(str, enum.Enum):
     # DeepSeek-V3 / GLM-4.5: one more decoder layer after the trunk, `model.layers.{num_hidden_layers}.*`,
     # holding `eh_proj`, `enorm`, `hnorm`, `shared_head.norm` beside an ordinary decoder layer.
     TRAILING_LAYER = "trailing_layer"
+    # Nemotron-H: `mtp.layers.0` (enorm, hnorm, eh_proj, an attention sub-block) and `mtp.layers.1` (a MoE sub-block,
+    # final_layernorm), in order the canonical head block's two halves.
+    SUB_BLOCKS = "sub_blocks"
 
 
 @dataclass(frozen=True)
@@ -119,7 +101,7 @@ class UnusableHead:
 class Architecture:
     """What the source checkpoint is, independent of how we build it."""
 
-    family: str  # "qwen35" | "qwen35moe" | "glm4moe" | "qwen3next" | "deepseek2"
+    family: str  # "qwen35" | "qwen35moe" | "glm4moe" | "qwen3next" | "deepseek2" | "nemotron_h"
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int
@@ -169,6 +151,11 @@ class Architecture:
     mtp_seed_hidden: SeedHidden = added(SeedHidden.POST_NORM)
     # Per-layer clamps of the SwiGLU (Step-3.5); None: no layer is clamped.
     swiglu_limits: SwigluLimits | None = added(None)
+    # The sizes of the Mamba2 layers (`LayerKind.MAMBA2`, `ir/mamba.py`).
+    mamba: Mamba2Dims | None = added(None)
+    # Every layer is one residual sub-block: a token mixer, or the FFN alone (`LayerKind.FEED_FORWARD`), as
+    # Nemotron-H's are. False: every layer is a mixer then an FFN, each behind its own norm.
+    separate_ffn_layers: bool = added(False)
     # Every layer's values are multiplied by this before the attention (MiMo-V2-Flash's `attention_value_scale`).
     attention_value_scale: float = added(1.0)
     # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
@@ -232,7 +219,19 @@ class Architecture:
     @property
     def attention_layers(self) -> tuple[int, ...]:
         """Layers that keep a KV cache."""
-        return tuple(i for i, k in enumerate(self.layer_kinds) if k is not LayerKind.LINEAR_ATTENTION)
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k.has_kv_cache)
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        """Layers that keep a conv and a recurrent state (Gated DeltaNet, Mamba2)."""
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k.has_recurrent_state)
+
+    def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
+        """(conv, recurrent) state shape of a state layer without batch (a model has one kind of them)."""
+        dims = self.mamba if LayerKind.MAMBA2 in self.layer_kinds else self.linear_attention
+        if dims is None:
+            raise AssertionError("the architecture has no layer with a conv and a recurrent state")
+        return dims.state_shapes()
 
     def attention_summary(self) -> str:
         """e.g. "gated attention, qk-norm" (Qwen3.5) or "grouped-query attention, q/k/v bias, qk-norm" (GLM-4.5)."""
@@ -244,6 +243,8 @@ class Architecture:
         if self.attention_bias:
             parts.append("q/k/v bias")
         parts.append("qk-norm" if self.qk_norm else "no qk-norm")
+        if self.rope.rotary_dim == 0:
+            return ", ".join(parts) + ", no positional encoding"
         summary = ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
         if LayerKind.SLIDING_ATTENTION in self.layer_kinds or self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION:
             summary += f"; sliding layers: {self.layer_attention(LayerKind.SLIDING_ATTENTION).summary()}"
@@ -254,7 +255,8 @@ class Architecture:
         if not self.has_mtp_head:
             return "none"
         where = {HeadLayout.MTP_MODULE: "`mtp.*` tensors (Qwen3.5 layout)",
-                 HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"}[self.head_layout]
+                 HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)",
+                 HeadLayout.SUB_BLOCKS: "`mtp.*` sub-blocks, attention then MoE (Nemotron-H layout)"}[self.head_layout]
         if self.mtp_chained_layers > self.mtp_num_layers:
             return (f"{self.mtp_num_layers} block (the first of {self.mtp_chained_layers} chained), {where}"
                     + ", its own layer slides" * (self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION))
@@ -288,12 +290,14 @@ class HubRef:
 
     `repo` is `owner/name`; `revision` a branch, tag or commit (None: the repo's default branch). A GGUF repo's
     file is `file` when named, else chosen by its quant tag `quant` as llama.cpp's `-hf` chooses it (None: its
-    defaults)."""
+    defaults). `head` is the file of the repo holding that GGUF's MTP head (llama.cpp's `--mtp` output), paired
+    from the repo's listing or named in the spec (None: the target alone)."""
 
     repo: str
     revision: str | None = None
     file: str | None = None
     quant: str | None = None
+    head: str | None = added(None)
 
     @property
     def shown(self) -> str:
@@ -311,6 +315,8 @@ class SourceRef:
     seed: int | None = None
     # The model a synthetic source builds (set for kind "synthetic" by lowering).
     synthetic: SyntheticSpec | None = None
+    # A GGUF target's MTP head in a file of its own (llama.cpp's `--mtp` output), absolute; None: the target alone.
+    head: str | None = added(None)
     # An hf or gguf checkpoint on the Hugging Face Hub rather than beside the spec.
     hub: HubRef | None = added(None)
 

@@ -18,6 +18,13 @@ dense and routes the others (and its MTP block) with sigmoid scores:
     top     = the top_k experts of c within those groups, weights s[top] (/ sum(s[top]) if normalized)
     y       = routed_scaling_factor * sum_e weight_e * expert_e(x) + shared(x)   # shared expert ungated
 
+Nemotron-H (`NemotronHMoE`) routes as GLM does, with non-gated relu² experts and shared expert, and
+Nemotron 3 Super's LatentMoE runs the routed experts in a narrower space (the router and the shared
+expert still read x):
+
+    routed  = fc2_latent(sum_e weight_e * down_e(relu(up_e(fc1_latent(x)))^2))   # fc*_latent: identity
+    y       = routed_scaling_factor * routed + down_s(relu(up_s(x))^2)             #   without LatentMoE
+
 `mtpc.ir` re-exports this module's names.
 """
 
@@ -29,6 +36,9 @@ from .fields import added
 
 SOFTMAX = "softmax"
 SIGMOID = "sigmoid"
+# The experts' (and shared expert's) FFN: gated SwiGLU (gate, up, down) or non-gated squared ReLU (up, down).
+SWIGLU = "swiglu"
+RELU2 = "relu2"
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,10 @@ class MoeDims:
     dense_layers: int = added(0)
     # The MTP block's FFN is this sparse one (Qwen3.5-MoE, GLM); False: a dense MLP (Step-3.5's MTP layers).
     sparse_mtp: bool = added(True)
+    # SWIGLU or RELU2 (Nemotron-H), for the routed experts and the shared expert alike.
+    expert_activation: str = added(SWIGLU)
+    # LatentMoE (Nemotron 3 Super's `moe_latent_size`): the routed experts' width; 0 for none.
+    latent_size: int = added(0)
 
     def summary(self) -> str:
         """e.g. "8 experts, top-2 (softmax, renormalized), expert FFN 32, shared expert 48 (sigmoid gate)"."""
@@ -69,9 +83,11 @@ class MoeDims:
             routing.append(f"scaled by {self.routed_scaling_factor:g}")
         gate = " (sigmoid gate)" if self.shared_expert_sigmoid_gate else ""
         dense = f"; the first {self.dense_layers} layer(s) dense" if self.dense_layers else ""
+        relu2 = " relu²" if self.expert_activation == RELU2 else ""
+        latent = f" in a {self.latent_size}-wide latent" if self.latent_size else ""
         return (
-            f"{self.num_experts} experts, top-{self.top_k} ({', '.join(routing)}), "
-            f"expert FFN {self.expert_intermediate_size}, "
+            f"{self.num_experts}{relu2} experts, top-{self.top_k} ({', '.join(routing)}), "
+            f"expert FFN {self.expert_intermediate_size}{latent}, "
             + (f"shared expert {self.shared_expert_intermediate_size}{gate}" if self.shared_expert_intermediate_size
                else "no shared expert") + dense
         )

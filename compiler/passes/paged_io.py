@@ -51,7 +51,6 @@ from ..ir import (
     DecoderConfig,
     GraphContract,
     HeadContract,
-    LayerKind,
     ModelIR,
     StateGroup,
     TensorSpec,
@@ -108,7 +107,7 @@ class PagedIoRewrite:
                 changes.append(f"main decoder: LM head on the {LOGITS_INDICES} rows only ([{NUM_LOGITS}, vocab] logits; "
                                f"hidden states keep one row per token)")
             drafts = ir.head(HeadContract.ORT_GENAI) is not None
-            if drafts and ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION):
+            if drafts and ir.architecture.state_layers:
                 main = with_state_updates(main, ir.architecture, target.max_draft_tokens)
                 changes.append(f"main decoder: compact state updates for {target.max_draft_tokens} draft tokens "
                                f"(rejected drafts roll back the linear layers)")
@@ -191,21 +190,22 @@ def with_selected_logits(cfg: DecoderConfig) -> DecoderConfig:
 
 def with_state_updates(cfg: DecoderConfig, arch: Architecture, capacity: int) -> DecoderConfig:
     """`cfg` (paged) with compact state-update I/O for `capacity` tokens on every linear layer."""
-    la = arch.linear_attention
-    linear = arch.layers_of(LayerKind.LINEAR_ATTENTION)
-    if la is None or not linear or cfg.attention is not AttentionMode.PAGED:
+    linear = arch.state_layers
+    if not linear or cfg.attention is not AttentionMode.PAGED:
         raise AssertionError("compact state updates belong to a paged decoder with linear-attention layers")
+    # GatedDeltaNet's capsule: per token the decays, the keys, the deltas (a Mamba2 layer: G key heads of N).
+    (conv_dim, _), (value_heads, key_dim, value_dim) = arch.state_shapes()
+    key_heads = arch.mamba.num_groups if arch.mamba is not None else arch.linear_attention.num_key_heads
     conv_dtype = cfg.contract.input(cfg.input_name("past_conv_names") % linear[0]).dtype
-    capsule_width = capacity * (la.num_value_heads + la.num_key_heads * la.key_head_dim
-                                + la.num_value_heads * la.value_head_dim)
+    capsule_width = capacity * (value_heads + key_heads * key_dim + value_heads * value_dim)
     conv_names = STATE_UPDATE_OUTPUT_NAMES["state_update_conv_value_names"]
     capsule_names = STATE_UPDATE_OUTPUT_NAMES["state_update_recurrent_capsule_names"]
     inputs = (TensorSpec(STATE_UPDATE_INPUT_NAMES["state_update_capture_count"], "int32", (BATCH,)),
               TensorSpec(STATE_UPDATE_INPUT_NAMES["state_update_active"], "int32", (1,)))
-    outputs = tuple(TensorSpec(conv_names % i, conv_dtype, (BATCH, capacity, la.conv_dim)) for i in linear) + tuple(
+    outputs = tuple(TensorSpec(conv_names % i, conv_dtype, (BATCH, capacity, conv_dim)) for i in linear) + tuple(
         TensorSpec(capsule_names % i, RECURRENT_STATE_DTYPE, (BATCH, capsule_width)) for i in linear)
     groups = tuple(
-        replace(g, state_update_capacity=capacity, key_head_count=la.num_key_heads if g.kind == "fixed_recurrent" else 0)
+        replace(g, state_update_capacity=capacity, key_head_count=key_heads if g.kind == "fixed_recurrent" else 0)
         if g.kind.startswith("fixed_") else g
         for g in cfg.state_groups
     )
@@ -221,7 +221,7 @@ def with_state_updates(cfg: DecoderConfig, arch: Architecture, capacity: int) ->
 
 def _state_groups(arch: Architecture) -> tuple[StateGroup, ...]:
     attention = arch.attention_layers
-    linear = arch.layers_of(LayerKind.LINEAR_ATTENTION)
+    linear = arch.state_layers
     if not attention:
         raise AssertionError("a paged decoder needs at least one attention layer")
     groups = [StateGroup("paged_kv", attention)]

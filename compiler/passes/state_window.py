@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir import AttentionMode, GraphContract, HeadContract, LayerKind, ModelIR, TensorSpec
+from ..ir import AttentionMode, GraphContract, HeadContract, ModelIR, TensorSpec
 from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
 from ..util.diagnostics import MtpcError
 from .pipeline import PassResult
@@ -54,7 +54,7 @@ def resolved_window(ir: ModelIR) -> int:
     target = ir.targets.onnxruntime_genai
     if target is None or target.state_window == "off" or target.attention is AttentionMode.PAGED:
         return 0
-    has_linear = bool(ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION))
+    has_linear = bool(ir.architecture.state_layers)
     if target.state_window == "auto":
         return target.max_draft_tokens + 1 if auto_windows(ir) and not int8_activations(ir) else 0
     if not has_linear:
@@ -68,7 +68,7 @@ def resolved_window(ir: ModelIR) -> int:
 
 def auto_windows(ir: ModelIR) -> bool:
     """Whether `auto` would window a dense main graph: it has linear-attention layers and an onnxruntime-genai head drafts."""
-    has_linear = bool(ir.architecture.layers_of(LayerKind.LINEAR_ATTENTION))
+    has_linear = bool(ir.architecture.state_layers)
     return has_linear and ir.head(HeadContract.ORT_GENAI) is not None
 
 
@@ -115,7 +115,7 @@ def windowed_decoder(cfg, window: int):
     if cfg.attention is not AttentionMode.DENSE or cfg.state_window:
         raise AssertionError(f"{cfg.filename}: only a dense, unwindowed decoder gets a state window")
     templates = dict(cfg.inputs + cfg.outputs)
-    linear = [i for i, kind in enumerate(cfg.layer_kinds) if kind is LayerKind.LINEAR_ATTENTION]
+    linear = [i for i, kind in enumerate(cfg.layer_kinds) if kind.has_recurrent_state]
     names = {templates[role] % i for role in STATE_ROLES if role in templates for i in linear}
 
     def windowed(t: TensorSpec) -> TensorSpec:

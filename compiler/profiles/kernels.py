@@ -55,6 +55,9 @@ class FusedKernels:
     # A sliding-window layer (`ir.LayerAttention.window`) in GroupQueryAttention's `local_window_size`. Off: dense
     # graphs score only the last W + S - 1 cached tokens in plain ops (`graphs/attention.py`). Measured below.
     window_group_query_attention: bool = False
+    # Nemotron-H's relu² experts as the MoE / QMoE op's own `relu2` activation (FC1 the up rows alone), which
+    # onnxruntime 1.32 implements on CUDA only; elsewhere the SwiGLU form over duplicated rows (`graphs/moe.py`).
+    moe_relu2: bool = False
 
 
 NO_FUSION = FusedKernels()
@@ -108,7 +111,8 @@ _BY_PROVIDER = {
     # run, so those stay spelled out.
     # The fused state window is the builder's CUDA form; tests/lowering/ hold it to the numpy reference on CPU.
     "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True,
-                         state_window=True, mla_group_query_attention=True, window_group_query_attention=True),
+                         state_window=True, mla_group_query_attention=True, window_group_query_attention=True,
+                         moe_relu2=True),
 }
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Architecture, LayerKind, SeedHidden
-from . import deepseek2, glm4moe, mimo2, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, step35
 from .moe import sparse_moe, swiglu
 from .primitives import causal_attention, rms_norm, rope  # noqa: F401  (callers import them from here too)
 from ..weights import WeightStore
@@ -187,8 +187,8 @@ def attention_of(arch: Architecture):
     caches the latent as one KV head)."""
     if arch.mla is not None:
         return deepseek2.attention
-    return {"glm4moe": glm4moe.attention, "step35": step35.attention, "mimo2": mimo2.attention}.get(arch.family,
-                                                                                                   full_attention)
+    return {"glm4moe": glm4moe.attention, "step35": step35.attention, "nemotron_h": nemotron_h.attention,
+            "mimo2": mimo2.attention}.get(arch.family, full_attention)
 
 
 def attend(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray, positions: np.ndarray, past,
@@ -222,12 +222,12 @@ class DecoderReference:
         self.w = _Weights(weights)
 
     def initial_state(self, batch: int) -> DecoderState:
-        arch, la = self.arch, self.arch.linear_attention
+        arch = self.arch
         conv, recurrent = {}, {}
-        for i in arch.layers_of(LayerKind.LINEAR_ATTENTION):
-            assert la is not None
-            conv[i] = np.zeros((batch, la.conv_dim, la.conv_kernel - 1))
-            recurrent[i] = np.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim))
+        for i in arch.state_layers:
+            conv_shape, recurrent_shape = arch.state_shapes()
+            conv[i] = np.zeros((batch, *conv_shape))
+            recurrent[i] = np.zeros((batch, *recurrent_shape))
         kv = {i: empty_kv(arch, arch.layer_kinds[i], batch) for i in arch.attention_layers}
         return DecoderState(0, kv, conv, recurrent)
 
@@ -257,10 +257,15 @@ class DecoderReference:
                 mixed, kv[i] = attend(w, arch, prefix, normed, positions, kv[i], kind)
             elif kind is LayerKind.LINEAR_ATTENTION:
                 mixed, conv[i], recurrent[i] = gated_delta_net(w, arch, prefix, normed, conv[i], recurrent[i])
+            elif kind is LayerKind.MAMBA2:
+                mixed, conv[i], recurrent[i] = nemotron_h.mamba2(w, arch, prefix, normed, conv[i], recurrent[i])
+            elif kind is LayerKind.FEED_FORWARD:
+                mixed = feed_forward(w, arch, prefix, normed, i)
             else:
                 raise NotImplementedError(f"reference has no {kind.value} layer")
             x = x + mixed
-            x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps), i)
+            if not arch.separate_ffn_layers:  # the layer's FFN behind its own norm
+                x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], arch.rms_norm_eps), i)
         post = rms_norm(x, w["norm.weight"], arch.rms_norm_eps)
         logits = post @ w["lm_head.weight"].T
         return logits, post, x, DecoderState(state.length + s, kv, conv, recurrent)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import MoeDims
-from ..ir.moe import SIGMOID
+from ..ir.moe import RELU2, SIGMOID
+from .nemotron_h import relu2_moe
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -68,6 +69,8 @@ def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray, limits: tuple[float,
     tokens = x.reshape(-1, shape[-1])
     bias = w[p + "gate.e_score_correction_bias"] if moe.selection_bias else None
     top, weights = route(tokens @ w[p + "gate.weight"].T, moe, bias)
+    if moe.expert_activation == RELU2:
+        return relu2_moe(w, moe, p, tokens, top, weights).reshape(shape)
     gate, up, down = w[p + "experts.gate_proj.weight"], w[p + "experts.up_proj.weight"], w[p + "experts.down_proj.weight"]
     routed = np.zeros_like(tokens)
     for t in range(tokens.shape[0]):

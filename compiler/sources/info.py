@@ -39,6 +39,9 @@ class SourceInfo:
     tensors: tuple[SourceTensor, ...] = ()
     # What the checkpoint states about itself for the model card (`base_model`, `license`); see card_facts.py.
     card: tuple[tuple[str, str], ...] = ()
+    # Checks that read tensor data (a GGUF head file's copies of its target's tensors): compile runs them while
+    # lowering, with the tokenizer files; the metadata verbs read headers only. Raises a SourceError.
+    weight_checks: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def has_mtp_head(self) -> bool:

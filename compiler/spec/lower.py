@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Callable
 
 from .. import sources
@@ -47,7 +48,7 @@ def lower(spec: LoadedSpec, *, source_files: bool = False, progress: Callable[[s
     and the files the source builds on demand (its tokenizer's) now, so that a refusal of them is reported as
     the description's are, at the spec's `source` (compile asks; the metadata verbs leave them unmade)."""
     filled = _ruled(spec)
-    ref = _source_ref(spec, filled["source"])
+    ref, pairing_notes = _source_ref(spec, filled["source"], filled["mtp"]["head"])
     info = _describe(spec, ref, files=source_files, progress=progress)
     architecture = _override_architecture(spec, info.architecture)
     precision = Precision(io_dtype=filled["precision"]["io_dtype"])
@@ -73,7 +74,7 @@ def lower(spec: LoadedSpec, *, source_files: bool = False, progress: Callable[[s
         quantization=_quantization(filled["quantization"]),
         targets=targets,
         main=main_decoder_config(architecture, precision, execution_provider=provider),
-        notes=info.notes + _tokenizer_notes(ref, info),
+        notes=info.notes + pairing_notes + _tokenizer_notes(ref, info),
         source_tensors=info.tensors,
     )
     borrowed, notes = borrowed_weights.check(spec, ir)
@@ -103,17 +104,22 @@ SOURCE_KINDS = ("synthetic", "hf", "gguf")
 
 
 def source_kind(source: dict) -> tuple[str, object]:
-    """The kind of a schema-valid `source` and its value (a `revision` may stand beside it)."""
+    """The kind of a schema-valid `source` and its value (a `revision` or `head` may stand beside it)."""
     kind = next(k for k in SOURCE_KINDS if k in source)
     return kind, source[kind]
 
 
-def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
+def _source_ref(spec: LoadedSpec, source: dict, head_policy: str) -> tuple[SourceRef, tuple[str, ...]]:
+    """The source, and what the user should know about the GGUF head file paired with a target (`_paired`)."""
     kind, value = source_kind(source)
     if kind == "synthetic":
         assert isinstance(value, dict)
-        return SourceRef("synthetic", seed=value["seed"], synthetic=synthetic_spec(value))
-    revision = source.get("revision")
+        return SourceRef("synthetic", seed=value["seed"], synthetic=synthetic_spec(value)), ()
+    ref = _checkpoint_ref(spec, kind, value, source.get("revision"))
+    return _paired(spec, ref, source.get("head"), head_policy) if kind == "gguf" else (ref, ())
+
+
+def _checkpoint_ref(spec: LoadedSpec, kind: str, value: object, revision: str | None) -> SourceRef:
     if isinstance(value, dict):  # gguf: {repo, file}
         return SourceRef("gguf", hub=HubRef(value["repo"], revision, file=value["file"]))
     assert isinstance(value, str)
@@ -143,6 +149,52 @@ def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
         ],
         ExitCode.USAGE,
     )
+
+
+def _existing(spec: LoadedSpec, at: tuple, value: str, wanted: str, noun: str, about: str) -> Path:
+    """`value` resolved against the spec's folder: a `wanted` ("file" / "folder") there, else exit 2 at `at`."""
+    path = (spec.folder / value).resolve()
+    if not (path.is_dir() if wanted == "folder" else path.is_file()):
+        problem = f"is not a {wanted}" if path.exists() else "does not exist"
+        near = None if path.exists() else path_hint(value, spec.folder)
+        raise MtpcError(
+            [spec.diagnostic(at, f"{noun} '{value}' {problem}",
+                             hint=(f"{near} " if near else "") + f"{about}, relative to the folder of the spec file")],
+            ExitCode.USAGE,
+        )
+    return path
+
+
+def _paired(spec: LoadedSpec, ref: SourceRef, head: str | None, head_policy: str) -> tuple[SourceRef, tuple[str, ...]]:
+    """A GGUF target's MTP head file (`sources/gguf/siblings.py`): the one `source.head` names; none with `off`; else
+    an `mtp-` file beside the target that holds its head, as llama.cpp's runtime pairs one (unless `mtp.head: off`)."""
+    from ..sources.gguf import siblings
+
+    if ref.hub is not None:
+        return _hub_paired(spec, ref, head, head_policy)
+    try:
+        if head == "off":
+            return ref, siblings.unread_siblings(ref.path)
+        if head is not None:
+            path = _existing(spec, ("source", "head"), head, "file", "MTP head file",
+                             "source.head names the GGUF file of the target's MTP head (llama.cpp's `--mtp` output)")
+            return replace(ref, head=str(path)), ()
+        if head_policy == "off":
+            return ref, ()
+        pairing = siblings.auto_pair(ref.path)
+        return replace(ref, head=pairing.head), pairing.notes
+    except MtpcError as err:
+        raise _anchored_at(spec, ("source", "gguf"), err) from err
+
+
+def _hub_paired(spec: LoadedSpec, ref: SourceRef, head: str | None, head_policy: str) -> tuple[SourceRef, tuple[str, ...]]:
+    """A hub target's head file: of its repo and revision (`sources/hub/gguf_head.py`)."""
+    from ..sources.hub.checkpoints import with_head
+
+    try:
+        return with_head(ref, head, head_policy)
+    except MtpcError as err:
+        raise _anchored_at(spec, _refused_at(spec, err), err) from err
 
 
 def hub_source(spec: LoadedSpec) -> HubRef | None:
@@ -175,13 +227,28 @@ def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool, progress: Callab
         if files:
             sources.fetch(ref, info, progress)
             info.tokenizer_files  # noqa: B018  (made and checked now; kept by the description)
+            if info.weight_checks is not None:
+                info.weight_checks()
         return info
     except MtpcError as err:
         neither = _neither_path_nor_repo(spec, ref, err)
         if neither is not None:
             raise neither from err
-        anchor = spec.diagnostic(("source", ref.kind), "")
-        raise MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code) from err
+        raise _anchored_at(spec, _refused_at(spec, err), err) from err
+
+
+def _refused_at(spec: LoadedSpec, err: MtpcError) -> tuple:
+    """A head file named in the spec is where its refusal points; one paired from beside the target, and what the
+    hub refuses (the repo's, whichever file was asked for), the target."""
+    from ..sources.hub.errors import HubFailure
+
+    named_head = spec.get(("source", "head")) not in (None, "off")
+    return ("source", "head") if named_head and not isinstance(err, HubFailure) else ("source", source_kind(spec.data["source"])[0])
+
+
+def _anchored_at(spec: LoadedSpec, at: tuple, err: MtpcError) -> MtpcError:
+    anchor = spec.diagnostic(at, "")
+    return MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code)
 
 
 def _neither_path_nor_repo(spec: LoadedSpec, ref: SourceRef, err: MtpcError) -> MtpcError | None:

@@ -162,6 +162,11 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
                  else f"; found only {', '.join(repr(k) for k in others)}" if others else "")
         listed = ", ".join(f"'{k}'" for k in names)
         return [spec.diagnostic(path, f"{where} must name exactly one of {listed}{count}", at="key")]
+    if kind == "dependentRequired":
+        return [spec.diagnostic(path + (key,), f"'{key}' is set without {', '.join(repr(k) for k in needs)} in {where}",
+                                at="key", hint=_about(schema, key))
+                for key, needs in expected.items() if isinstance(value, dict) and key in value
+                and any(k not in value for k in needs)]
     if kind in ("oneOf", "anyOf") and all(_alternative(sub) for sub in expected):
         choices = ", ".join(_alternative(sub) for sub in expected)
         return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}")]

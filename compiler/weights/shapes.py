@@ -4,7 +4,9 @@ against and what the metadata verbs report, without touching a weight (names and
 from __future__ import annotations
 
 from ..ir import Architecture, LayerAttention, LayerKind, MlaDims, MoeDims
+from ..ir.moe import RELU2
 from ..ir.vision import VisionTower
+from .nemotron_h import mamba2_shapes, relu2_moe_shapes
 
 
 def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
@@ -39,6 +41,9 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
 
     def mlp_and_norms(p: str, layer: int | None) -> None:
         shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)})
+        ffn(p, layer)
+
+    def ffn(p: str, layer: int | None) -> None:
         if arch.moe is not None and arch.is_sparse(layer):
             shapes.update(moe_shapes(p, h, arch.moe))
             return
@@ -53,7 +58,11 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
     la = arch.linear_attention
     for i, kind in enumerate(arch.layer_kinds):
         p = f"layers.{i}."
-        if kind is not LayerKind.LINEAR_ATTENTION:
+        if kind is LayerKind.MAMBA2 and arch.mamba is not None:
+            shapes.update(mamba2_shapes(p, h, arch.mamba))
+        elif kind is LayerKind.FEED_FORWARD:
+            ffn(p, i)
+        elif kind is not LayerKind.LINEAR_ATTENTION:
             attention(p, arch.layer_attention(kind))
         elif la is not None:
             q = p + "linear_attn."
@@ -70,7 +79,10 @@ def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
                     q + "out_proj.weight": (h, la.value_dim),
                 }
             )
-        mlp_and_norms(p, i)
+        if arch.separate_ffn_layers:  # one sub-block a layer: its mixer or its FFN, behind one norm
+            shapes[p + "input_layernorm.weight"] = (h,)
+        else:
+            mlp_and_norms(p, i)
     for j in range(arch.mtp_num_layers):
         attention(f"mtp.layers.{j}.", arch.attention_at(None))
         mlp_and_norms(f"mtp.layers.{j}.", None)
@@ -134,6 +146,8 @@ def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, .
     """The canonical tensors of one sparse MoE FFN under `prefix` (a layer's, ending in ".")."""
     e, i, s = moe.num_experts, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
     p = prefix + "mlp."
+    if moe.expert_activation == RELU2:
+        return relu2_moe_shapes(p, hidden, moe)
     shapes = {
         p + "gate.weight": (e, hidden),
         p + "experts.gate_proj.weight": (e, i, hidden),

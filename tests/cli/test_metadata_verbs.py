@@ -237,7 +237,7 @@ def test_a_build_walks_the_gguf_header_once(gguf_spec, monkeypatch):
             super().__init__(path)
 
     monkeypatch.setattr(gguf_layout, "GGUFHeader", Counting)
-    monkeypatch.setattr(gguf_layout, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_recent_headers", {})
     build(gguf_spec, defer=True).close()
     assert len(made) == 1
 
@@ -248,7 +248,7 @@ def test_diff_of_two_specs_of_one_gguf_describes_it_once(gguf_spec, gguf_spec_b,
     described = []
     real = gguf_source._describe
     monkeypatch.setattr(gguf_source, "_describe", lambda ref, header: described.append(ref) or real(ref, header))
-    monkeypatch.setattr(gguf_layout, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_recent_headers", {})
     mtpc.diff(gguf_spec, gguf_spec_b)
     assert len(described) == 1
 
@@ -285,7 +285,7 @@ def test_check_and_plan_leave_the_tokenizer_unconverted_and_compile_converts_and
         return real(*args)
 
     monkeypatch.setattr(gguf_tokenizer, "_build", counting)
-    monkeypatch.setattr(gguf_layout, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_recent_headers", {})
     with build(gguf_spec, defer=True) as deferred:
         names = sorted(a.relpath for a in deferred.artifacts)
         assert {"tokenizer.json", "tokenizer_config.json"} <= set(names)
@@ -314,7 +314,7 @@ def test_the_vocabulary_is_located_only_when_the_tokenizer_is_written(gguf_spec,
         return real(buf, start, count)
 
     monkeypatch.setattr(gguf_header, "string_offsets", counting)
-    monkeypatch.setattr(gguf_layout, "_last_header", None)
+    monkeypatch.setattr(gguf_layout, "_recent_headers", {})
     build(gguf_spec, defer=True, defer_graphs=True).close()  # check SPEC, plan
     assert located == []  # stepped over by the header walk, never read
     with build(gguf_spec) as eager:  # compile: tokenizer.json is made from the vocabulary and its merges

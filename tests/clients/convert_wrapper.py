@@ -5,7 +5,10 @@
 Each `--`-separated group of arguments is one run of the converter's `main()`,
 in this one process (torch and transformers are imported once, which is most
 of a tiny conversion's time); its class-level state is reset by the converter
-at the start of each run.
+at the start of each run, but for the `--no-mtp` / `--mtp` flags, which `main()`
+sets on the model class and never clears (a process of its own starts without
+them): they are cleared after each run here, so that the runs of one process
+are the runs of as many processes.
 
 The converter names the BPE pre-tokenizer (`tokenizer.ggml.pre`) by hashing
 how the checkpoint's tokenizer encodes a fixed text, and knows only real
@@ -70,6 +73,23 @@ def main() -> None:
     for arguments in runs:
         sys.argv = [convert_hf_to_gguf.__file__, *arguments]
         convert_hf_to_gguf.main()
+        _clear_mtp_flags()
+
+
+def _clear_mtp_flags() -> None:
+    """Take back what `main()` set on the model classes for `--no-mtp` / `--mtp` (ModelBase keeps the defaults)."""
+    from conversion.base import ModelBase  # noqa: E402
+
+    classes, seen = [ModelBase], set()
+    while classes:
+        cls = classes.pop()
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                classes.append(sub)
+                for flag in ("no_mtp", "mtp_only"):
+                    if flag in vars(sub):
+                        delattr(sub, flag)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 VERSION = "0.3.36"
@@ -99,19 +100,56 @@ def _extract(sdist: Path, staging: Path) -> None:
                 shutil.copyfileobj(source, out)
 
 
-def convert(hf_dir: Path, outputs: dict[str, Path], *, pre_tokenizer: str = "qwen35") -> dict[str, Path]:
-    """Run `convert_hf_to_gguf.py hf_dir --outtype T --outfile outputs[T]` for each T (one process)."""
+def convert(hf_dir: Path, outputs: dict[str, Path], *, pre_tokenizer: str = "qwen35", two_files: Path | None = None,
+            head_outtypes: tuple[str, ...] = ("f32",)) -> dict[str, Path]:
+    """Run `convert_hf_to_gguf.py hf_dir --outtype T --outfile outputs[T]` for each T (one process).
+
+    `two_files`: in the same process, also publish the model as two files into that folder (`published` finds them):
+    `--outtype f32 --no-mtp` for the target and `--outtype T --mtp` for each head file, `--outfile` the folder, so
+    the converter names each file itself (the head's `mtp-<model>-<type>.gguf`, from the model, not from the
+    target's name)."""
+    runs = [[str(hf_dir), "--outtype", outtype, "--outfile", str(outfile)] for outtype, outfile in outputs.items()]
+    if two_files is not None:
+        two_files.mkdir(parents=True, exist_ok=True)
+        runs.append([str(hf_dir), "--outtype", "f32", "--outfile", str(two_files), "--no-mtp"])
+        runs += [[str(hf_dir), "--outtype", t, "--outfile", str(two_files), "--mtp"] for t in head_outtypes]
+    log = _run(runs, pre_tokenizer, list(outputs.values()))
+    if two_files is not None:
+        written = sorted(p.name for p in two_files.iterdir())
+        if sum(not n.startswith("mtp-") for n in written) != 1 or sum(n.startswith("mtp-") for n in written) != len(head_outtypes):
+            raise AssertionError(f"the converter wrote {written} into {two_files}:\n{log[-4000:]}")
+    return outputs
+
+
+@dataclass(frozen=True)
+class TwoFiles:
+    """A model published as two files: the target and its MTP head's own file of each outtype."""
+
+    target: Path
+    heads: dict[str, Path]
+
+
+def published(folder: Path, head_outtypes: tuple[str, ...] = ("f32",)) -> TwoFiles:
+    """The two files `convert(..., two_files=folder)` published, found by the converter's names."""
+    files = sorted(folder.iterdir())
+    heads = {t: next(p for p in files if p.name.startswith("mtp-") and p.stem.upper().endswith(f"-{t.upper()}"))
+             for t in head_outtypes}
+    (target,) = [p for p in files if not p.name.startswith("mtp-")]
+    return TwoFiles(target, heads)
+
+
+def _run(runs: list[list[str]], pre_tokenizer: str, expected: list[Path]) -> str:
     tree = converter_tree()
     command = [sys.executable, str(WRAPPER), str(tree), pre_tokenizer]
-    for outtype, outfile in outputs.items():
-        command += ["--", str(hf_dir), "--outtype", outtype, "--outfile", str(outfile)]
+    for arguments in runs:
+        command += ["--", *arguments]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # leave the cache as extracted
     env.pop("NO_LOCAL_GGUF", None)  # the converter must use its own gguf-py, as it does when run by hand
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    missing = [str(p) for p in outputs.values() if not p.is_file()]
+    missing = [str(p) for p in expected if not p.is_file()]
     if result.returncode != 0 or missing:
         raise AssertionError(
             f"llama.cpp's converter failed (exit {result.returncode}; not written: {missing}):\n"
             f"$ {' '.join(command)}\n{result.stdout[-8000:]}"
         )
-    return outputs
+    return result.stdout

@@ -73,7 +73,8 @@ def hf_models(hf_packages) -> Lazy:
 
 @pytest.fixture(scope="session")
 def ggufs(conformance_dir, releases) -> Lazy:
-    """family -> {outtype: llama.cpp's converter's GGUF of the release}."""
+    """family -> {outtype: llama.cpp's converter's GGUF of the release}; in the same converter process, the
+    release published as two files too (`two_files`)."""
 
     def build(f: str):
         try:
@@ -81,9 +82,21 @@ def ggufs(conformance_dir, releases) -> Lazy:
         except llama_cpp.ConverterUnavailable as error:  # fail, never skip: without it nothing here is tested
             pytest.fail(f"llama.cpp's converter is needed and could not be had: {error}", pytrace=False)
         outputs = {t: conformance_dir / f"{f}-{t}.gguf" for t in OUTTYPES}
-        return llama_cpp.convert(releases[f], outputs, pre_tokenizer=family_of(f).pre_tokenizer)
+        two_files = conformance_dir / f"two-{f}" if family_of(f).supports("llama.cpp two files") else None
+        return llama_cpp.convert(releases[f], outputs, pre_tokenizer=family_of(f).pre_tokenizer, two_files=two_files,
+                                 head_outtypes=HEAD_OUTTYPES)
 
     return Lazy(build)
+
+
+# The head files published beside the f32 target: llama.cpp pairs the one nearest the target's quantization (F32).
+HEAD_OUTTYPES = ("f32", "q8_0")
+
+
+@pytest.fixture(scope="session")
+def two_files(conformance_dir, ggufs) -> Lazy:
+    """family -> the release as llama.cpp's converter publishes it in two files (`--no-mtp`, `--mtp`), in one folder."""
+    return Lazy(lambda f: ggufs[f] and llama_cpp.published(conformance_dir / f"two-{f}", HEAD_OUTTYPES))
 
 
 @pytest.fixture(scope="session")

@@ -93,6 +93,8 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "deepseek2": _fixture("deepseek2_checkpoints"),
     "deepseek3": _fixture("deepseek3_checkpoints"),
     "step35": _fixture("step35_checkpoints"),
+    "nemotron_h": _fixture("nemotron_h_checkpoints"),
+    "nemotron_h-latent": _fixture("nemotron_h_checkpoints", True),
     "mimo2": _fixture("mimo2_checkpoints"),
 }
 

@@ -16,13 +16,12 @@ from dataclasses import replace
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from mtpc.ir import LayerKind
 from mtpc.reference.forward import DecoderReference
 from mtpc.weights import ArrayWeightStore
-from tests.fixtures.torch_trailing_head import assert_head_graph_matches, torch_trailing_head
+from tests.fixtures.torch_trailing_head import GraphSession, assert_head_graph_matches, torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import (
     FLASH,
     PREFIX,
@@ -36,33 +35,12 @@ from tests.fixtures.deepseek2_checkpoints import (
 )
 from tests.runtime.conftest import compile_spec, write_spec
 
-_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
 ITEMSIZE = {1: 4, 10: 2, 16: 2}  # onnx elem types: float, float16, bfloat16
 
 
 def _package(tmp_path, arch, tensors, extra: str = ""):
     folder = write_mla_checkpoint(tmp_path / "release", arch, tensors=tensors)
     return compile_spec(write_spec(tmp_path / "spec.yaml", "mla", f"{{hf: {folder.name}}}", extra), tmp_path / "pkg")
-
-
-class _Session:
-    """One graph on onnxruntime, fed as onnxruntime-genai feeds it: [B, S] positions, a mask over past + new."""
-
-    def __init__(self, path):
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.inputs = {i.name: i for i in self.session.get_inputs()}
-        self.names = [o.name for o in self.session.get_outputs()]
-
-    def run(self, ids, past: dict | None, start: int, **extra) -> dict:
-        s = len(ids)
-        feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, start + s), np.int64),
-                 "position_ids": np.arange(start, start + s, dtype=np.int64)[None], **extra}
-        for name, spec in self.inputs.items():
-            if name.startswith("past_key_values."):
-                present = name.replace("past_key_values.", "present.")
-                feeds[name] = past[present] if past else np.zeros([1, spec.shape[1], 0, spec.shape[3]],
-                                                                  _NUMPY[spec.type])
-        return dict(zip(self.names, self.session.run(self.names, {k: v for k, v in feeds.items() if k in self.inputs})))
 
 
 @pytest.mark.parametrize("q_lora_rank", [48, None])
@@ -73,7 +51,7 @@ def test_one_absorbed_layer_computes_the_decompressed_attention(tmp_path, q_lora
     raw = raw_mla_tensors(arch, SEED)
     package = _package(tmp_path, arch, raw)
     reference = DecoderReference(arch, ArrayWeightStore(canonical_mla_tensors(arch, raw)))
-    graph = _Session(package / "model.onnx")
+    graph = GraphSession(package / "model.onnx")
     prompt = list(PROMPTS[0])
     logits, post, _, state = reference.forward(np.asarray([prompt]))
     out = graph.run(prompt, None, 0)
@@ -103,7 +81,7 @@ def test_the_mtp_layer_computes_what_transformers_modules_do(tmp_path):
     raw = raw_mla_tensors(arch, SEED)  # an unfitted head: its attention and experts all contribute
     assert np.abs(raw[f"{PREFIX}layers.{arch.num_layers}.self_attn.o_proj.weight"]).max() > 0
     package = _package(tmp_path, arch, raw)
-    head = _Session(package / "mtp" / "mtp.onnx")
+    head = GraphSession(package / "mtp" / "mtp.onnx")
     forward = _torch_head(arch, raw)
     assert_head_graph_matches(head, forward, list(PROMPTS[1]), arch.hidden_size)
 

@@ -16,8 +16,8 @@ from mtpc.graphs import paged as paged_graphs
 from mtpc.ir import HeadContract
 from mtpc.reference.forward import DecoderReference
 from tests.fixtures.deepseek2_checkpoints import fitted_mla_store, tiny_mla_arch
-from tests.graphs.tiny import emit, make_ir, presents_as_past
-from tests.lowering.paged_runner import BlockPool, PagedRunner, lowered_session, rows_of
+from tests.graphs.tiny import emit, make_ir
+from tests.lowering.paged_runner import BlockPool, PagedRunner, decode_as_the_reference, lowered_session
 
 PROMPTS = [[45, 12, 77, 30, 61], [20, 66, 39], [8, 91, 5, 52, 33, 70, 14]]
 STEPS = [[[13, 14], [40], [77, 78, 79]], [[21], [41], [80]]]
@@ -35,20 +35,8 @@ def test_the_paged_graph_decodes_each_sequence_as_the_reference(tmp_path, io_dty
     longest = max(len(p) + sum(len(s[b]) for s in STEPS) for b, p in enumerate(PROMPTS))
     pool = BlockPool(len(PROMPTS), BLOCK_SIZE, longest, seed=1)
     main = PagedRunner(lowered_session(tmp_path / "pkg" / "model.onnx"), pool, len(PROMPTS))
-    reference = DecoderReference(arch, store)
     tol = TOLERANCE[io_dtype]
-    past, state, ref_states = [0] * len(PROMPTS), main.initial_state(), [None] * len(PROMPTS)
-    for tokens in [PROMPTS, *STEPS]:
-        lengths = [len(t) for t in tokens]
-        rows = np.concatenate([np.arange(p, p + n) for p, n in zip(past, lengths)]).astype(np.int64)
-        result = main.run(tokens, past, state, position_ids=rows)  # one position row per token
-        for b, seq in enumerate(tokens):
-            logits, post, _, ref_states[b] = reference.forward(np.array([seq]), ref_states[b])
-            for got, want, label in ((result["logits"], logits[0], "logits"), (result["hidden_states"], post[0], "hidden")):
-                err = np.abs(rows_of(got, lengths, b).astype(np.float64) - want).max()
-                assert err <= tol, f"{label} of sequence {b}: {err:.3g}"
-        state = presents_as_past(result)
-        past = [p + n for p, n in zip(past, lengths)]
+    result, ref_states = decode_as_the_reference(main, DecoderReference(arch, store), [PROMPTS, *STEPS], tol)
     for b, ref_state in enumerate(ref_states):
         blocks, offsets = pool.slots(b, ref_state.length)
         for i, (keys, values) in ref_state.kv.items():

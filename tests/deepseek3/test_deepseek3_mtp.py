@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.deepseek2.test_deepseek2_graphs import _Session
-from tests.fixtures.torch_trailing_head import assert_head_graph_matches, torch_trailing_head
+from tests.fixtures.torch_trailing_head import GraphSession, assert_head_graph_matches, torch_trailing_head
 from tests.fixtures.deepseek2_checkpoints import PREFIX, raw_mla_tensors
 from tests.fixtures.deepseek3_checkpoints import (
     PROMPTS, SEED, as_meant, tiny_dsv3_arch, transformers_dsv3_config, write_dsv3_checkpoint,
@@ -36,6 +35,6 @@ def test_the_mtp_layer_computes_what_transformers_modules_do(tmp_path):
     package = compile_spec(write_spec(tmp_path / "spec.yaml", "dsv3", f"{{hf: {folder.name}}}"), tmp_path / "pkg")
     meant = as_meant(raw, fp8_eh_proj=True)
     assert not np.array_equal(meant[head_name + "eh_proj.weight"], raw[head_name + "eh_proj.weight"])  # FP8 too
-    head = _Session(package / "mtp" / "mtp.onnx")
+    head = GraphSession(package / "mtp" / "mtp.onnx")
     forward = _torch_head(arch, meant)
     assert_head_graph_matches(head, forward, list(PROMPTS[1]), arch.hidden_size)

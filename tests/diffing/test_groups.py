@@ -100,7 +100,7 @@ def test_markdown_is_cut_below_the_comment_limit_and_says_what_was_cut():
     shown = capped.count("| ✏️ |")
     assert 0 < shown < 5000
     assert f"{5000 - shown} of 5000 rows not shown" in capped
-    assert "`mtpc diff --format json` lists every change." in capped
+    assert "`mtpc diff` without `--format markdown` prints every row; `--format json` lists every change." in capped
     assert capped.rstrip().endswith("<!-- mtpc-diff -->")  # the closing parts survive the cut
     assert capped.count("<details>") == capped.count("</details>") == 3
     small = markdown(report, limit=4000)

@@ -19,6 +19,7 @@ import pytest
 from mtpc.passes.state_window import windowed_decoder
 from mtpc.reference.forward import DecoderReference
 
+from tests.lowering.moe_relu2 import lower_model as lower_relu2
 from tests.lowering.state_window import lower_model
 
 from .tiny import emit, make_ir, run, session
@@ -31,6 +32,27 @@ PROMPT = np.array([[3, 17, 42, 9, 250, 1], [7, 7, 128, 64, 2, 33]], np.int64)
 @pytest.fixture(scope="module", params=["ops", "fused"])
 def form(request) -> str:
     return request.param
+
+
+# Both mixers with a recurrent state: Qwen3.5's Gated DeltaNet and Nemotron-H's Mamba2 (LinearAttention's gated
+# rule, conv bias, B and C in 2 groups), on the same window.
+@pytest.fixture(scope="module", params=["gated_delta_net", "mamba2"])
+def arch(request):
+    from tests.fixtures.arch import tiny_arch
+    from tests.fixtures.nemotron_h_checkpoints import tiny_nemotron_arch
+
+    return tiny_arch() if request.param == "gated_delta_net" else tiny_nemotron_arch()
+
+
+@pytest.fixture(scope="module")
+def store(arch):
+    from mtpc.sources.random_weights import seeded_store
+    from mtpc.weights import ArrayWeightStore
+    from tests.fixtures.nemotron_h_checkpoints import canonical_nemotron_tensors, raw_nemotron_tensors
+
+    if arch.mamba is None:
+        return seeded_store(arch, 0)
+    return ArrayWeightStore(canonical_nemotron_tensors(arch, raw_nemotron_tensors(arch)))
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +72,16 @@ def windowed(arch, store, tmp_path_factory, form):
     assert not any(n.op_type == "If" for n in model.graph.node)
     with pytest.raises(Exception, match="state_window"):  # onnxruntime's CPU kernels refuse the attribute
         empty = DecoderReference(arch, store).initial_state(1)
-        run(session(out / "model.onnx"), feeds(PROMPT[:1, :2], 0, empty, np.random.default_rng(0)))
-    onnx.save(lower_model(model), str(out / "model.cpu.onnx"))
+        run(session(out / "model.onnx"), feeds(PROMPT[:1, :2], 0, empty, np.random.default_rng(0), arch))
+    onnx.save(lower_relu2(lower_model(model), out), str(out / "model.cpu.onnx"))
     return session(out / "model.cpu.onnx")
 
 
-def feeds(ids: np.ndarray, past_length: int, state, rng) -> dict:
+def feeds(ids: np.ndarray, past_length: int, state, rng, arch) -> dict:
     """Inputs for `ids` after the reference `state`: KV as is, each linear layer's state in slot W-1 of noise."""
     b, s = ids.shape
-    positions = np.broadcast_to(np.arange(past_length, past_length + s), (3, b, s)).astype(np.int64)
+    rows = (3, b, s) if arch.rope.position_rows else (b, s)
+    positions = np.broadcast_to(np.arange(past_length, past_length + s), rows).astype(np.int64)
     out = {"input_ids": ids, "attention_mask": np.ones((b, past_length + s), np.int64), "position_ids": positions}
     for i, (k, v) in state.kv.items():
         out[f"past_key_values.{i}.key"], out[f"past_key_values.{i}.value"] = k.astype(np.float32), v.astype(np.float32)
@@ -94,7 +117,7 @@ def test_every_slot_is_the_state_after_its_token(windowed, form, reference, batc
     if prefix:
         *_, state = reference.forward(ids[:, :prefix], state)
     continuation = (ids[:, ::-1] * 3 + 11)[:, :tokens] % 256
-    out = run(windowed, feeds(continuation, prefix, state, rng))
+    out = run(windowed, feeds(continuation, prefix, state, rng, reference.arch))
     logits, post, _, _ = reference.forward(continuation, state)
     np.testing.assert_allclose(out["logits"], logits, atol=TOL, rtol=0)
     np.testing.assert_allclose(out["hidden_states"], post, atol=TOL, rtol=0)
@@ -117,7 +140,7 @@ def test_past_and_present_bound_to_one_buffer_give_the_same_result(windowed, ref
 
     rng = np.random.default_rng(0)
     *_, state = reference.forward(PROMPT[:1, :4])
-    inputs = feeds(PROMPT[:1, 3:6] + 1, 4, state, rng)
+    inputs = feeds(PROMPT[:1, 3:6] + 1, 4, state, rng, reference.arch)
     expected = run(windowed, inputs)
     binding = windowed.io_binding()
     shared, bound = {}, []

@@ -85,3 +85,26 @@ class PagedRunner:
 def rows_of(packed: np.ndarray, lengths, b: int) -> np.ndarray:
     starts = np.concatenate([[0], np.cumsum(lengths)])
     return packed[starts[b] : starts[b + 1]]
+
+
+def decode_as_the_reference(main: "PagedRunner", reference, steps: list, tol: float):
+    """Run `steps` (each a list of every sequence's new tokens: the packed prefill, then ragged and decode steps)
+    through the paged `main` and sequence by sequence through the numpy `reference`; every row's logits and hidden
+    state must agree within `tol`. Returns the last step's outputs and the reference's state per sequence."""
+    from tests.graphs.tiny import presents_as_past
+
+    batch = len(steps[0])
+    past, state, ref_states = [0] * batch, main.initial_state(), [None] * batch
+    result: dict[str, np.ndarray] = {}
+    for tokens in steps:
+        lengths = [len(t) for t in tokens]
+        rows = np.concatenate([np.arange(p, p + n) for p, n in zip(past, lengths)]).astype(np.int64)
+        result = main.run(tokens, past, state, position_ids=rows)  # one position row per token
+        for b, seq in enumerate(tokens):
+            logits, post, _, ref_states[b] = reference.forward(np.array([seq]), ref_states[b])
+            for got, want, label in ((result["logits"], logits[0], "logits"), (result["hidden_states"], post[0], "hidden")):
+                err = np.abs(rows_of(got, lengths, b).astype(np.float64) - want).max()
+                assert err <= tol, f"{label} of sequence {b}: {err:.3g}"
+        state = presents_as_past(result)
+        past = [p + n for p, n in zip(past, lengths)]
+    return result, ref_states

@@ -57,9 +57,13 @@ class LazyStrings(Sequence[str]):
     string lies is worked out the first time one is read.
     """
 
-    def __init__(self, buf: memoryview, start: int, count: int):
-        self._buf, self._start, self._count = buf, start, count
+    def __init__(self, buf: memoryview, start: int, count: int, end: int):
+        self._buf, self._start, self._count, self._end = buf, start, count, end
         self._index: tuple[list[int], list[int]] | None = None
+
+    def encoded(self) -> bytes:
+        """The array as the file stores it (each string's length and bytes): two arrays are equal iff these are."""
+        return bytes(self._buf[self._start : self._end])
 
     def __len__(self) -> int:
         return self._count
@@ -242,7 +246,7 @@ class GGUFHeader:
             self._count(count, 8, f"{self._field} (an array of strings)")
             start = self._pos
             self._pos = skip_strings(self._buf, start, count)
-            return LazyStrings(self._buf, start, count)
+            return LazyStrings(self._buf, start, count, self._pos)
         fmt = _SCALARS.get(element)
         if fmt is not None:
             item = struct.calcsize("<" + fmt)

@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass, replace
 
 from ...util.diagnostics import SourceError
-from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
+from ...ir import Architecture, LayerKind, QuantForm, SourceTensor, UnusableHead
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import deepseek2, glm4moe, mimo2, qwen3next, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, qwen3next, step35
 from .metadata import Metadata, architecture, tensor_shapes
 from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, mla_dims, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
@@ -25,30 +25,33 @@ _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 # Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
 ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES,
                                                               deepseek2.NAMES, step35.NAMES, mimo2.NAMES)}
+ARCHITECTURES["nemotron_h_moe"] = nemotron_h.NAMES  # llama.cpp's name; the IR's family is `nemotron_h`
 # A family whose metadata keys are not Qwen3.5's reads them itself (`metadata.architecture` otherwise).
 _ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2.architecture,
-                         "step35": step35.architecture, "mimo2": mimo2.architecture}
+                         "step35": step35.architecture, "nemotron_h": nemotron_h.architecture,
+                         "mimo2": mimo2.architecture}
 
 
 # ----------------------------------------------------------------------------- reading the file
 
 
-# The last header parsed, by the file's identity: `describe` (lowering) and the weight store both need
-# it, and walking a 248k-token vocabulary twice is a quarter of a second on a 27B file. A file
+# The last headers parsed, by the files' identities: `describe` (lowering) and the weight store both need
+# them, and walking a 248k-token vocabulary twice is a quarter of a second on a 27B file. A target and its
+# head file (`head_file`) are two, and pairing one looks at the other `mtp-` files beside it. A file
 # replaced or rewritten in between has another identity (inode, size, mtime) and is parsed afresh.
-_last_header: tuple[tuple, GGUFHeader] | None = None
+_recent_headers: dict[tuple, GGUFHeader] = {}
+_RECENT = 4
 
 
 def open_header(path: str) -> GGUFHeader:
-    global _last_header
     if not os.path.isfile(path):
         raise SourceError(f"{path}: no such GGUF file")
     st = os.stat(path)
     identity = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if _last_header is not None and _last_header[0] == identity:
-        return _last_header[1]
-    header = GGUFHeader(path)
-    _last_header = (identity, header)
+    header = _recent_headers.pop(identity, None) or GGUFHeader(path)
+    _recent_headers[identity] = header  # the most recent last
+    while len(_recent_headers) > _RECENT:
+        del _recent_headers[next(iter(_recent_headers))]
     return header
 
 
@@ -127,7 +130,7 @@ def layout_of(meta: Metadata) -> Layout:
             f"{meta.path}: GGUF architecture {meta.arch!r} is not supported (supported: {', '.join(sorted(ARCHITECTURES))})"
         )
     arch, n_main = _ARCHITECTURE_READERS.get(names.family, architecture)(meta, names)
-    dims = _dims(arch)
+    dims = {**_dims(arch), **(names.dims(arch) if names.dims else {})}
     present = tensor_shapes(meta.header)
     if names.variant is not None:
         names = names.variant(arch, present)
@@ -153,6 +156,8 @@ def layout_of(meta: Metadata) -> Layout:
                                   f"{[dims[d] for d in shape]})")
         assert expected is not None
         canonical_shape = (expected[0], 1, expected[1]) if rule.transform is Transform.CONV1D else expected
+        if rule.transform is Transform.FLATTEN:
+            canonical_shape = (expected[0] * expected[1],)
         if rule.transform in (Transform.BETA_ROWS, Transform.ALPHA_ROWS):
             canonical_shape = (expected[0] // 2, *expected[1:])
         if rule.transform is Transform.KV_B_SPLIT:
@@ -183,6 +188,8 @@ def layout_of(meta: Metadata) -> Layout:
 
 def block_rules(names: GGUFNames, arch: Architecture, kind: LayerKind, block: int | None) -> tuple[Rule, ...]:
     """The tensors of one block (`block` None: the MTP block): norms, FFN and mixer."""
+    if names.blocks is not None:
+        return names.blocks(names, arch, kind, block)
     mixer = (names.linear_attention if kind is LayerKind.LINEAR_ATTENTION
              else attention_rules(names, arch, sliding=kind is LayerKind.SLIDING_ATTENTION))
     return names.every_block + ffn_rules(names, arch, block) + mixer
@@ -209,6 +216,8 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
         unknown=head_like - known,
         block=prefix[:-1],
     )
+    if not usable and unusable is None:  # no head declared, none present: its file may be beside this one
+        unusable = UnusableHead(no_head_reason(meta.arch), absent=True)
     arch = replace(arch, mtp_num_layers=usable, unusable_head=unusable)
     notes: list[str] = []
     if not usable:
@@ -230,6 +239,14 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
             add(replace(rule, gguf=stand_in), "", "")
             notes.append(f"the GGUF has no {prefix}{rule.gguf}: the MTP head uses {stand_in} in its place")
     return arch, notes
+
+
+def no_head_reason(arch: str) -> str:
+    """Why a GGUF without a head gives a text-only package, and what would add MTP (`head_file`, `siblings`)."""
+    key = Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch=arch)
+    return (f"the GGUF holds no MTP head ({key} is absent or 0); llama.cpp's converter writes a model's head to a file "
+            "of its own (`--mtp`: mtp-<model>-<type>.gguf), which would add MTP: put it beside this file or name it "
+            "as source.head")
 
 
 def _is_head_tensor(gguf_name: str, n_main: int) -> bool:

@@ -55,6 +55,9 @@ class Transform(str, enum.Enum):
     # kv_b_proj `[N * (NOPE + VH), R]` assembled from the converter's `attn_k_b` `[N, R, NOPE]` (k half, transposed)
     # and its `Rule.parts` `attn_v_b` `[N, VH, R]`; read as float (k_b's blocks run along NOPE, not R).
     KV_B_SPLIT = "kv_b_split"
+    # A tensor stored with more axes than its canonical 1-D form (Nemotron-H's `ssm_a` / `ssm_d` `[H, 1]`, `ssm_norm`
+    # `[G, H*P/G]`): the same values, flattened.
+    FLATTEN = "flatten"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,10 @@ class GGUFNames:
     variant: Callable[..., "GGUFNames"] | None = None
     # A sliding-window block's attention tensors where its heads differ from a full block's (step35); empty: as full.
     sliding_attention: tuple[Rule, ...] = ()
+    # (names, architecture, layer kind, block or None for the MTP block) -> the block's rules, for a family whose
+    # blocks are not a mixer and an FFN (Nemotron-H's one sub-block each); and its own symbolic dimensions.
+    blocks: Callable[..., tuple[Rule, ...]] | None = None
+    dims: Callable[..., dict[str, int]] | None = None
 
 
 _N = Transform

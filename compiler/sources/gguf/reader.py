@@ -14,6 +14,7 @@ plan can store them as float or re-quantize them. The weight store that reads th
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -21,8 +22,9 @@ from ...ir import SourceRef
 from ..card_facts import gguf_card_facts
 from ..info import SourceInfo
 from .constants import Keys
+from .head_file import PairedHeader, check_shared_values, label, open_source, stored_differently
 from .header import GGUFHeader
-from .layout import layout_of, open_header, served_names, source_tensor
+from .layout import layout_of, served_names, source_tensor
 from .metadata import Metadata
 from .tokenizer import tokenizer_files
 
@@ -49,10 +51,11 @@ _last_description: tuple[SourceRef, GGUFHeader, SourceInfo] | None = None
 
 
 def describe(ref: SourceRef) -> SourceInfo:
-    """Metadata only: tensor shapes and types come from the header, no tensor data is read."""
+    """Metadata only: tensor shapes and types come from the header (a target's and its head file's,
+    `head_file`), no tensor data is read."""
     global _last_description
     assert ref.path is not None
-    header = open_header(ref.path)
+    header = open_source(ref.path, ref.head)
     last = _last_description
     if last is not None and last[0] == ref and last[1] is header:
         return last[2]
@@ -61,14 +64,15 @@ def describe(ref: SourceRef) -> SourceInfo:
     return info
 
 
-def describe_header(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
-    """`describe` of a header read elsewhere (a hub file's first bytes, `sources/hub/`); `ref.path` names it."""
+def describe_header(ref: SourceRef, header: GGUFHeader | PairedHeader) -> SourceInfo:
+    """`describe` of a header read elsewhere (a hub file's first bytes, or a hub target's and its head file's,
+    `sources/hub/`); `ref.path` (and `ref.head`) name them."""
     return _describe(ref, header)
 
 
-def _describe(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
+def _describe(ref: SourceRef, header: GGUFHeader | PairedHeader) -> SourceInfo:
     assert ref.path is not None
-    meta = Metadata(header, ref.path)
+    meta = Metadata(header, label(ref.path, ref.head))
     layout = layout_of(meta)
     header = meta.header
     facts: list[tuple[str, object]] = [
@@ -85,6 +89,12 @@ def _describe(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
             facts.append(("mtp_shares", tuple(shared)))
     if layout.arch.unusable_head is not None:
         facts.append(("mtp_note", layout.arch.unusable_head.reason))
+    notes, weight_checks = layout.notes, None
+    if isinstance(header, PairedHeader):
+        assert ref.head is not None
+        facts += [("mtp_head_file", os.path.basename(ref.head)), ("mtp_head_file_size", header.head.file_size)]
+        notes += _shared_notes(header)
+        weight_checks = lambda: check_shared_values(header)  # noqa: E731
     model = meta.get(Keys.Tokenizer.MODEL, "", required=False)
     if model:
         facts.append(("tokenizer_model", model))
@@ -93,14 +103,23 @@ def _describe(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
         storage=_storage(header),
         tokenizer=tokenizer_files(meta.get, layout.arch, ref.path),
         facts=tuple(facts),
-        notes=layout.notes,
+        notes=notes,
         tensors=tuple(source_tensor(layout, header.tensors, n) for n in served_names(layout)),
         card=gguf_card_facts(header.metadata),
+        weight_checks=weight_checks,
     )
+
+
+def _shared_notes(header: PairedHeader) -> tuple[str, ...]:
+    differ = stored_differently(header)
+    if not differ:
+        return ()
+    return (f"the MTP head file stores its copies of the target's tensors otherwise ({'; '.join(differ)}): the head "
+            "reads the target's, and compile holds the copies' values to them",)
 
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> "GGUFWeightStore":
     from .store import GGUFWeightStore  # it builds on this module's layout
 
     assert ref.path is not None
-    return GGUFWeightStore(ref.path)
+    return GGUFWeightStore(ref.path, ref.head)

@@ -21,7 +21,8 @@ import numpy as np
 
 from ...util.diagnostics import SourceError
 from ...weights import QuantizedRows, QuantizedTensor, TensorInfo, Weight, described_info, unpack_codes
-from .layout import Entry, carried_form, entry_of, layout_of, op_for, open_header, served_names, source_tensor
+from .head_file import label, open_source
+from .layout import Entry, carried_form, entry_of, layout_of, op_for, served_names, source_tensor
 from .constants import GGMLQuantizationType as QT
 from .header import TensorInfo as GGUFTensorInfo
 from .metadata import Metadata
@@ -45,12 +46,13 @@ def rope_row_order(arch, transform: Transform, rows: int) -> np.ndarray:
     """The source row of each canonical row of an MLA weight whose rope rows the converter left interleaved
     (pairs 2i, 2i+1, llama.cpp's ROPE_TYPE_NORM): canonical half-split rope row i reads 2i, row d/2 + i reads 2i + 1."""
     mla = arch.mla
-    d = mla.qk_rope_head_dim
+    # Without MLA every row of a head was permuted so (LlamaModel.permute: Nemotron-H's q / k, which no RoPE reads).
+    d, nope = (mla.qk_rope_head_dim, mla.qk_nope_head_dim) if mla is not None else (arch.head_dim, 0)
     rope = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
     if transform is Transform.ROPE_ROWS_LAST:  # [latent | k_rope]
         return np.concatenate([np.arange(rows - d), rows - d + rope])
-    per_head = mla.qk_head_dim  # [nope | rope] per head
-    head = np.concatenate([np.arange(mla.qk_nope_head_dim), mla.qk_nope_head_dim + rope])
+    per_head = nope + d  # [nope | rope] per head
+    head = np.concatenate([np.arange(nope), nope + rope])
     return (np.arange(rows // per_head)[:, None] * per_head + head).reshape(-1)
 
 
@@ -96,12 +98,12 @@ class DequantizedRows:
 
 
 class GGUFWeightStore:
-    """Canonical weights of a GGUF file, read lazily from the memory map."""
+    """Canonical weights of a GGUF file (or of a target and its MTP head file), read lazily from the memory maps."""
 
-    def __init__(self, path: str):
-        self._path = path
-        self._header = open_header(path)
-        self._layout = layout_of(Metadata(self._header, path))
+    def __init__(self, path: str, head: str | None = None):
+        self._path = label(path, head)
+        self._header = open_source(path, head)
+        self._layout = layout_of(Metadata(self._header, self._path))
         self._tensors = self._header.tensors
 
     def names(self) -> Iterable[str]:
@@ -209,6 +211,8 @@ class GGUFWeightStore:
         return np.ascontiguousarray(kv.reshape(entry.canonical_shape), dtype=np.float32)
 
     def _regroup(self, value: np.ndarray, transform: Transform) -> np.ndarray:
+        if transform is Transform.FLATTEN:
+            return value
         if transform in (Transform.ROPE_ROWS_PER_HEAD, Transform.ROPE_ROWS_LAST):
             return value[rope_row_order(self._layout.arch, transform, value.shape[0])]
         n_k, n_v, key_dim = self._layout.heads

@@ -19,7 +19,7 @@ from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import canonical_shapes
 from ..info import SourceInfo
-from . import deepseek2, glm4moe, mimo2, qwen3next, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, qwen3next, step35
 from .config import SUPPORTED_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
 from .checkpoint import Checkpoint
@@ -105,7 +105,7 @@ class _QwenNames:
 # `FAMILY` (the IR's), `architecture(cfg, directory)`, `names(arch, qwen_names)` (its tensor names and
 # conventions) and `declared_heads(cfg, hf_names)` (where its head's depth is declared, and the depth).
 # Qwen3.5 is this module's own (`config.architecture`, `_QwenNames`).
-FAMILIES = (glm4moe, qwen3next, deepseek2, step35, mimo2)
+FAMILIES = (glm4moe, qwen3next, deepseek2, step35, nemotron_h, mimo2)
 
 
 def _family_of(family: str):
@@ -294,7 +294,8 @@ def shape_problems(directory: Path | str, arch: Architecture, shape_of: Callable
     for name, shape in canonical_shapes(arch).items():
         found = shape_of(name)
         if found is None:
-            where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
+            tied = name == "lm_head.weight" and arch.tie_word_embeddings
+            where = "embed_tokens.weight (tied)" if tied else source_name(name)  # as the checkpoint names it
             problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
         elif tuple(found) != shape:
             # as the checkpoint names it (a GLM head tensor: its trailing layer's)

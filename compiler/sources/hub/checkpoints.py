@@ -12,6 +12,11 @@ says about itself; `fingerprint` is provenance.json's `source`: the repo, the re
 resolved to, and each file compile reads with its size and the hub's hash of it (its ETag: the sha256 of a
 large file, the git blob id of a small one), all from the listing, so the metadata verbs, a first compile
 and an offline one record the same bytes.
+
+A GGUF target's MTP head in a file of its own (`HubRef.head`, paired from the repo by `gguf_head.py`) is read
+with it as beside a local target (`gguf/head_file.py`): described from the two headers, both downloaded by
+`fetch`, both listed by `fingerprint`, and the head file's copies of the target's tensors compared once both are
+local.
 """
 
 from __future__ import annotations
@@ -23,11 +28,10 @@ from ...util.diagnostics import SourceError
 from ...weights import TensorInfo, described_info
 from ..info import SourceInfo
 from .gguf_choice import chosen_file, is_model_file
+from .gguf_head import auto_pair, header_of, named, unread
 from .snapshot import Snapshot, resolve
 
 DEFAULT_REVISION = "main"  # huggingface_hub's constants.DEFAULT_REVISION: what no revision means
-
-_gguf_headers: dict[tuple[str, str], object] = {}
 
 
 def gguf_file(ref: SourceRef) -> tuple[Snapshot, str]:
@@ -57,11 +61,30 @@ def repo_kind(hub: HubRef) -> str:
                       "model.safetensors or its index) nor a GGUF file")
 
 
+def with_head(ref: SourceRef, head: str | None, policy: str = "auto") -> tuple[SourceRef, tuple[str, ...]]:
+    """A `gguf` hub target with its MTP head file (`gguf_head.py`): the file `head` names, none with `off`, else
+    the repo's `mtp-` file that is its head (unless `policy`, `mtp.head`, is off); and notes on the choice."""
+    assert ref.hub is not None
+    snapshot, target = gguf_file(ref)
+    if head == "off":
+        return ref, unread(snapshot, target, ref.hub.quant)
+    if head is not None:
+        return replace(ref, hub=replace(ref.hub, head=named(snapshot, head))), ()
+    if policy == "off":
+        return ref, ()
+    pairing = auto_pair(snapshot, target, ref.hub.quant)
+    return replace(ref, hub=replace(ref.hub, head=pairing.head)), pairing.notes
+
+
 def local_ref(ref: SourceRef) -> SourceRef | None:
-    """A `gguf` hub ref as the local file the cache holds, or None before it is downloaded."""
+    """A `gguf` hub ref as the local file(s) the cache holds, or None before they are downloaded."""
+    assert ref.hub is not None
     snapshot, name = gguf_file(ref)
     path = snapshot.local(name)
-    return None if path is None else SourceRef("gguf", path=str(path))
+    head = None if ref.hub.head is None else snapshot.local(ref.hub.head)
+    if path is None or (ref.hub.head is not None and head is None):
+        return None
+    return SourceRef("gguf", path=str(path), head=None if head is None else str(head))
 
 
 def describe(ref: SourceRef) -> SourceInfo:
@@ -77,16 +100,40 @@ def describe(ref: SourceRef) -> SourceInfo:
         if local is not None:
             info = reader.describe(local)
         else:
-            snapshot, name = gguf_file(ref)
-            key = (snapshot.commit, name)
-            if key not in _gguf_headers:
-                from .remote import gguf_header
-
-                _gguf_headers[key] = gguf_header(snapshot, name, f"{snapshot.shown}/{name}")
-            info = reader.describe_header(SourceRef("gguf", path=f"{snapshot.shown}/{name}"), _gguf_headers[key])
+            info = _described_from_headers(ref)
     card = dict(info.card)
     card["base_model"] = ref.hub.repo
     return replace(info, card=tuple(sorted(card.items())))
+
+
+def _described_from_headers(ref: SourceRef) -> SourceInfo:
+    """A hub GGUF not (wholly) in the cache, from its header (and its head file's), read by range request. The
+    head file's values are compared once both files are local (compile fetches them before it runs the checks)."""
+    from ..gguf import reader
+    from ..gguf.head_file import head_only_refusal, paired
+
+    assert ref.hub is not None
+    snapshot, name = gguf_file(ref)
+    shown = f"{snapshot.shown}/{name}"
+    header = header_of(snapshot, name)
+    if ref.hub.head is None:
+        refusal = head_only_refusal(shown, header)
+        if refusal is not None:
+            raise refusal
+        return reader.describe_header(SourceRef("gguf", path=shown), header)
+    pair = paired(header, header_of(snapshot, ref.hub.head))
+    info = reader.describe_header(SourceRef("gguf", path=shown, head=f"{snapshot.shown}/{ref.hub.head}"), pair)
+    return replace(info, weight_checks=lambda: _local_weight_checks(ref))
+
+
+def _local_weight_checks(ref: SourceRef) -> None:
+    from ..gguf import reader
+
+    local = local_ref(ref)
+    assert local is not None, "fetch downloads a hub target and its head file before their values are compared"
+    checks = reader.describe(local).weight_checks
+    if checks is not None:
+        checks()
 
 
 def files_to_fetch(ref: SourceRef, info: SourceInfo) -> list[str]:
@@ -94,7 +141,8 @@ def files_to_fetch(ref: SourceRef, info: SourceInfo) -> list[str]:
         from ..hf.reader import files_to_fetch as hf_files
 
         return hf_files(ref, info)
-    return [gguf_file(ref)[1]]
+    assert ref.hub is not None
+    return [gguf_file(ref)[1]] + ([ref.hub.head] if ref.hub.head is not None else [])
 
 
 def fetch(ref: SourceRef, info: SourceInfo, progress=lambda message: None) -> None:
