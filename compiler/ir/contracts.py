@@ -8,7 +8,7 @@ variants are produced from these by `passes/paged_io.py`.
 
 from __future__ import annotations
 
-from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, Precision, TensorSpec
+from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, LayerKind, Precision, TensorSpec
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -169,7 +169,7 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
         filename="model.onnx",
         hidden_size=arch.hidden_size,
         num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.cached_key_value_heads,
+        num_key_value_heads=arch.layer_attention(LayerKind.FULL_ATTENTION).cached_key_value_heads,
         head_size=arch.head_dim,
         layer_kinds=arch.layer_kinds,
         inputs=tuple(inputs.items()),

@@ -156,8 +156,7 @@ class Architecture:
     # Every layer is one residual sub-block: a token mixer, or the FFN alone (`LayerKind.FEED_FORWARD`), as
     # Nemotron-H's are. False: every layer is a mixer then an FFN, each behind its own norm.
     separate_ffn_layers: bool = added(False)
-    # Every layer's values are multiplied by this before the attention (MiMo-V2-Flash's `attention_value_scale`).
-    attention_value_scale: float = added(1.0)
+    attention_value_scale: float = added(1.0)  # values times it before the attention (MiMo-V2-Flash)
     # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
     vision: VisionModel | None = added(None)
 
@@ -167,21 +166,16 @@ class Architecture:
             raise ValueError(f"sliding_window {self.sliding_window} and the sliding layers' window {sliding.window} differ")
 
     def layer_attention(self, kind: LayerKind) -> LayerAttention:
-        """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`. Its cache
-        holds `cached_key_value_heads` KV heads."""
+        """How a layer of `kind` attends (`ir/attention.py`; the MTP block's: `mtp_layer_kind`), cache heads included."""
         sliding, layer = kind is LayerKind.SLIDING_ATTENTION, self.sliding_attention
         if not sliding or layer is None:  # a sliding layer here attends as the full layers do, within the window
             if sliding and self.sliding_window is None:
                 raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
-            layer = LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
-                                   self.value_head_dim or self.head_dim, self.rope, window=self.sliding_window if sliding else None)
-        cached = self.cached_key_value_heads
-        return layer if cached == layer.num_key_value_heads else replace(layer, cached_kv_heads=cached)
-
-    @property
-    def cached_key_value_heads(self) -> int:
-        """KV heads of every attention layer's cache: the most any layer has (`LayerAttention.cached_kv_heads`)."""
-        return max(self.num_key_value_heads, self.sliding_attention.num_key_value_heads if self.sliding_attention else 0)
+            layer = LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim, self.value_head_dim
+                                   or self.head_dim, self.rope, window=self.sliding_window if sliding else None)
+        # Every layer's cache holds the most KV heads any layer has (`LayerAttention.cached_kv_heads`).
+        heads = max(self.num_key_value_heads, self.sliding_attention.num_key_value_heads if self.sliding_attention else 0)
+        return replace(layer, cached_kv_heads=heads) if heads != layer.num_key_value_heads else layer
 
     def attention_at(self, layer: int | None) -> LayerAttention:
         """Trunk layer `layer`'s attention, or the MTP block's (None)."""
