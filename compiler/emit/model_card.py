@@ -271,16 +271,20 @@ def _sliding_cache(ir: ModelIR) -> list[str]:
     layers = [arch.layer_attention(k) for k in arch.layer_kinds if k is not LayerKind.LINEAR_ATTENTION]
     if ir.heads:
         layers.append(arch.attention_at(None))
-    per_token = [2 * a.num_key_value_heads * a.cached_head_dim * size for a in layers]
+    per_token = [2 * a.cached_key_value_heads * a.cached_head_dim * size for a in layers]
     held = sum(p * CARD_CONTEXT for p in per_token)
     windowed = sum(p * a.cached_tokens(CARD_CONTEXT) for p, a in zip(per_token, layers))
     target = ir.targets.onnxruntime_genai
     why = ort_genai_profile(target.version).sliding_kv_cache if target is not None else ""
+    repeated = {a.num_key_value_heads: a for a in layers if a.cached_key_value_heads > a.num_key_value_heads}.values()
     window = arch.layer_attention(LayerKind.SLIDING_ATTENTION).window
     return [f"- KV cache per sequence at {CARD_CONTEXT:,} tokens: {held / 2**20:,.0f} MiB ({ir.precision.io_dtype}; "
             f"{len(layers)} layers{' with the head' * bool(ir.heads)}). The sliding layers hold the whole context too, "
             f"their window of {window} applied in the graph" + (f", because {why}" if why else "")
-            + f"; caches of the windows alone would hold {windowed / 2**20:,.0f} MiB"]
+            + f"; caches of the windows alone would hold {windowed / 2**20:,.0f} MiB"
+            + "".join(f"; layers of {a.num_key_value_heads} KV heads cache each {a.cached_key_value_heads // a.num_key_value_heads}"
+                      " times, as onnxruntime-genai sizes every layer's cache by one num_key_value_heads "
+                      "(src/models/kv_cache.cpp)" for a in repeated)]
 
 
 def _chained_heads(ir: ModelIR) -> list[str]:

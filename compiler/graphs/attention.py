@@ -23,6 +23,8 @@ Both attend to the `window` tokens ending at the query, its own included, as tra
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx_ir as oir
 
@@ -53,6 +55,9 @@ def attend(b: GraphBuilder, ops: SequenceOps, q: oir.Value, k: oir.Value, v: oir
         pads = [0] * (ops.lead + 2) + [0] * (ops.lead + 1) + [hd - vd]
         v = merge_heads(b, ops, b.op("Pad", [heads, b.i64(f"pad_{hd - vd}_rank{ops.lead + 2}", pads)], name="v/Pad"),
                         kvh * hd, "v/merge")
+    if layer.cached_key_value_heads > kvh:  # each KV head repeated, as the cache holds it (`cached_kv_heads`)
+        k, v = (_repeat_heads(b, ops, t, kvh, hd, layer.cached_key_value_heads // kvh, n) for t, n in ((k, "k"), (v, "v")))
+        layer = replace(layer, num_key_value_heads=layer.cached_key_value_heads, cached_kv_heads=None)
     if layer.window is not None and not b.kernels.window_group_query_attention and hasattr(ops, "window_mask"):
         out, present_key, present_value = windowed_attention(b, ops, q, k, v, past_key, past_value, layer, sinks)
     else:
@@ -63,6 +68,15 @@ def attend(b: GraphBuilder, ops: SequenceOps, q: oir.Value, k: oir.Value, v: oir
                     name="out/Slice")
         out = merge_heads(b, ops, kept, nh * vd, "out/merge")
     return out, present_key, present_value
+
+
+def _repeat_heads(b: GraphBuilder, ops: SequenceOps, x: oir.Value, heads: int, dim: int, times: int, name: str
+                  ) -> oir.Value:
+    """`x [.., heads * dim]` with each head `times` times in a row: `[.., heads * times * dim]`."""
+    split = b.op("Unsqueeze", [split_heads(b, ops, x, heads, dim, f"{name}/heads"), b.i64("axis_minus2", [-2])],
+                 name=f"{name}/Unsqueeze")
+    repeated = b.op("Concat", [split] * times, {"axis": -2}, name=f"{name}/Repeat")
+    return merge_heads(b, ops, repeated, heads * times * dim, f"{name}/repeated")
 
 
 class WindowMask:

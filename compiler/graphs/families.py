@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import Architecture
-from . import deepseek2, glm4moe, nemotron_h, qwen35, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, qwen35, step35
 from .blocks import gated_attention
 
 _MAIN = {"qwen35": qwen35.build_main, "qwen35moe": qwen35.build_main, "glm4moe": glm4moe.build_main,
          "qwen3next": qwen35.build_main, "deepseek2": deepseek2.build_main, "step35": step35.build_main,
-         "nemotron_h": nemotron_h.build_main}
+         "nemotron_h": nemotron_h.build_main, "mimo2": mimo2.build_main}
 _ATTENTION = {"qwen35": gated_attention, "qwen35moe": gated_attention, "glm4moe": glm4moe.attention,
               "qwen3next": gated_attention, "deepseek2": deepseek2.attention, "step35": step35.attention,
-              "nemotron_h": nemotron_h.attention}
+              "nemotron_h": nemotron_h.attention, "mimo2": mimo2.attention}
 
 
 def _of(table: dict, arch: Architecture):

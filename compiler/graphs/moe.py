@@ -302,6 +302,8 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims, limits:
             routed = scaled(b, routed, routed_input, factor, moe)
         if moe.latent_size:
             routed = project(b, routed, p + "fc2_latent_proj.weight", "fc2_latent_proj/MatMul")
+    if not moe.shared_expert_intermediate_size:
+        return routed
     with b.scope("shared_expert"):
         s = p + "shared_expert."
         if relu2:  # non-gated: down(relu(up(x))^2)

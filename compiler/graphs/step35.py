@@ -13,6 +13,7 @@ sliding layer with the same block.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import onnx_ir as oir
 
@@ -57,21 +58,27 @@ def attention(b: GraphBuilder, ops: SequenceOps, x: oir.Value, prefix: str, arch
     return out, present_key, present_value
 
 
-def _mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
-    if kind not in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION):  # lowering accepts only these
-        raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the Step-3.5 graph builder")
-    rot = site.rotary_for(kind)
+def layer_mixer(attention: Callable, model: str) -> Callable[[LayerSite, int, LayerKind], Mixer]:
+    """The decoder skeleton's mixer for a family whose full and sliding layers are one `attention` block, each with
+    its kind's rotary tables (Step-3.5's, MiMo-V2-Flash's)."""
 
-    def mix(h: oir.Value) -> oir.Value:
-        out, key, value = attention(site.b, site.ops, h, f"layers.{i}.", site.arch, rot,
-                                    site.input("past_key_names", i), site.input("past_value_names", i))
-        site.present("present_key_names", i, key)
-        site.present("present_value_names", i, value)
-        return out
+    def mixer(site: LayerSite, i: int, kind: LayerKind) -> Mixer:
+        if kind not in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION):  # lowering accepts only these
+            raise AssertionError(f"layer {i}: {kind.value} layers are not supported by the {model} graph builder")
+        rot = site.rotary_for(kind)
 
-    return mix
+        def mix(h: oir.Value) -> oir.Value:
+            out, key, value = attention(site.b, site.ops, h, f"layers.{i}.", site.arch, rot,
+                                        site.input("past_key_names", i), site.input("past_value_names", i))
+            site.present("present_key_names", i, key)
+            site.present("present_value_names", i, value)
+            return out
+
+        return mix
+
+    return mixer
 
 
 def build_main(ir: ModelIR, params: ParameterSource, data: GraphData, progress: Progress,
                kernels: FusedKernels = NO_FUSION) -> BuiltGraph:
-    return build_decoder(ir, params, data, progress, kernels, _mixer)
+    return build_decoder(ir, params, data, progress, kernels, layer_mixer(attention, "Step-3.5"))

@@ -41,6 +41,11 @@ class LayerAttention:
     window: int | None = None
     # One learnable logit per query head joins each softmax (`self_attn.sinks`, `[num_attention_heads]`).
     sinks: bool = False
+    # KV heads as the cache holds them, where more than the layer's (each of its heads repeated): onnxruntime-genai
+    # gives every layer's cache the one `num_key_value_heads` of its config (src/models/kv_cache.cpp, `shape_`), so
+    # a model whose layer kinds differ in KV heads (MiMo-V2-Flash: sliding layers twice the full layers') caches
+    # all at the largest count. Exact: a query head reads the same key and value either way.
+    cached_kv_heads: int | None = None
 
     def __post_init__(self):
         if self.value_head_dim > self.head_dim:
@@ -48,12 +53,18 @@ class LayerAttention:
                              "has no cache layout here (values are cached padded to the key's width)")
         if self.window is not None and self.window < 1:
             raise ValueError(f"a sliding window of {self.window} tokens attends to nothing")
+        if self.cached_key_value_heads % self.num_key_value_heads or self.num_attention_heads % self.cached_key_value_heads:
+            raise ValueError(f"{self.num_key_value_heads} KV heads cannot be cached as {self.cached_key_value_heads}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"{self.num_attention_heads} query heads do not share {self.num_key_value_heads} KV heads evenly")
 
     @property
     def softmax_scale(self) -> float:
         return self.head_dim**-0.5
+
+    @property
+    def cached_key_value_heads(self) -> int:
+        return self.cached_kv_heads or self.num_key_value_heads
 
     @property
     def cached_head_dim(self) -> int:

@@ -8,7 +8,7 @@ variants are produced from these by `passes/paged_io.py`.
 
 from __future__ import annotations
 
-from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, Precision, TensorSpec
+from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, LayerKind, Precision, TensorSpec
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -85,8 +85,8 @@ def _kv_specs(attention: LayerAttention, layer: int, dtype: str, input_names: di
               output_names: dict[str, str]):
     """Past and present key/value tensors of one attention layer (its own KV heads and cached head width),
     named by a contract's role templates."""
-    shape_past = (BATCH, attention.num_key_value_heads, PAST_SEQUENCE, attention.cached_head_dim)
-    shape_present = (BATCH, attention.num_key_value_heads, TOTAL_SEQUENCE, attention.cached_head_dim)
+    shape_past = (BATCH, attention.cached_key_value_heads, PAST_SEQUENCE, attention.cached_head_dim)
+    shape_present = (BATCH, attention.cached_key_value_heads, TOTAL_SEQUENCE, attention.cached_head_dim)
     ins, outs = [], []
     for kind in ("key", "value"):
         ins.append(TensorSpec(input_names[f"past_{kind}_names"] % layer, dtype, shape_past))
@@ -169,7 +169,7 @@ def main_decoder_config(arch: Architecture, precision: Precision, *, execution_p
         filename="model.onnx",
         hidden_size=arch.hidden_size,
         num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
+        num_key_value_heads=arch.layer_attention(LayerKind.FULL_ATTENTION).cached_key_value_heads,
         head_size=arch.head_dim,
         layer_kinds=arch.layer_kinds,
         inputs=tuple(inputs.items()),

@@ -11,7 +11,7 @@ Weights never live in the IR: the IR names tensors, a `WeightStore`
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 # How weights are stored lives in its own module; the IR's users import it from here.
@@ -156,6 +156,7 @@ class Architecture:
     # Every layer is one residual sub-block: a token mixer, or the FFN alone (`LayerKind.FEED_FORWARD`), as
     # Nemotron-H's are. False: every layer is a mixer then an FFN, each behind its own norm.
     separate_ffn_layers: bool = added(False)
+    attention_value_scale: float = added(1.0)  # values times it before the attention (MiMo-V2-Flash)
     # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
     vision: VisionModel | None = added(None)
 
@@ -165,16 +166,16 @@ class Architecture:
             raise ValueError(f"sliding_window {self.sliding_window} and the sliding layers' window {sliding.window} differ")
 
     def layer_attention(self, kind: LayerKind) -> LayerAttention:
-        """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`."""
-        if kind is LayerKind.SLIDING_ATTENTION and self.sliding_attention is not None:
-            return self.sliding_attention
-        window = None
-        if kind is LayerKind.SLIDING_ATTENTION:  # attends as the full layers do, within the window
-            if self.sliding_window is None:
+        """How a layer of `kind` attends (`ir/attention.py`; the MTP block's: `mtp_layer_kind`), cache heads included."""
+        sliding, layer = kind is LayerKind.SLIDING_ATTENTION, self.sliding_attention
+        if not sliding or layer is None:  # a sliding layer here attends as the full layers do, within the window
+            if sliding and self.sliding_window is None:
                 raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
-            window = self.sliding_window
-        return LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
-                              self.value_head_dim or self.head_dim, self.rope, window=window)
+            layer = LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim, self.value_head_dim
+                                   or self.head_dim, self.rope, window=self.sliding_window if sliding else None)
+        # Every layer's cache holds the most KV heads any layer has (`LayerAttention.cached_kv_heads`).
+        heads = max(self.num_key_value_heads, self.sliding_attention.num_key_value_heads if self.sliding_attention else 0)
+        return replace(layer, cached_kv_heads=heads) if heads != layer.num_key_value_heads else layer
 
     def attention_at(self, layer: int | None) -> LayerAttention:
         """Trunk layer `layer`'s attention, or the MTP block's (None)."""

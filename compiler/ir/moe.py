@@ -87,7 +87,9 @@ class MoeDims:
         latent = f" in a {self.latent_size}-wide latent" if self.latent_size else ""
         return (
             f"{self.num_experts}{relu2} experts, top-{self.top_k} ({', '.join(routing)}), "
-            f"expert FFN {self.expert_intermediate_size}{latent}, shared expert {self.shared_expert_intermediate_size}{gate}{dense}"
+            f"expert FFN {self.expert_intermediate_size}{latent}, "
+            + (f"shared expert {self.shared_expert_intermediate_size}{gate}" if self.shared_expert_intermediate_size
+               else "no shared expert") + dense
         )
 
 

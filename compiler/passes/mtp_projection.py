@@ -88,7 +88,7 @@ def _project(main: DecoderConfig, ir: ModelIR, *, filename: str, inputs: dict, o
         filename=filename,
         layer_kinds=(LayerKind.FULL_ATTENTION,),
         # One attention layer of the head's own geometry (Qwen3.5's: the main model's full attention; Step's: sliding).
-        num_key_value_heads=arch.attention_at(None).num_key_value_heads,
+        num_key_value_heads=arch.attention_at(None).cached_key_value_heads,
         head_size=arch.attention_at(None).cached_head_dim,
         inputs=tuple(inputs.items()),
         outputs=tuple(outputs.items()),

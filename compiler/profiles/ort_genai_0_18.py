@@ -317,8 +317,10 @@ PROFILE = OrtGenaiProfile(
     # their plain-op forms, the same dense cache), which `llama` feeds like any other (tests/conformance, both releases).
     # nemotron_h: no `nemotron_h` type; `llama` feeds [B, S] positions (which the graphs leave unread: no RoPE) and
     # carries the KV, conv and recurrent state the graph's inputs name, as for Qwen3-Next (tests/conformance).
+    # mimo2: likewise (no MiMo type); its values are cached padded to the q/k head width, one head_size.
     model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
-                                 "qwen3next": "llama", "deepseek2": "llama", "step35": "llama", "nemotron_h": "llama"}),
+                                 "qwen3next": "llama", "deepseek2": "llama", "step35": "llama", "nemotron_h": "llama",
+                                 "mimo2": "llama"}),
     # A `MultiModalLanguageModel` (src/models/model.cpp, `ModelType::IsVLM`): vision, embedding, then the decoder
     # with 3-D MRoPE positions the runtime computes as transformers' get_rope_index does (position_inputs.cpp,
     # `Qwen2VLPositionInputs`); tests/vision/ decode both as transformers does.

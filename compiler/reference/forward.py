@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Architecture, LayerKind, SeedHidden
-from . import deepseek2, glm4moe, nemotron_h, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, step35
 from .moe import sparse_moe, swiglu
 from .primitives import causal_attention, rms_norm, rope  # noqa: F401  (callers import them from here too)
 from ..weights import WeightStore
@@ -187,8 +187,8 @@ def attention_of(arch: Architecture):
     caches the latent as one KV head)."""
     if arch.mla is not None:
         return deepseek2.attention
-    return {"glm4moe": glm4moe.attention, "step35": step35.attention,
-            "nemotron_h": nemotron_h.attention}.get(arch.family, full_attention)
+    return {"glm4moe": glm4moe.attention, "step35": step35.attention, "nemotron_h": nemotron_h.attention,
+            "mimo2": mimo2.attention}.get(arch.family, full_attention)
 
 
 def attend(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray, positions: np.ndarray, past,

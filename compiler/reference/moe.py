@@ -77,6 +77,8 @@ def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray, limits: tuple[float,
         for e, weight in zip(top[t], weights[t]):
             hidden = swiglu(gate[e] @ tokens[t], up[e] @ tokens[t], limits[0])
             routed[t] += weight * (down[e] @ hidden)
+    if not moe.shared_expert_intermediate_size:
+        return routed.reshape(shape)
     s = p + "shared_expert."
     shared = swiglu(tokens @ w[s + "gate_proj.weight"].T, tokens @ w[s + "up_proj.weight"].T, limits[1]) @ w[s + "down_proj.weight"].T
     if moe.shared_expert_sigmoid_gate:

@@ -153,10 +153,10 @@ def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, .
         p + "experts.gate_proj.weight": (e, i, hidden),
         p + "experts.up_proj.weight": (e, i, hidden),
         p + "experts.down_proj.weight": (e, hidden, i),
-        p + "shared_expert.gate_proj.weight": (s, hidden),
-        p + "shared_expert.up_proj.weight": (s, hidden),
-        p + "shared_expert.down_proj.weight": (hidden, s),
     }
+    if s:  # 0: no shared expert (MiMo-V2-Flash)
+        shapes.update({p + "shared_expert.gate_proj.weight": (s, hidden), p + "shared_expert.up_proj.weight": (s, hidden),
+                       p + "shared_expert.down_proj.weight": (hidden, s)})
     if moe.selection_bias:
         shapes[p + "gate.e_score_correction_bias"] = (e,)
     if moe.shared_expert_sigmoid_gate:

@@ -21,7 +21,7 @@ One difference of environment is undone: the converter reads a checkpoint's
 config through transformers' `AutoConfig` when transformers knows its
 `model_type`, else config.json as written. llama.cpp pins transformers 4.57.6
 for it (requirements/requirements-convert_hf_to_gguf.txt), which has no
-`step3p5` config; the 5.24 this project tests against maps Step-3.5's legacy
+`step3p5` or `mimo_v2_flash` config; the 5.24 this project tests against maps Step-3.5's legacy
 keys (`num_attention_groups`, ...) away and the converter then fails on them.
 For the model types in `UNKNOWN_TO_PINNED_TRANSFORMERS`, `AutoConfig` refuses,
 as the pinned release does, and the converter reads config.json.
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 # Model types transformers 4.57.6 (the converter's pinned release) does not know.
-UNKNOWN_TO_PINNED_TRANSFORMERS = ("step3p5",)
+UNKNOWN_TO_PINNED_TRANSFORMERS = ("step3p5", "mimo_v2_flash")
 
 
 class _PinnedAutoConfig:

@@ -95,6 +95,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "step35": _fixture("step35_checkpoints"),
     "nemotron_h": _fixture("nemotron_h_checkpoints"),
     "nemotron_h-latent": _fixture("nemotron_h_checkpoints", True),
+    "mimo2": _fixture("mimo2_checkpoints"),
 }
 
 

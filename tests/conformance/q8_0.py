@@ -30,7 +30,7 @@ KEPT_FLOAT = ("mlp.gate.weight", "shared_expert_gate.weight", "conv1d.weight", "
 
 
 def _is_head(name: str, arch: Architecture) -> bool:
-    return name.startswith("mtp.") or name.startswith(f"model.layers.{arch.num_layers}.")
+    return name.startswith(("mtp.", f"model.layers.{arch.num_layers}.", "model.mtp.layers.0."))  # the last: MiMo's
 
 
 def file_weights(raw: dict[str, np.ndarray], gguf_path: Path, arch: Architecture,

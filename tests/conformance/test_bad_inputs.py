@@ -26,7 +26,8 @@ def _corpus(name: str) -> list[str]:
     keep = re.compile(r"(^|\.)layers\.[01]\.|^mtp\.|^(?!.*layers\.)")
     head = f"layers.{family(name).arch.num_layers}."
     names = [n for n in family(name).tensors() if keep.search(n) or head in n]
-    return [n for n in names if not re.search(r"\.experts\.[1-9]\d*\.", n)]
+    # The later chained MTP layers are read and left out (`mtp_chained_layers`), Step's and MiMo's alike.
+    return [n for n in names if not re.search(r"\.experts\.[1-9]\d*\.|\.mtp\.layers\.[1-9]", n)]
 
 
 def _owner(hf_name: str) -> str:

@@ -1,10 +1,12 @@
-"""Greedy and MTP speculative decoding through onnxruntime-genai's Python API, batch 1."""
+"""Greedy and MTP speculative decoding through onnxruntime-genai's Python API, batch 1; a head graph alone on
+onnxruntime (`HeadGraph`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnxruntime_genai as og
 
 
@@ -87,3 +89,22 @@ def check_speculative(models, greedy: list[int], reference, head_reference, prom
     # A windowed package crops a partly accepted verify (greedy, 2 or more drafts): no replay forward.
     crop = _WINDOWS[id(main_model)] > 1 and max_draft >= 2
     assert run.target_forwards == expected.main_forwards(crop), (run, expected, crop)
+
+
+class HeadGraph:
+    """mtp/mtp.onnx on onnxruntime alone, fed a prompt at once as onnxruntime-genai feeds it (empty caches)."""
+
+    def __init__(self, path):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, ids, seed) -> dict:
+        feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
+                 "position_ids": np.arange(len(ids), dtype=np.int64)[None], "hidden_states": seed}
+        for i in self.session.get_inputs():
+            if i.name.startswith("past_key_values."):
+                feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+        return dict(zip(self.names, self.session.run(self.names, feeds)))
+

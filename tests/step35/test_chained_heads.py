@@ -20,24 +20,16 @@ from __future__ import annotations
 import re
 
 from tests.clients import llama_cpp_runtime
-from tests.fixtures.chained_heads import chain, simulate_chain
+from tests.fixtures.chained_heads import assert_first_layer_at_every_position, chain, simulate_chain
 from tests.fixtures.glm4moe_checkpoints import prompt_bytes
 from tests.fixtures.llama_cpp_tools import llama_cpp_binary  # noqa: F401  (a fixture)
 from tests.fixtures.step35_checkpoints import PROMPTS
-from tests.runtime import decoding
 
 STEPS, DRAFTS = 30, 3
 
 
 def test_the_package_drafts_with_its_first_mtp_layer_at_every_position(models, arch, store, main_reference):
-    heads = chain(arch, store)
-    for prompt in PROMPTS:
-        run = decoding.speculative(*models, list(prompt), STEPS, DRAFTS)
-        first = simulate_chain(main_reference, heads[:1], list(prompt), STEPS, DRAFTS)
-        assert run.tokens == first.tokens
-        assert (run.proposed, run.accepted) == (sum(n for n, _ in first.rounds), sum(a for _, a in first.rounds))
-        whole = simulate_chain(main_reference, heads, list(prompt), STEPS, DRAFTS)
-        assert whole.tokens == first.tokens and whole.rounds != first.rounds  # the chains are told apart
+    assert_first_layer_at_every_position(models, arch, store, main_reference, PROMPTS, STEPS, DRAFTS)
 
 
 def test_llama_cpp_chains_the_three_layers_as_the_reference_rendition(llama_cpp_binary, step_dir, gguf, arch, store,

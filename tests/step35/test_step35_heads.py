@@ -17,7 +17,6 @@ and has fewer drafts accepted than the authors' pre-norm convention.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from mtpc.ir import SeedHidden
@@ -80,22 +79,6 @@ def torch_step_head(arch, tensors: dict[str, np.ndarray], heads: int | None = No
     return forward
 
 
-class _Head:
-    """mtp/mtp.onnx on onnxruntime, fed a prompt at once as onnxruntime-genai feeds it."""
-
-    def __init__(self, path):
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.names = [o.name for o in self.session.get_outputs()]
-
-    def run(self, ids, seed) -> dict:
-        feeds = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
-                 "position_ids": np.arange(len(ids), dtype=np.int64)[None], "hidden_states": seed}
-        for i in self.session.get_inputs():
-            if i.name.startswith("past_key_values."):
-                feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
-        return dict(zip(self.names, self.session.run(self.names, feeds)))
-
-
 @pytest.fixture(scope="module")
 def unfitted(step_dir, arch):
     """The release with its seeded (unfitted) MTP layers, compiled, and its tensors."""
@@ -111,7 +94,7 @@ def unfitted(step_dir, arch):
 def test_the_head_graph_computes_what_transformers_modules_do(unfitted, arch):
     raw, package = unfitted
     seed = np.random.default_rng(0).standard_normal((1, len(WINDOW_PROMPT), arch.hidden_size)).astype(np.float32)
-    out = _Head(package / "mtp" / "mtp.onnx").run(WINDOW_PROMPT, seed)
+    out = decoding.HeadGraph(package / "mtp" / "mtp.onnx").run(WINDOW_PROMPT, seed)
     logits, hidden = torch_step_head(arch, raw)(WINDOW_PROMPT, seed)
     np.testing.assert_allclose(out["hidden_states_out"], hidden, rtol=0, atol=5e-5)
     np.testing.assert_allclose(out["logits"].astype(np.float32), logits, rtol=2e-3, atol=2e-3)

@@ -16,7 +16,7 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor, UnusableHead
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import deepseek2, glm4moe, nemotron_h, qwen3next, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, qwen3next, step35
 from .metadata import Metadata, architecture, tensor_shapes
 from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, mla_dims, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
@@ -24,11 +24,12 @@ from .quant import GATHER, MATMUL, CarryOver, carry_over
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 # Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
 ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES,
-                                                              deepseek2.NAMES, step35.NAMES)}
+                                                              deepseek2.NAMES, step35.NAMES, mimo2.NAMES)}
 ARCHITECTURES["nemotron_h_moe"] = nemotron_h.NAMES  # llama.cpp's name; the IR's family is `nemotron_h`
 # A family whose metadata keys are not Qwen3.5's reads them itself (`metadata.architecture` otherwise).
 _ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2.architecture,
-                         "step35": step35.architecture, "nemotron_h": nemotron_h.architecture}
+                         "step35": step35.architecture, "nemotron_h": nemotron_h.architecture,
+                         "mimo2": mimo2.architecture}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -103,6 +104,9 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "KV": arch.num_key_value_heads * arch.head_dim,
         "HD": arch.head_dim,
         "NH": arch.num_attention_heads,
+        # Value heads of their own width (mimo2): a block's v rows and o_proj's columns.
+        "VKV": arch.num_key_value_heads * (arch.value_head_dim or arch.head_dim),
+        "OV": arch.num_attention_heads * (arch.value_head_dim or arch.head_dim),
         **_sliding_dims(arch),
         **linear,
         **moe_dims(arch.moe),
@@ -114,8 +118,9 @@ def _sliding_dims(arch: Architecture) -> dict[str, int]:
     """A sliding block's own query rows and heads, where it has them."""
     if arch.sliding_attention is None:
         return {}
-    heads = arch.sliding_attention.num_attention_heads
-    return {"OS": heads * arch.sliding_attention.head_dim, "NHS": heads}
+    s = arch.sliding_attention
+    return {"OS": s.num_attention_heads * s.head_dim, "NHS": s.num_attention_heads, "OVS": s.num_attention_heads * s.value_head_dim,
+            "KVS": s.num_key_value_heads * s.head_dim, "VKVS": s.num_key_value_heads * s.value_head_dim}
 
 
 def layout_of(meta: Metadata) -> Layout:

@@ -19,7 +19,7 @@ from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
 from ...weights import canonical_shapes
 from ..info import SourceInfo
-from . import deepseek2, glm4moe, nemotron_h, qwen3next, step35
+from . import deepseek2, glm4moe, mimo2, nemotron_h, qwen3next, step35
 from .config import SUPPORTED_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
 from .checkpoint import Checkpoint
@@ -105,7 +105,7 @@ class _QwenNames:
 # `FAMILY` (the IR's), `architecture(cfg, directory)`, `names(arch, qwen_names)` (its tensor names and
 # conventions) and `declared_heads(cfg, hf_names)` (where its head's depth is declared, and the depth).
 # Qwen3.5 is this module's own (`config.architecture`, `_QwenNames`).
-FAMILIES = (glm4moe, qwen3next, deepseek2, step35, nemotron_h)
+FAMILIES = (glm4moe, qwen3next, deepseek2, step35, nemotron_h, mimo2)
 
 
 def _family_of(family: str):
