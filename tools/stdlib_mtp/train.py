@@ -24,9 +24,9 @@ from . import corpus as corpus_mod
 from . import tokenizer as tokenizer_mod
 
 DEFAULTS = {
-    "tokens": 4_000_000, "seed": 0, "seq_len": 512, "batch": 8, "lr": 3e-3, "min_lr_ratio": 0.1,
-    "warmup": 60, "weight_decay": 0.1, "head_weight": 0.5, "chain": 1, "chain_rows": 2, "chain_weight": 0.25,
-    "vocab_size": 4096, "threads": 2, "eval_windows": 32,
+    "tokens": 3_000_000, "seed": 0, "seq_len": 512, "batch": 8, "lr": 3e-3, "min_lr_ratio": 0.1,
+    "warmup": 50, "weight_decay": 0.1, "head_weight": 0.5, "chain": 1, "chain_rows": 2, "chain_weight": 0.25,
+    "vocab_size": 4096, "threads": 1, "eval_windows": 32,
 }
 
 
