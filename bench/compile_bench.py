@@ -203,9 +203,8 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def measure(name: str, kind: str, source: Path, target: Path) -> Row:
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, str(source), str(target)]
-    start = time.perf_counter()
+def run_sampled(name: str, command: list[str]) -> tuple[dict, int]:
+    """Run a child that prints one JSON line last; (that line, the child's highest RssAnon in bytes)."""
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     # Sampled from here, not from a thread in the child: a thread there needs the GIL,
     # which numpy holds through the very copies whose peak we want to see.
@@ -214,10 +213,16 @@ def measure(name: str, kind: str, source: Path, target: Path) -> Row:
         peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
         time.sleep(SAMPLE_INTERVAL_S)
     stdout, stderr = child.communicate()
-    process_s = time.perf_counter() - start
     if child.returncode != 0:
         raise SystemExit(f"{name} failed (exit {child.returncode}):\n{stderr}")
-    result = json.loads(stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1]), peak_anon
+
+
+def measure(name: str, kind: str, source: Path, target: Path) -> Row:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, str(source), str(target)]
+    start = time.perf_counter()
+    result, peak_anon = run_sampled(name, command)
+    process_s = time.perf_counter() - start
     output = tree_bytes(target) if target.exists() else 0
     return Row(name, result["work_s"], process_s, result["peak_rss_bytes"], peak_anon, output)
 

@@ -5,9 +5,34 @@ is written (tests/clients/onnx_genai.py): the wrapper goes in before any test mo
 `write_package`.
 """
 
-from tests.clients import onnx_genai
+import os
+
+import pytest
+
+# No test reaches a model hub: a spec lowered in this process that names a hub repo (`hf: owner/name`, a fuzzed
+# spec's value) meets huggingface_hub's offline mode and a closed loopback port, before anything imports it. The
+# hub tests run mtpc in processes of their own, pointed at the fixture hub (tests/fixtures/hub_server.py).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+
+from tests.clients import onnx_genai  # noqa: E402
 
 onnx_genai.check_written_packages()
+
+
+# The suite runs on pytest-xdist's workers (pyproject's addopts): each worker checks the packages it writes, and
+# the controller, which writes none, prints the sum.
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ong_check"] = onnx_genai.results()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    worker = getattr(node, "workeroutput", {}).get("ong_check")
+    if worker is not None:
+        onnx_genai.add_results(worker)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -4,7 +4,9 @@ Re-exported by `mtpc.api.compiling` (and `mtpc`). A finding is an error (it fail
 warning (a package that runs, with a gap: no tokenizer) or a note (how a target was checked:
 offline, without its checkpoint). `offline=True` never opens an hf or gguf source: such a
 spec is checked for all that needs no weights (schema, cross-field rules, targets) and gets a
-note saying what was not; a synthetic spec is checked in full either way.
+note saying what was not; a synthetic spec is checked in full either way, and so is a hub
+repo that huggingface_hub's cache holds (read with its offline mode forced: no request leaves),
+while one the cache lacks gets the note, saying what it lacks.
 
 A spec's package is checked in memory without building its ONNX graphs: the configs are
 checked against the inputs and outputs the graphs are built to (the IR's contracts), and
@@ -193,17 +195,24 @@ def _check_spec(path: Path, offline: bool) -> list[Reported]:
     """Nothing but notes when the spec is sound; `MtpcError` with its findings (1) or why it cannot be checked (2)."""
     if offline:
         from ..spec.loader import load_spec
-        from ..spec.lower import check_without_source
+        from ..spec.lower import check_without_source, hub_source, source_kind
 
         spec = load_spec(path)
-        ((kind, value),) = spec.data["source"].items()
+        kind, value = source_kind(spec.data["source"])
         if kind != "synthetic":
             check_without_source(spec)
             at = spec.diagnostic(("source", kind), "")
-            note = (f"checked offline: the {kind} source {value!r} was not opened; the schema, the cross-field rules "
-                    "and the targets hold, what needs the weights (the source's sizes, which overrides match, "
-                    "the package's contracts) was not checked")
-            return [Reported(at.span.file, "", note, at.span.line, at.span.col, severity="note")]
+
+            def noted(note: str) -> list[Reported]:
+                return [Reported(at.span.file, "", note, at.span.line, at.span.col, severity="note")]
+
+            unchecked = ("the schema, the cross-field rules and the targets hold, what needs the weights (the "
+                         "source's sizes, which overrides match, the package's contracts) was not checked")
+            hub = hub_source(spec)
+            if hub is None:
+                return noted(f"checked offline: the {kind} source {value!r} was not opened; {unchecked}")
+            lacks = _check_from_cache(path)  # a repo the cache holds is checked in full, from the cache
+            return [] if lacks is None else noted(f"checked offline, no request made: {lacks}; {unchecked}")
     from ..pipeline.driver import build
 
     # build() runs the contract checks itself, in memory, as the gate compile passes before writing:
@@ -212,6 +221,24 @@ def _check_spec(path: Path, offline: bool) -> list[Reported]:
     # what they hold (initializers, external data) compile checks before it writes.
     build(path, defer=True, defer_graphs=True).close()
     return []
+
+
+def _check_from_cache(path: Path) -> str | None:
+    """The whole check of a hub spec with huggingface_hub's offline mode forced (no request can leave), from
+    what the cache holds; what it lacks, said, when that is why it could not be made (None: checked in full)."""
+    from ..pipeline.driver import build
+    from ..sources.hub.errors import HubFailure
+    from ..sources.hub.snapshot import no_network
+
+    with no_network():
+        try:
+            build(path, defer=True, defer_graphs=True).close()
+        except MtpcError as error:
+            failure = error if isinstance(error, HubFailure) else error.__cause__
+            if isinstance(failure, HubFailure) and failure.cache_lacks:
+                return failure.diagnostics[0].message
+            raise
+    return None
 
 
 def _offline_hint(error: MtpcError) -> MtpcError:

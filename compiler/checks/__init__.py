@@ -44,6 +44,7 @@ from .onnx_genai import LAYOUT_SCHEMAS, check_onnx_genai
 from .completeness import check_onnxruntime_genai_files
 from .manifest import check_manifest
 from .quantization import check_quantization_report
+from .vision import TEXT_OVERLAY, check_vision, text_view
 from .package import Checker, Files, Finding, PackageFile, artifact_files, check_tokenizer, folder, package_directory
 
 __all__ = [
@@ -95,6 +96,7 @@ def check_files(files: Files) -> list[Finding]:
         c.validate(rel, cfg, schema_for(GENAI_CONFIG))
         if isinstance(cfg, dict):
             parsed[rel] = cfg
+    profile = None
     if parsed:
         profile = runtime_profile(c, c.parse(PROVENANCE_NAME) if PROVENANCE_NAME in files else None)
         for rel, cfg in parsed.items():
@@ -105,6 +107,17 @@ def check_files(files: Files) -> list[Finding]:
         main, head = check_genai_config(c, rel, cfg)
         if rel == GENAI_CONFIG:
             root_main, root_head = main, head
+    # A multimodal package: its pipeline's contracts, and its text view (the overlay) checked as a config of its own,
+    # which the head's folder pairs with.
+    paired_rel, paired_cfg, paired_main = GENAI_CONFIG, parsed.get(GENAI_CONFIG), root_main
+    if paired_cfg is not None:
+        check_vision(c, GENAI_CONFIG, paired_cfg, root_main)
+        text = text_view(c, paired_cfg, profile)
+        if text is not None:
+            text_main, text_head = check_genai_config(c, TEXT_OVERLAY, text)
+            if text_main is not None and text_head is not None:
+                c.shared_bytes(text_main, text_head)
+            paired_rel, paired_cfg, paired_main = TEXT_OVERLAY, text, text_main
     for rel, cfg in parsed.items():
         check_shared_initializers(c, rel, cfg, root_main)
     if root_main is not None and root_head is not None:
@@ -116,7 +129,7 @@ def check_files(files: Files) -> list[Finding]:
             dec = (cfg.get("model") or {}).get("decoder") or {}
             filename = dec.get("filename")
             if isinstance(filename, str) and str(PurePosixPath(folder(rel)) / filename) == root_head.relpath:
-                check_head_folder(c, rel, cfg, GENAI_CONFIG, parsed[GENAI_CONFIG], root_main)
+                check_head_folder(c, rel, cfg, paired_rel, paired_cfg, paired_main)
 
     check_onnxruntime_genai_files(c, parsed)
 

@@ -62,6 +62,8 @@ class Graph:
     packed_readers: dict[str, PackedReader] = field(default_factory=dict)
     # Only the inputs and outputs are known (a graph not built yet): what it holds is not checked.
     interface_only: bool = False
+    # The model's metadata_props (the sizes a vision graph was built for: graphs/vision.py).
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 def interface_graph(relpath: str, contract) -> Graph:
@@ -123,7 +125,8 @@ def read_graph(data: bytes, relpath: str) -> Graph:
     inputs = {vi.name: _tensor_from_value_info(vi) for vi in g.input if vi.name not in initializers}
     outputs = {vi.name: _tensor_from_value_info(vi) for vi in g.output}
     types = {init.name: init.data_type for init in g.initializer}
-    return Graph(relpath, inputs, outputs, initializers, tuple(external), types, _packed_readers(g))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    return Graph(relpath, inputs, outputs, initializers, tuple(external), types, _packed_readers(g), metadata=metadata)
 
 
 def _packed_readers(g: "onnx.GraphProto") -> dict[str, PackedReader]:

@@ -37,6 +37,9 @@ Every finding is reported, one line each: FILE:LINE:COL: JSON-PATH: MESSAGE
 (the line of the key in a JSON or YAML file; FILE:JSON-PATH: for graphs).
 --offline: a spec's hf or gguf checkpoint is not opened; the schema, the
 cross-field rules and the targets are checked, and a note says what was not.
+A repo on the Hugging Face Hub makes no request either: it is checked in full
+from huggingface_hub's cache when the cache holds it, and otherwise the note
+says what the cache lacks.
 Without it, a spec whose checkpoint is absent cannot be checked (exit 2).
 --format github: ::error / ::warning / ::notice annotations, paths relative to
 the working directory, line= and col= where known, hints kept; a target that

@@ -23,8 +23,14 @@ block, unknown head tensors); 2 when the checkpoint cannot be read. A head
 whose weights are all absent from an HF folder (transformers drops them when
 it re-saves a model) is not a finding: compile builds text only, with a note.
 
+A hub repo (owner/name, owner/name:QUANT, --revision) is read through huggingface_hub:
+config.json and each shard's header by range request (a GGUF's header alone), so
+nothing the size of a weight is downloaded; with HF_HUB_OFFLINE=1, from the cache only.
+
 examples:
   mtpc inspect models/Qwen3.5-0.8B-Q4_0.gguf
+  mtpc inspect Qwen/Qwen3.5-0.8B                # on the hub: config.json and the headers, by range request
+  mtpc inspect ggml-org/GLM-4.7-Flash-GGUF:Q4_K_M --revision main
   mtpc inspect models/qwen3.5-0.8b/          # config.json + *.safetensors
   mtpc inspect ckpt/ --format json | jq .has_mtp_head
 """
@@ -32,18 +38,28 @@ examples:
 
 def add_parser(sub) -> None:
     p = verb_parser(sub, "inspect", HELP, EPILOG)
-    p.add_argument("source", metavar="SOURCE", help="a .gguf file or a checkpoint directory with config.json")
+    p.add_argument("source", metavar="SOURCE",
+                   help="a .gguf file, a checkpoint directory with config.json, or a repo on the Hugging Face Hub: "
+                   "owner/name (safetensors or GGUF), owner/name:QUANT (a GGUF file by its quant tag)")
+    p.add_argument("--revision", metavar="REV",
+                   help="for a hub repo: the branch, tag or commit to read (default: its main branch)")
     p.set_defaults(run=run)
 
 
-def source_ref(path: Path) -> "SourceRef":
+def source_ref(path: Path, revision: str | None = None) -> "SourceRef":
     from ..checks import is_runtime_package
     from ..ir import SourceRef
 
     if not path.exists():
+        hub = _hub_ref(str(path), revision)
+        if hub is not None:
+            return hub
         from ..util.suggest import path_hint
 
         raise MtpcError.single(f"{str(path)!r} does not exist", exit_code=ExitCode.USAGE, hint=path_hint(path))
+    if revision is not None:
+        raise MtpcError.single(f"--revision is for a repo on the Hugging Face Hub; {str(path)!r} is on this machine",
+                               exit_code=ExitCode.USAGE)
     if path.is_file() and path.suffix.lower() == ".gguf":
         return SourceRef("gguf", str(path.resolve()))
     if is_runtime_package(path):
@@ -61,12 +77,28 @@ def source_ref(path: Path) -> "SourceRef":
     )
 
 
+def _hub_ref(text: str, revision: str | None) -> "SourceRef | None":
+    """`owner/name` (safetensors or GGUF, as the repo holds) or `owner/name:QUANT` (GGUF) on the hub, else None."""
+    from ..ir import HubRef, SourceRef
+    from ..sources.hub.ids import split_quant_tag
+
+    split = None if text.endswith(".gguf") else split_quant_tag(text)
+    if split is None:
+        return None
+    repo, quant = split
+    if quant is not None:
+        return SourceRef("gguf", hub=HubRef(repo, revision, quant=quant))
+    from ..sources.hub.checkpoints import repo_kind
+
+    return SourceRef(repo_kind(HubRef(repo, revision)), hub=HubRef(repo, revision))
+
+
 def run(args) -> int:
     from .. import sources
     from ..diffing.changes import to_plain
     from ..ir import HeadLayout
 
-    ref = source_ref(Path(args.source))
+    ref = source_ref(Path(args.source), args.revision)
     info = sources.describe(ref)
     findings = _findings(ref, info)
     arch = info.architecture
@@ -74,7 +106,7 @@ def run(args) -> int:
         print_json(
             "inspect",
             {
-                "source": {"kind": ref.kind, "path": ref.path},
+                "source": {"kind": ref.kind, "path": ref.path, **({"hub": _hub_facts(ref)} if ref.hub else {})},
                 "architecture": to_plain(arch),
                 "has_mtp_head": info.has_mtp_head,
                 "storage": dict(info.storage),
@@ -91,7 +123,7 @@ def run(args) -> int:
     def line(key: str, value) -> None:
         out(f"{key + ':':<{width}}{value}")
 
-    line("source", f"{ref.kind} {ref.path}")
+    line("source", f"{ref.kind} {_shown(ref)}")
     line("architecture", f"{arch.family}")
     line("layers", f"{arch.num_layers} ({arch.layer_kind_summary(word_separator='_')})")
     line("layer kinds", f"{' '.join(k.value.split('_')[0] for k in arch.layer_kinds)}")
@@ -117,7 +149,14 @@ def run(args) -> int:
          + (f", {arch.rope.yarn.summary()}" if arch.rope.yarn is not None else ""))
     trailing = arch.head_layout is HeadLayout.TRAILING_LAYER
     line("mtp head", f"{'yes, ' + str(arch.mtp_num_layers) + ' layer(s)' if info.has_mtp_head else 'no'}"
-         + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else ""))
+         + (f", a trailing decoder layer (block {arch.num_layers}, after the trunk)" if trailing and info.has_mtp_head else "")
+         + (f"; the first of {arch.mtp_chained_layers} chained MTP layers (onnxruntime-genai drives one head graph)"
+            if info.has_mtp_head and arch.mtp_chained_layers > arch.mtp_num_layers else ""))
+    if arch.vision is not None:
+        v = arch.vision
+        line("vision tower", f"{v.tower.summary()}; image token {v.tokens.image}, vision start {v.tokens.vision_start}")
+        line("image input", f"{v.preprocessing.min_pixels}..{v.preprocessing.max_pixels} pixels, mean "
+                            f"{list(v.preprocessing.image_mean)}, std {list(v.preprocessing.image_std)}")
     if info.storage:
         out("storage:")
         for group, kind in info.storage:
@@ -142,9 +181,27 @@ def _findings(ref: SourceRef, info) -> list[str]:
     found = []
     unusable = info.architecture.unusable_head
     if unusable is not None and not unusable.absent:
-        found.append(f"{ref.path}: the MTP head cannot be built: {unusable.reason}")
+        found.append(f"{_shown(ref)}: the MTP head cannot be built: {unusable.reason}")
     if ref.kind == "hf":
         from ..sources.hf import reader as hf
 
         found += hf.check(ref, info)
     return found
+
+
+def _hub_facts(ref: "SourceRef") -> dict:
+    from ..sources.hub.checkpoints import file_of, resolve
+
+    assert ref.hub is not None
+    snapshot = resolve(ref.hub)
+    return {"repo": ref.hub.repo, "revision": ref.hub.revision, "commit": snapshot.commit, "file": file_of(ref)}
+
+
+def _shown(ref: "SourceRef") -> str:
+    """The path, or for a hub repo `owner/name@commit` and the GGUF file read."""
+    if ref.hub is None:
+        return str(ref.path)
+    from ..sources.hub.checkpoints import file_of, resolve
+
+    file = file_of(ref)
+    return f"{resolve(ref.hub).shown}" + (f" {file}" if file else "")

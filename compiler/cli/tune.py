@@ -132,6 +132,11 @@ def _render(result, spec) -> None:
     for k, (tried, kept) in enumerate(result.acceptance, 1):
         rate = f"{kept / tried:4.0%}" if tried else "   -"
         out(f"  draft {k}: {rate} ({kept} of {tried})")
+    from ..tuning.package import draft_note
+
+    note = draft_note(Path(body["package"]["path"]))
+    if note:
+        out(f"  drafts: {note}")
     out("")
     out(f"step costs, wall-clock ms (means of {costs['samples']} interleaved sweeps; CPU times in --format json):")
     widths = f"1..{len(costs['verify'])} tokens:"

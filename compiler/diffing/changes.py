@@ -127,11 +127,22 @@ def summary(changes: list[Change]) -> str:
 
 
 def _named(items: list) -> dict | None:
-    """The items keyed by name, when every item is a mapping with a unique string `name`."""
-    if not items or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items):
+    """The items keyed by name, when every item is a mapping with a unique string `name`, or a mapping of one
+    key whose value has one (onnxruntime-extensions' `{"operation": {"name": "resize", ...}}` steps)."""
+    names = [_name_of(i) for i in items]
+    if not items or not all(isinstance(n, str) for n in names):
         return None
-    keyed = {i["name"]: i for i in items}
+    keyed = dict(zip(names, items))
     return keyed if len(keyed) == len(items) else None
+
+
+def _name_of(item: object) -> object:
+    if not isinstance(item, dict):
+        return None
+    if "name" in item:
+        return item["name"]
+    only = next(iter(item.values())) if len(item) == 1 else None
+    return only.get("name") if isinstance(only, dict) else None
 
 
 def diff_values(old: object, new: object, file: str = "", path: tuple[Segment, ...] = ()) -> list[Change]:

@@ -26,6 +26,7 @@ def __getattr__(name: str):
     # The emitter modules import the names above, so they are imported only now.
     from .graph_files import emit_graph_files
     from .genai_config import emit_genai_config
+    from .processor_config import emit_processor_config
     from .inference_metadata import emit_inference_metadata
     from .tokenizer import emit_tokenizer
     from .quantization_report import emit_quantization_report
@@ -36,6 +37,7 @@ def __getattr__(name: str):
     emitters: tuple[tuple[str, Emitter], ...] = (
         ("onnx_graphs", emit_graph_files),
         ("genai_config", emit_genai_config),
+        ("processor_config", emit_processor_config),
         ("inference_metadata", emit_inference_metadata),
         ("tokenizer", emit_tokenizer),
         ("quantization_report", emit_quantization_report),

@@ -6,6 +6,13 @@ speculative settings. The head also gets `mtp/genai_config.json` whose decoder
 *is* the head: og.MtpGenerator takes the head as a model of its own folder and
 reads the head's hidden-state input name from that config.
 
+A package with a vision tower (`ModelIR.vision`) is onnxruntime-genai's multimodal pipeline
+(`qwen3_5` / `qwen3_5_moe`: vision, embedding, a decoder taking inputs_embeds) with the same `mtp`
+section, and `text_overlay.json` turns it into the text view `og.MtpGenerator` drafts on:
+`og.Config(dir).overlay(<its text>)` gives back the text model type and `model.onnx` (the overlay is
+parsed over the file, key by key: src/config.cpp, `ParseConfig`; the vision and embedding sections
+stay, unread by a decoder-only model).
+
 Every key comes from the target version's profile (`mtpc.profiles`): the
 runtime's parser rejects unknown keys, so a document the profile would not
 accept is a bug here, not a user error.
@@ -17,6 +24,7 @@ import json
 import posixpath
 
 from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR, OrtGenaiTarget
+from ..ir.vision import PROCESSOR_CONFIG, TEXT_OVERLAY
 from ..profiles import ort_genai_profile
 from ..profiles.ort_genai import OrtGenaiProfile
 from .artifact import Artifact, DataLayout, EmitContext
@@ -37,7 +45,20 @@ def emit_genai_config(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
     if head is not None:
         main_doc["model"]["mtp"] = _mtp_section(ir.main, head, shared, profile)
         main_doc["speculative"] = {"max_draft_tokens": target.max_draft_tokens}
-    artifacts = [_artifact(CONFIG_NAME, main_doc, profile)]
+    artifacts = []
+    if ir.vision is not None:
+        # The package's config is the multimodal pipeline; the text view is its overlay (module doc).
+        # The overlay merges key by key, so what the text view must not have is blanked (an empty name: none): the
+        # pipeline decoder's inputs_embeds, and the embedding session, which 0.18.0 otherwise takes for a decoder-only
+        # model's "CPU embedding" and refuses outside its Engine (measured: "Decoder-only CPU embedding requires the
+        # dynamic-batching Engine").
+        inputs = {"input_ids": ir.main.input_name("input_ids"), "inputs_embeds": ""}
+        text_view = {"type": main_doc["model"]["type"], "decoder": {"filename": ir.main.filename, "inputs": inputs},
+                     "embedding": {"filename": ""}}
+        artifacts.append(_artifact(TEXT_OVERLAY, {"model": text_view}, profile, schema=None))
+        main_doc["model"].update(_multimodal_sections(ir, profile, _decoder_section(ir.vision.decoder, shared,
+                                                                                    config_dir="")))
+    artifacts.insert(0, _artifact(CONFIG_NAME, main_doc, profile))
 
     if head is not None:
         head_dir = posixpath.dirname(head.filename)
@@ -58,11 +79,47 @@ def reads_data_layouts(ir: ModelIR) -> bool:
             and ort_genai_profile(target.version).shares_initializers(target.execution_provider))
 
 
-def _artifact(relpath: str, doc: dict, profile: OrtGenaiProfile) -> Artifact:
+def _artifact(relpath: str, doc: dict, profile: OrtGenaiProfile, schema: str | None = "genai_config") -> Artifact:
     problems = profile.unaccepted(doc)
     if problems:
         raise AssertionError(f"{relpath} has keys onnxruntime-genai {profile.version} rejects: {problems}")
-    return Artifact(relpath, dumps(doc), schema="genai_config")
+    return Artifact(relpath, dumps(doc), schema=schema)
+
+
+def _multimodal_sections(ir: ModelIR, profile: OrtGenaiProfile, decoder: dict) -> dict:
+    """What makes the config onnxruntime-genai's multimodal pipeline: its model type, media token ids, the
+    vision and embedding sessions, and the decoder taking inputs_embeds.
+
+    `vision.inputs` names no `image_grid_thw`: the runtime would then run the vision graph once per image
+    at offsets that ignore how its own processor pads images of different sizes (`graphs/vision.py`), while
+    without it the graph runs once on every image (`QwenVisionState::Run`, src/models/multi_modal.cpp).
+    `vision.patch_size` is written although the processor config decides the patching: it defaults to 14."""
+    assert ir.vision is not None and ir.architecture.vision is not None
+    v, tower, tokens = ir.vision, ir.architecture.vision.tower, ir.architecture.vision.tokens
+    (pixels, _grid), (features,) = v.vision.inputs, v.vision.outputs
+    (ids, image_features), (embeds,) = v.embedding.inputs, v.embedding.outputs
+    return {
+        "type": profile.vision_model_types[ir.architecture.family],
+        "image_token_id": tokens.image,
+        "video_token_id": tokens.video,
+        "vision_start_token_id": tokens.vision_start,
+        "decoder": decoder,
+        "embedding": {
+            "filename": v.embedding_filename,
+            "session_options": _session_options(ir.main),
+            "inputs": {"input_ids": ids.name, "image_features": image_features.name},
+            "outputs": {"inputs_embeds": embeds.name},
+        },
+        "vision": {
+            "filename": v.vision_filename,
+            "config_filename": PROCESSOR_CONFIG,
+            "session_options": _session_options(ir.main),
+            "spatial_merge_size": tower.spatial_merge_size,
+            "patch_size": tower.patch_size,
+            "inputs": {"pixel_values": pixels.name},
+            "outputs": {"image_features": features.name},
+        },
+    }
 
 
 def dumps(doc: dict) -> bytes:

@@ -77,6 +77,11 @@ def graph_files(ir: ModelIR) -> list[tuple[str, str, GraphContract]]:
     files = [(cfg.filename, cfg.filename + ".data", cfg.contract) for cfg in (ir.main, *(cfg for _, cfg in ir.heads))]
     if ir.onnx_genai_main is not None:  # onnx-genai's own main graph reads the main graph's data file
         files.insert(1, (ir.onnx_genai_main.filename, ir.main.filename + ".data", ir.onnx_genai_main.contract))
+    if ir.vision is not None:  # the multimodal pipeline: the tower's own data; the others read the text model's
+        v = ir.vision
+        files += [(v.vision_filename, v.vision_filename + ".data", v.vision),
+                  (v.embedding_filename, ir.main.filename + ".data", v.embedding),
+                  (v.decoder.filename, ir.main.filename + ".data", v.decoder.contract)]
     return files
 
 

@@ -13,10 +13,12 @@ import json
 import re
 from collections import Counter
 
-from ..ir import AttentionMode, HeadContract, HeadLayout, ModelIR
+from ..ir import AttentionMode, HeadContract, HeadLayout, LayerKind, ModelIR
+from ..profiles import ort_genai_profile
 from ..profiles.onnx_genai import PROFILE as ONNX_GENAI
 from ..weights.quant import requantization_notes
 from .artifact import Artifact, EmitContext
+from .model_card_vision import file_lines, model_lines, run_section
 from .speed_table import SpeedTable, render_speed_section
 
 CARD_NAME = "README.md"
@@ -40,6 +42,7 @@ def _weights(ir: ModelIR) -> str:
 # Hugging Face's name for ONNX models (huggingface.co/models?library=onnx); the runtimes are tags.
 LIBRARY_NAME = "onnx"
 PIPELINE_TAG = "text-generation"
+VISION_PIPELINE_TAG = "image-text-to-text"  # a package that takes images (`ModelIR.vision`)
 
 
 def front_matter(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> list[str]:
@@ -56,7 +59,8 @@ def front_matter(ir: ModelIR, facts: tuple[tuple[str, str], ...] = ()) -> list[s
         tags.append("quantized")
     lines = ["---"]
     lines += [f"{key}: {_scalar(known[key])}" for key in ("base_model", "license") if key in known]
-    lines += [f"library_name: {LIBRARY_NAME}", f"pipeline_tag: {PIPELINE_TAG}", "tags:"]
+    task = VISION_PIPELINE_TAG if ir.vision is not None else PIPELINE_TAG
+    lines += [f"library_name: {LIBRARY_NAME}", f"pipeline_tag: {task}", "tags:"]
     lines += [f"- {_scalar(tag)}" for tag in dict.fromkeys(tags)]
     return lines + ["---", ""]
 
@@ -93,10 +97,13 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
            else f"{arch.num_key_value_heads} KV heads, head dim {arch.head_dim}"),
         *([f"- {arch.attention_summary()}"] if not arch.attention_output_gate else []),
         *_kv_cache(ir),
+        *_sliding_cache(ir),
         *([f"- mixture of experts{' in every layer' if not arch.moe.dense_layers else ''}: {arch.moe.summary()}"]
           if arch.moe is not None else []),
         *([f"- MTP head in the source: {arch.head_summary()}"]
           if has_head and arch.head_layout is not HeadLayout.MTP_MODULE else []),
+        *_chained_heads(ir),
+        *model_lines(ir),
         f"- vocabulary {arch.vocab_size}, context length {arch.context_length}",
         f"- I/O dtype {ir.precision.io_dtype}, logits {ir.precision.effective_logits_dtype}; weights {_weights(ir)}",
         "",
@@ -108,7 +115,10 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
         lines.append(f"- `{ir.onnx_genai_main.filename}`: the same decoder without the state window, for onnx-genai "
                      f"(it reads `{ir.main.filename}.data`)")
     if ir.targets.onnxruntime_genai is not None:
-        lines.append("- `genai_config.json`: onnxruntime-genai configuration" + (" with its `model.mtp` section" if ort_head else ""))
+        lines.append("- `genai_config.json`: onnxruntime-genai configuration"
+                     + (" (its multimodal pipeline)" if ir.vision is not None else "")
+                     + (" with its `model.mtp` section" if ort_head else ""))
+    lines += file_lines(ir)
     if ort_head is not None:
         lines.append(f"- `{ort_head.filename}` (+ `.data`) and the `genai_config.json` beside it: the MTP head as a model of its own folder"
                      + _draft_head(ir))
@@ -133,6 +143,8 @@ def render(ir: ModelIR, facts: tuple[tuple[str, str], ...] = (), speed: SpeedTab
             + (", drafting with the head named in `model.mtp`." if ort_head is not None else "."),
             "It cannot run on a CPU; mtpc's README says what has been verified for paged packages.",
         ]
+    elif ort_target is not None and ir.vision is not None:
+        lines += run_section(ir)
     elif ort_target is not None:
         lines += [
             "",
@@ -242,3 +254,41 @@ def _draft_head(ir: ModelIR) -> str:
         return (f"; its own LM head scores {len(vocabulary.ids)} of the {ir.architecture.vocab_size} tokens (ranked by "
                 f"{vocabulary.ranking}), the others never drafted")
     return "; it reads its own copy of the LM head" if ir.mtp.own_lm_head else ""
+
+
+# The context the card states a sequence's KV cache at.
+CARD_CONTEXT = 32 * 1024
+
+
+def _sliding_cache(ir: ModelIR) -> list[str]:
+    """A model with sliding-window layers: its KV bytes per sequence at CARD_CONTEXT tokens, as the graphs' caches
+    hold them, against a cache of the sliding layers' windows, and why the package keeps the larger one."""
+    arch = ir.architecture
+    if LayerKind.SLIDING_ATTENTION not in arch.layer_kinds or arch.mla is not None:
+        return []
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}[ir.precision.io_dtype]
+    layers = [arch.layer_attention(k) for k in arch.layer_kinds if k is not LayerKind.LINEAR_ATTENTION]
+    if ir.heads:
+        layers.append(arch.attention_at(None))
+    per_token = [2 * a.num_key_value_heads * a.cached_head_dim * size for a in layers]
+    held = sum(p * CARD_CONTEXT for p in per_token)
+    windowed = sum(p * a.cached_tokens(CARD_CONTEXT) for p, a in zip(per_token, layers))
+    target = ir.targets.onnxruntime_genai
+    why = ort_genai_profile(target.version).sliding_kv_cache if target is not None else ""
+    window = arch.layer_attention(LayerKind.SLIDING_ATTENTION).window
+    return [f"- KV cache per sequence at {CARD_CONTEXT:,} tokens: {held / 2**20:,.0f} MiB ({ir.precision.io_dtype}; "
+            f"{len(layers)} layers{' with the head' * bool(ir.heads)}). The sliding layers hold the whole context too, "
+            f"their window of {window} applied in the graph" + (f", because {why}" if why else "")
+            + f"; caches of the windows alone would hold {windowed / 2**20:,.0f} MiB"]
+
+
+def _chained_heads(ir: ModelIR) -> list[str]:
+    """What a package does with a checkpoint's several chained MTP layers (Step-3.5's three)."""
+    arch = ir.architecture
+    if not ir.heads or arch.mtp_chained_layers <= arch.mtp_num_layers:
+        return []
+    return [f"- drafts: the head is the first of the source's {arch.mtp_chained_layers} chained MTP layers, run at "
+            "every draft position on its own output (onnxruntime-genai's MtpGenerator and onnx-genai drive one head "
+            "graph N times and give it no draft position); the other layers, trained for positions 2 and later, are "
+            "not in the package (their acceptance beside the first's: docs/chained-heads.md)"]
+

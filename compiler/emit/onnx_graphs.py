@@ -27,6 +27,7 @@ from ..graphs.initializers import DataFile
 from ..graphs.mtp_head import build_head
 from ..graphs.parameters import ParameterSource
 from ..graphs.families import main_builder
+from ..graphs.vision import build_embedding, build_vision
 from ..ir import AttentionMode, DecoderConfig, HeadContract, ModelIR
 from ..profiles.kernels import fused_kernels
 from .artifact import Artifact, EmitContext
@@ -71,6 +72,18 @@ def emit_onnx_graphs(ir: ModelIR, ctx: EmitContext) -> list[Artifact]:
         own = head_file if kind is HeadContract.ORT_GENAI and head_file is not None else DataFile(cfg.filename + ".data")
         built.append((cfg.filename, build_head(ir, kind, cfg, params, GraphData(cfg.filename, own), ctx.progress,
                                                kernels(cfg))))
+    if ir.vision is not None:
+        # The multimodal pipeline: the tower in a data file of its own; the embedding graph and the decoder
+        # on inputs_embeds read the text model's tensors where the graphs above placed them (one copy).
+        v = ir.vision
+        ctx.progress(f"{v.vision_filename}: the vision tower")
+        built.append((v.vision_filename, build_vision(ir, params, GraphData(v.vision_filename,
+                                                                           DataFile(v.vision_filename + ".data")))))
+        built.append((v.embedding_filename, build_embedding(ir, params, GraphData(v.embedding_filename, main_file,
+                                                                                  head_file, head_reads))))
+        built.append((v.decoder.filename, build_main(replace(ir, main=v.decoder), params,
+                                                     GraphData(v.decoder.filename, main_file, head_file, head_reads),
+                                                     ctx.progress, kernels(v.decoder))))
 
     # Data files are laid out only once every graph that places tensors in them is built.
     artifacts: list[Artifact] = []

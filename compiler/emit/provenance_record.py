@@ -6,7 +6,12 @@ with the wrong spec says which part differs instead of reporting a bare mismatch
 
 Everything here is deterministic and names no build-machine path: the spec is
 recorded by its file name, sha256 and text; source files by their names relative
-to the checkpoint (a GGUF file by its base name), their sizes and hashes.
+to the checkpoint (a GGUF file by its base name), their sizes and hashes. A source on
+the Hugging Face Hub is recorded by its repo, the revision the spec asked for, the
+commit it resolved to, and each file compile reads with its size and the hub's hash
+(`hub_etag`: an LFS file's sha256, another's git blob id), from the repo's listing
+(sources/hub/checkpoints.py), so a compile that downloads and one that reads the
+cache offline record the same bytes.
 
 A fingerprint never reads the weights: small files are hashed whole; a
 safetensors file by its header (tensor names, dtypes, shapes, offsets), a GGUF
@@ -110,6 +115,10 @@ def source_fingerprint(ref: SourceRef) -> dict:
     if ref.kind == "synthetic":
         params = json.dumps(_fields(ref.synthetic), sort_keys=True, default=str)
         return {"kind": "synthetic", "seed": ref.seed, "model_sha256": hashlib.sha256(params.encode()).hexdigest()}
+    if ref.hub is not None:  # the repo, the revision asked, its commit and the hub's hash of each file read
+        from ..sources.hub.checkpoints import fingerprint
+
+        return fingerprint(ref)
     path = Path(ref.path)
     if path.is_file() and ref.kind != "hf":  # a GGUF file
         files = [path]
@@ -222,6 +231,13 @@ def _files_by_name(fingerprint: Mapping) -> dict[str, Mapping]:
 def _source_differences(recorded: Mapping, current: Mapping) -> list[str]:
     if recorded.get("kind") != current.get("kind"):
         return [f"the package was built from a {recorded.get('kind')} source, the spec names a {current.get('kind')} one"]
+    old_hub, new_hub = recorded.get("hub"), current.get("hub")
+    if isinstance(old_hub, Mapping) or isinstance(new_hub, Mapping):
+        shown = lambda hub: (f"{hub.get('repo')} at commit {str(hub.get('commit'))[:12]}" if isinstance(hub, Mapping)  # noqa: E731
+                             else "a local checkpoint")
+        if not (isinstance(old_hub, Mapping) and isinstance(new_hub, Mapping)) or \
+                (old_hub.get("repo"), old_hub.get("commit")) != (new_hub.get("repo"), new_hub.get("commit")):
+            return [f"the package was built from {shown(old_hub)}, the spec names {shown(new_hub)}"]
     if current.get("kind") == "synthetic":
         out = []
         if recorded.get("seed") != current.get("seed"):
@@ -236,7 +252,7 @@ def _source_differences(recorded: Mapping, current: Mapping) -> list[str]:
         a, b = old[name], new[name]
         if a.get("bytes") != b.get("bytes"):
             out.append(f"{name}: {a.get('bytes')} bytes recorded, {b.get('bytes')} now")
-        elif any(a.get(k) != b.get(k) for k in ("sha256", "header_sha256", "sample_sha256")):
+        elif any(a.get(k) != b.get(k) for k in ("sha256", "header_sha256", "sample_sha256", "hub_etag")):
             out.append(f"{name}: same size, different content")
     return out
 

@@ -244,11 +244,12 @@ def mrope_axes(rope: Rope) -> np.ndarray:
     return axes
 
 
-def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: bool) -> Rotary:
-    """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row)."""
+def rotary(b: GraphBuilder, rope: Rope, positions: oir.Value, position_rows: bool, scope: str = "rotary") -> Rotary:
+    """cos/sin per token from int64 positions: `[3, ..tokens]` rows (MRoPE) or `[..tokens]` (one row); a second
+    table in one graph (a layer kind with a rope of its own) gets a `scope` of its own."""
     rd = rope.rotary_dim
     inv_freq = inverse_frequencies(rope)
-    with b.scope("rotary"):
+    with b.scope(scope):
         if position_rows:
             rank = len(positions.shape)
             rows_last = b.op("Transpose", [positions], {"perm": [*range(1, rank), 0]}, name="Transpose")
@@ -376,16 +377,8 @@ def l2_normalize(b: GraphBuilder, x: oir.Value, dim: int, name: str) -> oir.Valu
         return b.op("Div", [x, norm], name="Div")
 
 
-def mlp(b: GraphBuilder, x: oir.Value, prefix: str) -> oir.Value:
-    p = prefix + "mlp."
-    with b.scope("mlp"):
-        gate, up = project_all(b, x, [p + "gate_proj.weight", p + "up_proj.weight"])
-        gate = silu(b, gate, "act")
-        return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
-
-
-def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer, ffn=mlp) -> Residual:
-    """Pre-norm double residual: x + mixer(norm(x)), then + ffn(norm(.)) (the MLP, or `moe.sparse_moe`).
+def residual_block(b: GraphBuilder, stream: Residual, prefix: str, eps: float, mixer, ffn) -> Residual:
+    """Pre-norm double residual: x + mixer(norm(x)), then + ffn(norm(.)) (`moe.feed_forward`: the MLP or the MoE).
     The FFN's output is left pending on the stream, for the next norm to add (`add_norm`)."""
     h, stream = add_norm(b, stream, prefix + "input_layernorm.weight", eps, "input_layernorm")
     h, stream = add_norm(b, Residual(stream.base, mixer(h)), prefix + "post_attention_layernorm.weight", eps,

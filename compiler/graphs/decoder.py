@@ -1,5 +1,5 @@
 """The main decoder graph every family builds the same way, to the IR's main contract (dense or paged):
-token embedding, one residual block per layer, the final norm, the LM head (over only the rows the
+token embedding (or `inputs_embeds`, in the multimodal pipeline's decoder), one residual block per layer, the final norm, the LM head (over only the rows the
 engine reads when the contract has `logits_indices`) and the hidden-state output the MTP head reads.
 
 A family supplies only each layer's token mixer (`MixerFor`): Qwen3.5 its Gated DeltaNet and gated
@@ -8,7 +8,7 @@ attention, GLM-4.5 its plain grouped-query attention. The feed-forward (dense or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import onnx_ir as oir
@@ -43,6 +43,19 @@ class LayerSite:
     arch: Architecture
     cfg: DecoderConfig
     outputs: dict[str, oir.Value]
+    # Rotary tables of layer kinds with a rope of their own (`rotary_for`), built on first use.
+    rotaries: dict = field(default_factory=dict)
+
+    def rotary_for(self, kind: LayerKind) -> Rotary:
+        """The rotary tables of a layer of `kind`: the model's, or the kind's own rope (a sliding layer's)."""
+        rope = self.arch.layer_attention(kind).rope
+        if rope == self.arch.rope:
+            return self.rot
+        if rope not in self.rotaries:
+            positions = self.cfg.contract.input(input_name(self.cfg, "position_ids"))
+            self.rotaries[rope] = rotary(self.b, rope, self.b.inputs[positions.name], has_position_rows(positions),
+                                         scope=f"rotary_{kind.value}")
+        return self.rotaries[rope]
 
     def input(self, role: str, layer: int) -> oir.Value:
         return self.b.inputs[input_name(self.cfg, role, layer)]
@@ -87,8 +100,11 @@ def build_decoder(ir: ModelIR, params: ParameterSource, data: GraphData, progres
     b = GraphBuilder("main", params, data, kernels)
     b.declare_inputs(contract)
     ops = sequence_ops(b, cfg)
-    stream = Residual(embed(b, b.inputs[input_name(cfg, "input_ids")],
-                            params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER)))
+    if cfg.input_name("inputs_embeds") is not None:  # the multimodal pipeline's decoder: the embedding graph embeds
+        stream = Residual(b.inputs[input_name(cfg, "inputs_embeds")])
+    else:
+        stream = Residual(embed(b, b.inputs[input_name(cfg, "input_ids")],
+                                params.embedding("embed_tokens.weight", EMBEDDING_INITIALIZER)))
     positions = contract.input(input_name(cfg, "position_ids"))
     rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
     outputs: dict[str, oir.Value] = {}

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import Architecture
-from . import deepseek2, glm4moe, qwen35
+from . import deepseek2, glm4moe, qwen35, step35
 from .blocks import gated_attention
 
 _MAIN = {"qwen35": qwen35.build_main, "qwen35moe": qwen35.build_main, "glm4moe": glm4moe.build_main,
-         "qwen3next": qwen35.build_main, "deepseek2": deepseek2.build_main}
+         "qwen3next": qwen35.build_main, "deepseek2": deepseek2.build_main, "step35": step35.build_main}
 _ATTENTION = {"qwen35": gated_attention, "qwen35moe": gated_attention, "glm4moe": glm4moe.attention,
-              "qwen3next": gated_attention, "deepseek2": deepseek2.attention}
+              "qwen3next": gated_attention, "deepseek2": deepseek2.attention, "step35": step35.attention}
 
 
 def _of(table: dict, arch: Architecture):

@@ -1,4 +1,5 @@
-"""The sparse FFN as a graph: onnxruntime's fused `MoE` op plus the shared expert (Qwen3.5-MoE's gated).
+"""The FFNs as graphs: the dense SwiGLU MLP, and the sparse one: onnxruntime's fused `MoE` op plus the shared expert
+(Qwen3.5-MoE's gated).
 
 The `MoE` contrib op (com.microsoft, CPU kernel in onnxruntime 1.32) takes the router *logits*
 and does Qwen3.5's routing itself: softmax over all experts, top-k, and with
@@ -13,6 +14,12 @@ on CPU.
 
 GLM-4.5's sigmoid routing is chosen in plain ops before the op (`moe_routing.py`), and its shared
 expert has no gate.
+
+Step-3.5 clamps some layers' SwiGLU after the activation, `min(silu(g), L) * clip(u, -L, L)`; the op's CPU kernel
+clamps the gate before it (`swiglu_limit`: silu(min(g, L')) * clip(u, -L', L'); its after-activation mode is
+CUDA-only). silu increases from its minimum (g = -1.28, where it is -0.28 < L), so min(silu(g), L) is
+silu(min(g, L')) exactly for L' = silu^-1(L): the experts run with limit L', their up rows scaled by c = L' / L
+(so the up clip at L' is c times the clip at L) and their down rows by 1 / c (`_clamp_scales`).
 
 Experts the weight table quantizes go to `QMoE` instead: symmetric 4- / 8-bit blocks along K in
 MatMulNBits' packing (`quant.quantize_experts`), `[E, N, K * bits / 8]` weights and
@@ -36,7 +43,7 @@ from ..ir.moe import SIGMOID
 from ..weights.quant import quantize_experts
 from ..weights import QuantizedTensor, Weight, WeightStore
 from . import parameters
-from .blocks import cast, initializer_name, mlp, project, silu
+from .blocks import cast, initializer_name, project, project_all, silu
 from .builder import MS, GraphBuilder
 from .initializers import InitializerGroup, PlannedTensor
 from .moe_routing import F32, scaled, sigmoid_routing, softmax_choice
@@ -45,11 +52,41 @@ FeedForward = Callable[[GraphBuilder, oir.Value, str], oir.Value]
 
 
 def feed_forward(arch: Architecture, layer: int | None) -> FeedForward:
-    """The FFN of trunk layer `layer` (None: the MTP block): the dense MLP, or the sparse MoE block."""
+    """The FFN of trunk layer `layer` (None: the MTP block): the dense MLP, or the sparse MoE block, SwiGLU-clamped
+    where the layer is (`Architecture.swiglu_limit`)."""
     moe = arch.moe
+    limits = arch.swiglu_limit(layer)
     if moe is None or not arch.is_sparse(layer):
-        return mlp
-    return lambda b, x, prefix: sparse_moe(b, x, prefix, moe)
+        return mlp if not limits[1] else (lambda b, x, prefix: mlp(b, x, prefix, limits[1]))
+    return lambda b, x, prefix: sparse_moe(b, x, prefix, moe, limits)
+
+
+def _clamp_scales(limit: float) -> tuple[float, float]:
+    """(L', c) for a clamp after the activation at `limit` L: silu(L') = L, c = L' / L (the module docstring)."""
+    g = max(limit, 1.0)
+    for _ in range(60):  # Newton on g * sigmoid(g) = L, increasing and convex enough for g > 0
+        s = 1.0 / (1.0 + np.exp(-g))
+        g -= (g * s - limit) / (s + g * s * (1.0 - s))
+    return g, g / limit
+
+
+def mlp(b: GraphBuilder, x: oir.Value, prefix: str, limit: float = 0.0) -> oir.Value:
+    """SwiGLU MLP; with a `limit` (Step-3.5's `swiglu_limits_shared`) min(silu(gate), L) * clip(up, -L, L)."""
+    p = prefix + "mlp."
+    with b.scope("mlp"):
+        gate, up = project_all(b, x, [p + "gate_proj.weight", p + "up_proj.weight"])
+        gate = silu(b, gate, "act")
+        if limit:
+            gate, up = swiglu_clamp(b, gate, up, limit)
+        return project(b, b.op("Mul", [gate, up], name="Mul"), p + "down_proj.weight", "down_proj/MatMul")
+
+
+def swiglu_clamp(b: GraphBuilder, gate: oir.Value, up: oir.Value, limit: float) -> tuple[oir.Value, oir.Value]:
+    """(min(activated gate, L), clip(up, -L, L)): Step-3.5's clamp, after the activation."""
+    dtype = b.io_dtype.numpy()
+    bound, low = b.constant(f"limit_{limit:g}", np.asarray(limit, dtype)), b.constant(f"minus_limit_{limit:g}",
+                                                                                     np.asarray(-limit, dtype))
+    return (b.op("Min", [gate, bound], name="act/Min"), b.op("Clip", [up, low, bound], name="up/Clip"))
 
 
 def interleave_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -78,34 +115,46 @@ def _expert_decision(b: GraphBuilder, p: str) -> WeightDecision:
     return decisions[0]
 
 
-def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oir.Value | None, ...]:
+def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None, up_scale: float = 1.0
+                    ) -> tuple[oir.Value | None, ...]:
     """FC1 (interleaved gate/up) and FC2 (down) of the routed experts: (fc1, fc1 scales, fc2, fc2 scales),
     float in the I/O dtype without scales, or QMoE's packed blocks.
 
     A stack large enough (`parameters.STREAM_BYTES`) is written a few experts at a time
     (`InitializerGroup.pieces`): every step is per expert (interleaving, casting) or per row (quantizing,
-    converting blocks), so the slabs hold the whole stack's bytes, read expert by expert from the source."""
+    converting blocks), so the slabs hold the whole stack's bytes, read expert by expert from the source.
+
+    `up_scale` c multiplies the up rows and divides the down rows (a clamped layer's, `_clamp_scales`); those
+    stacks are then read as float, whatever the source stores."""
     store = b.params.store
     gate_name, up_name, down_name = _expert_names(p)
     e, i, h = store.info(gate_name).shape
     fc1_name, fc2_name = initializer_name(p + "experts.gate_up_proj.weight"), initializer_name(down_name)
     as_float = form is None
+    scales = {up_name: up_scale, down_name: 1.0 / up_scale} if up_scale != 1.0 else {}
 
     def read(name: str, a: int, z: int) -> Weight:
+        if name in scales:
+            return read_experts(store, name, a, z, as_float=True) * np.float32(scales[name])
         return read_experts(store, name, a, z, as_float=as_float)
+
+    def whole(name: str, *, as_float: bool) -> Weight:
+        if name in scales:
+            return store.read_float(name) * np.float32(scales[name])
+        return store.read_float(name) if as_float else store.read(name)
 
     if form is None:
         def fc1(a: int, z: int) -> tuple[np.ndarray, ...]:
             return (interleave_gate_up(read(gate_name, a, z), read(up_name, a, z)),)
 
         def fc1_whole() -> tuple[np.ndarray, ...]:
-            return (interleave_gate_up(store.read_float(gate_name), store.read_float(up_name)),)
+            return (interleave_gate_up(whole(gate_name, as_float=True), whole(up_name, as_float=True)),)
 
         groups = (
             _stacked_group(b, (PlannedTensor(fc1_name, b.io_dtype, (e, 2 * i, h)),), (gate_name, up_name), fc1,
                            fc1_whole),
             _stacked_group(b, (PlannedTensor(fc2_name, b.io_dtype, (e, h, i)),), (down_name,),
-                           lambda a, z: (read(down_name, a, z),), lambda: (store.read_float(down_name),)),
+                           lambda a, z: (read(down_name, a, z),), lambda: (whole(down_name, as_float=True),)),
         )
         (w1,), (w2,) = (b.weights(g) for g in groups)
         return w1, None, w2, None
@@ -127,9 +176,9 @@ def _expert_weights(b: GraphBuilder, p: str, form: QuantForm | None) -> tuple[oi
     groups = (
         _stacked_group(b, planned(fc1_name, 2 * i, h), (gate_name, up_name),
                        lambda a, z: fc1_blocks(read(gate_name, a, z), read(up_name, a, z)),
-                       lambda: fc1_blocks(store.read(gate_name), store.read(up_name))),
+                       lambda: fc1_blocks(whole(gate_name, as_float=False), whole(up_name, as_float=False))),
         _stacked_group(b, planned(fc2_name, h, i), (down_name,), lambda a, z: blocks(read(down_name, a, z), h, i),
-                       lambda: blocks(store.read(down_name), h, i)),
+                       lambda: blocks(whole(down_name, as_float=False), h, i)),
     )
     return tuple(v for g in groups for v in b.weights(g))
 
@@ -193,7 +242,9 @@ def release_experts(store: WeightStore, name: str, start: int, stop: int) -> Non
         release(name, start, stop)
 
 
-def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.Value:
+def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims, limits: tuple[float, float] = (0.0, 0.0)
+               ) -> oir.Value:
+    """`limits`: the SwiGLU clamps of the routed experts and of the shared expert (0: none)."""
     p = prefix + "mlp."
     with b.scope("moe"):
         # The router scores in float32 whatever the I/O dtype (its weight is float32: WeightRole.ROUTER), as
@@ -209,11 +260,14 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.
             logits = softmax_choice(b, logits, moe)
         decision = _expert_decision(b, p)
         form = decision.form
-        fc1, scales1, fc2, scales2 = _expert_weights(b, p, form)
+        op_limit, up_scale = _clamp_scales(limits[0]) if limits[0] else (None, 1.0)
+        fc1, scales1, fc2, scales2 = _expert_weights(b, p, form, up_scale)
         # Sigmoid routing hands the op -inf off the chosen experts, so its renormalization gives GLM's weights.
         normalize = moe.normalize_top_k or moe.scoring == SIGMOID
         attrs = {"k": moe.top_k, "activation_type": "swiglu", "swiglu_fusion": 1, "activation_alpha": 1.0,
                  "activation_beta": 0.0, "normalize_routing_weights": int(normalize)}
+        if op_limit is not None:
+            attrs["swiglu_limit"] = op_limit
         if form is None:
             routed = b.op("MoE", [x, logits, fc1, None, fc2], attrs, name="MoE", domain=MS)
         else:
@@ -226,6 +280,8 @@ def sparse_moe(b: GraphBuilder, x: oir.Value, prefix: str, moe: MoeDims) -> oir.
         s = p + "shared_expert."
         gate = silu(b, project(b, x, s + "gate_proj.weight", "gate_proj/MatMul"), "act")
         up = project(b, x, s + "up_proj.weight", "up_proj/MatMul")
+        if limits[1]:
+            gate, up = swiglu_clamp(b, gate, up, limits[1])
         shared = project(b, b.op("Mul", [gate, up], name="Mul"), s + "down_proj.weight", "down_proj/MatMul")
         if moe.shared_expert_sigmoid_gate:
             scale = b.op("Sigmoid", [project(b, x, p + "shared_expert_gate.weight", "gate/MatMul")], name="gate/Sigmoid")

@@ -8,9 +8,13 @@ One builder for both contracts; what differs is read from the roles the head's d
   applies the target's LM head; no embedding or LM head inside.
 
     x = fc(concat[norm_e(embed(token)), norm_h(seed_hidden)])   # embedding first
-    x = one full-attention decoder layer (its own KV, layer 0; the family's attention, a sparse FFN in MoE families)
-    n = mtp.norm(x)  ->  hidden output (fed back for chained drafts), logits = lm_head(n)
-    (or the head's own LM head, `mtp.lm_head.weight`, over a draft vocabulary: `own_lm_head_logits`)
+    x = one decoder layer (its own KV, layer 0; the family's attention of the head's kind, `mtp_layer_kind`:
+        a sliding head attends within its window, in the graph; a sparse FFN in MoE families)
+    n = mtp.norm(x)  ->  logits = lm_head(n) (or the head's own LM head, `mtp.lm_head.weight`, over a draft
+                         vocabulary: `own_lm_head_logits`)
+    hidden output (fed back for chained drafts): n, or x where the head is seeded before the trunk's final norm
+    (`mtp.seed_hidden: pre_norm`: the chain stays in the space the head's `pre_fc_norm_hidden` reads);
+    onnx-genai's `mtp_hidden` is n whatever seeds it (that runtime applies the LM head to it)
 
 Positions are whatever the runtime feeds; no offset is baked in.
 """
@@ -21,7 +25,7 @@ import numpy as np
 import onnx_ir as oir
 
 from ..ir.contracts import EMBEDDING_INITIALIZER
-from ..ir import DecoderConfig, DraftVocabulary, HeadContract, ModelIR
+from ..ir import DecoderConfig, DraftVocabulary, HeadContract, ModelIR, SeedHidden
 from ..weights.draft import OWN_LM_HEAD
 from .blocks import Residual, add_norm, cast, embed, lm_head, project, residual_block, rms_norm, rotary
 from ..profiles.kernels import NO_FUSION, FusedKernels
@@ -55,7 +59,7 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
         tokens = b.inputs[input_name(cfg, "inputs_embeds")]
     seed = b.inputs[input_name(cfg, "hidden_states")]
     positions = contract.input(input_name(cfg, "position_ids"))
-    rot = rotary(b, arch.rope, b.inputs[positions.name], has_position_rows(positions))
+    rot = rotary(b, arch.attention_at(None).rope, b.inputs[positions.name], has_position_rows(positions))
 
     with b.scope("mtp"):
         e = rms_norm(b, tokens, "mtp.pre_fc_norm_embedding.weight", eps, "pre_fc_norm_embedding")
@@ -78,8 +82,9 @@ def build_head(ir: ModelIR, kind: HeadContract, cfg: DecoderConfig, params: Para
     with b.scope("mtp/layers.0"):
         stream = residual_block(b, Residual(x), HEAD_LAYER, eps, mixer, feed_forward(arch, None))
     with b.scope("mtp"):
-        normed, _ = add_norm(b, stream, "mtp.norm.weight", eps, "norm")
-    outputs[output_name(cfg, "hidden_states")] = normed
+        normed, summed = add_norm(b, stream, "mtp.norm.weight", eps, "norm")
+    pre_norm = ir.mtp.seed_hidden is SeedHidden.PRE_NORM and kind is HeadContract.ORT_GENAI
+    outputs[output_name(cfg, "hidden_states")] = summed.base if pre_norm else normed
     logits_name = cfg.output_name("logits")
     if logits_name is not None:
         logits_dtype = ONNX_DTYPES[contract.output(logits_name).dtype]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import onnx_ir as oir
 
-from ..ir import Architecture
+from ..ir import Architecture, LayerAttention
 from .blocks import split_heads
 from .builder import MS, GraphBuilder
 
@@ -63,6 +63,18 @@ class PagedOps:
                   self.block_table, *([None] * 8), self.attention_metadata]
         attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
                  "scale": arch.softmax_scale}
+        out, key_cache, value_cache = b.op_multi("PagedAttention", inputs, attrs, name="PagedAttention",
+                                                 num_outputs=3, domain=MS)
+        return out, key_cache, value_cache
+
+    def layer_attention(self, b, q, k, v, past_key, past_value, layer: LayerAttention, sinks=None):
+        """PagedAttention with a layer's own heads, window (`local_window_size`) and sinks (input 11, `head_sink`)."""
+        inputs = [q, k, v, past_key, past_value, self.cumulative_sequence_lengths, self.past_sequence_lengths,
+                  self.block_table, None, None, None, sinks, None, None, None, None, self.attention_metadata]
+        attrs = {"num_heads": layer.num_attention_heads, "kv_num_heads": layer.num_key_value_heads,
+                 "scale": layer.softmax_scale}
+        if layer.window is not None:
+            attrs["local_window_size"] = layer.window
         out, key_cache, value_cache = b.op_multi("PagedAttention", inputs, attrs, name="PagedAttention",
                                                  num_outputs=3, domain=MS)
         return out, key_cache, value_cache

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as oir
 
-from ..ir import Architecture
+from ..ir import Architecture, LayerAttention
+from .attention import WindowMask
 from .blocks import SequenceOps, merge_heads, split_heads
 from .builder import MS, GraphBuilder
 from .latent_attention import LatentMask, latent_attention
@@ -33,6 +34,7 @@ class DenseOps:
                 "index_1", np.asarray(1, np.int64))], {"axis": 0}, name="width")
             self.total_length = b.op("Cast", [width], {"to": oir.DataType.INT32}, name="total_sequence_length")
         self.latent_mask = LatentMask(attention_mask)  # built only if a layer runs the plain-op latent attention
+        self.window_mask = WindowMask(attention_mask)  # built only if a sliding layer runs in plain ops (attention.py)
 
     def attention(self, b, q, k, v, past_key, past_value, arch: Architecture):
         attrs = {"num_heads": arch.num_attention_heads, "kv_num_heads": arch.num_key_value_heads,
@@ -40,6 +42,19 @@ class DenseOps:
         out, present_key, present_value = b.op_multi(
             "GroupQueryAttention", [q, k, v, past_key, past_value, self.seqlens_k, self.total_length], attrs,
             name="GroupQueryAttention", num_outputs=3, domain=MS)
+        return out, present_key, present_value
+
+    def layer_attention(self, b, q, k, v, past_key, past_value, layer: LayerAttention, sinks=None):
+        """GroupQueryAttention with a layer's own heads, window (`local_window_size`) and sinks (`head_sink`)."""
+        attrs = {"num_heads": layer.num_attention_heads, "kv_num_heads": layer.num_key_value_heads, "do_rotary": 0,
+                 "scale": layer.softmax_scale}
+        if layer.window is not None:
+            attrs["local_window_size"] = layer.window
+        inputs = [q, k, v, past_key, past_value, self.seqlens_k, self.total_length]
+        if sinks is not None:  # inputs 7-10 (cos/sin caches, position ids, attention bias) stay empty
+            inputs += [None] * 4 + [sinks]
+        out, present_key, present_value = b.op_multi("GroupQueryAttention", inputs, attrs, name="GroupQueryAttention",
+                                                     num_outputs=3, domain=MS)
         return out, present_key, present_value
 
     def latent_attention(self, b, query, latent, past_key, past_value, arch: Architecture):

@@ -8,7 +8,7 @@ variants are produced from these by `passes/paged_io.py`.
 
 from __future__ import annotations
 
-from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerKind, Precision, TensorSpec
+from .model import Architecture, DecoderConfig, Dim, GraphContract, LayerAttention, LayerKind, Precision, TensorSpec
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
@@ -81,10 +81,12 @@ STATE_UPDATE_OUTPUT_NAMES = {"state_update_conv_value_names": "state_update.%d.c
                              "state_update_recurrent_capsule_names": "state_update.%d.recurrent_capsule"}
 
 
-def _kv_specs(arch: Architecture, layer: int, dtype: str, input_names: dict[str, str], output_names: dict[str, str]):
-    """Past and present key/value tensors of one full-attention layer, named by a contract's role templates."""
-    shape_past = (BATCH, arch.num_key_value_heads, PAST_SEQUENCE, arch.head_dim)
-    shape_present = (BATCH, arch.num_key_value_heads, TOTAL_SEQUENCE, arch.head_dim)
+def _kv_specs(attention: LayerAttention, layer: int, dtype: str, input_names: dict[str, str],
+              output_names: dict[str, str]):
+    """Past and present key/value tensors of one attention layer (its own KV heads and cached head width),
+    named by a contract's role templates."""
+    shape_past = (BATCH, attention.num_key_value_heads, PAST_SEQUENCE, attention.cached_head_dim)
+    shape_present = (BATCH, attention.num_key_value_heads, TOTAL_SEQUENCE, attention.cached_head_dim)
     ins, outs = [], []
     for kind in ("key", "value"):
         ins.append(TensorSpec(input_names[f"past_{kind}_names"] % layer, dtype, shape_past))
@@ -120,7 +122,7 @@ def main_contract(arch: Architecture, precision: Precision) -> GraphContract:
             outputs += [TensorSpec(names_out["present_conv_names"] % i, io, conv),
                         TensorSpec(names_out["present_recurrent_names"] % i, io, rec)]
         else:
-            ins, outs = _kv_specs(arch, i, io, names_in, names_out)
+            ins, outs = _kv_specs(arch.layer_attention(kind), i, io, names_in, names_out)
             inputs += ins
             outputs += outs
     return GraphContract(tuple(inputs), tuple(outputs))
@@ -139,7 +141,7 @@ def ort_head_contract(arch: Architecture, precision: Precision) -> GraphContract
         TensorSpec(names_out["logits"], precision.effective_logits_dtype, (BATCH, SEQUENCE, arch.vocab_size)),
         TensorSpec(names_out["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size)),
     ]
-    ins, outs = _kv_specs(arch, 0, io, names_in, names_out)
+    ins, outs = _kv_specs(arch.attention_at(None), 0, io, names_in, names_out)
     return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
 
 
@@ -155,7 +157,7 @@ def onnx_genai_head_contract(arch: Architecture, precision: Precision) -> GraphC
         TensorSpec(names_in["position_ids"], "int64", (BATCH, SEQUENCE)),
     ]
     outputs = [TensorSpec(names_out["hidden_states"], io, (BATCH, SEQUENCE, arch.hidden_size))]
-    ins, outs = _kv_specs(arch, 0, io, names_in, names_out)
+    ins, outs = _kv_specs(arch.attention_at(None), 0, io, names_in, names_out)
     return GraphContract(tuple(inputs + ins), tuple(outputs + outs))
 
 

@@ -24,8 +24,10 @@ from .weights import (  # noqa: F401
     WeightDecision,
     WeightRole,
 )
-from .moe import MoeDims  # noqa: F401  (the sparse FFN of MoE families)
+from .moe import MoeDims, SwigluLimits  # noqa: F401  (the sparse FFN of MoE families, Step's SwiGLU clamps)
 from .mla import MlaDims  # noqa: F401  (multi-head latent attention, the deepseek2 family)
+from .rope import Rope, YarnScaling  # noqa: F401  (rotary embeddings, a layer kind's own among them)
+from .attention import LayerAttention  # noqa: F401  (a layer kind's own heads, rope, window, sinks)
 from .enums import AttentionMode, LayerKind  # noqa: F401
 from .fields import added
 # The graphs' I/O and the decoders as runtimes see them live in their own module; re-exported here.
@@ -39,6 +41,7 @@ from .runtime import (  # noqa: F401
     TensorSpec,
 )
 from .mtp import DraftVocabulary, HeadPolicy, MtpSettings, SeedHidden  # noqa: F401  (the MTP head's settings)
+from .vision import VisionModel, VisionPipeline  # noqa: F401  (a vision-language checkpoint's tower)
 
 
 def hybrid_layer_kinds(num_layers: int, full_attention_interval: int) -> tuple[LayerKind, ...]:
@@ -82,47 +85,6 @@ class LinearAttentionDims:
     @property
     def conv_dim(self) -> int:
         return 2 * self.key_dim + self.value_dim
-
-
-@dataclass(frozen=True)
-class YarnScaling:
-    """YaRN's context extension of RoPE (DeepSeek-V3's `rope_scaling` type `yarn`), as transformers'
-    `_compute_yarn_parameters` reads it: frequencies whose wavelength stays short of the original context
-    keep their rotation (extrapolate), long ones are divided by `factor` (interpolate), with a linear ramp
-    between the correction dims of `beta_fast` and `beta_slow` rotations; cos and sin are multiplied by
-    `attention_factor` (the source resolves it from `mscale` / `mscale_all_dim`). The softmax's own mscale
-    is `MlaDims.softmax_scale`'s, not this."""
-
-    factor: float
-    original_max_position_embeddings: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float = 1.0
-    # transformers floors / ceils the correction dims (its `truncate`, true unless the config says not).
-    truncate: bool = True
-
-    def summary(self) -> str:
-        return (f"yarn x{self.factor:g} from {self.original_max_position_embeddings} (beta {self.beta_fast:g}/"
-                f"{self.beta_slow:g}, cos/sin x{self.attention_factor:g})")
-
-
-@dataclass(frozen=True)
-class Rope:
-    theta: float
-    partial_rotary_factor: float
-    head_dim: int
-    # Interleaved MRoPE sections (T, H, W) over rotary_dim / 2 frequency slots.
-    mrope_section: tuple[int, ...] = ()
-    mrope_interleaved: bool = True
-    # Positions come as three rows (T, H, W), Qwen3.5's MRoPE input (equal rows for text); False: one row
-    # per token (GLM-4.5's plain NeoX RoPE), the `[batch, sequence]` position_ids most runtimes feed.
-    position_rows: bool = added(True)
-    # YaRN-scaled frequencies (DeepSeek-V3); None: plain RoPE.
-    yarn: YarnScaling | None = added(None)
-
-    @property
-    def rotary_dim(self) -> int:
-        return int(self.head_dim * self.partial_rotary_factor)
 
 
 @dataclass(frozen=True)
@@ -185,8 +147,51 @@ class Architecture:
     attention_bias: bool = added(False)
     # A per-head RMSNorm of q and k before the rotation (Qwen3.5 always; GLM's `use_qk_norm`).
     qk_norm: bool = added(True)
+    # A sigmoid gate per query head on the attention's output, from its own projection `self_attn.g_proj`
+    # `[heads, hidden]` (Step-3.5's `use_head_wise_attn_gate`).
+    attention_head_gate: bool = added(False)
     # Multi-head latent attention (`ir/mla.py`); then num_key_value_heads is 1 and head_dim the cached latent's width.
     mla: MlaDims | None = added(None)
+    # How SLIDING_ATTENTION layers attend (`ir/attention.py`): their own heads, rope, window (equal to
+    # `sliding_window`) and sinks; None: as the full layers, within `sliding_window`. The fields above are the
+    # full-attention layers'.
+    sliding_attention: LayerAttention | None = added(None)
+    # Full-attention layers' value head width where it is not head_dim (MiMo-V2-Flash: 128 beside q/k 192).
+    value_head_dim: int | None = added(None)
+    # The kind of the MTP block's attention layer (Step's and MiMo's MTP layers slide).
+    mtp_layer_kind: LayerKind = added(LayerKind.FULL_ATTENTION)
+    # MTP layers the checkpoint chains (Step-3.5: 3, layer k drafting token k from layer k-1's output); 0: as many
+    # as `mtp_num_layers`. The package builds the first: onnxruntime-genai runs one head graph, N times.
+    mtp_chained_layers: int = added(0)
+    # The MTP head scores with its own LM head (Step-3.5's `shared_head.output`), `mtp.lm_head.weight` as stored.
+    mtp_own_lm_head: bool = added(False)
+    # The hidden state the checkpoint's authors seed its head with, and the spec's default (`mtp.seed_hidden`).
+    mtp_seed_hidden: SeedHidden = added(SeedHidden.POST_NORM)
+    # Per-layer clamps of the SwiGLU (Step-3.5); None: no layer is clamped.
+    swiglu_limits: SwigluLimits | None = added(None)
+    # The vision tower of a vision-language checkpoint (`ir/vision.py`); None: text only.
+    vision: VisionModel | None = added(None)
+
+    def __post_init__(self):
+        sliding = self.sliding_attention
+        if sliding is not None and sliding.window != self.sliding_window:
+            raise ValueError(f"sliding_window {self.sliding_window} and the sliding layers' window {sliding.window} differ")
+
+    def layer_attention(self, kind: LayerKind) -> LayerAttention:
+        """How a layer of `kind` attends (`ir/attention.py`); the MTP block's kind is `mtp_layer_kind`."""
+        if kind is LayerKind.SLIDING_ATTENTION and self.sliding_attention is not None:
+            return self.sliding_attention
+        window = None
+        if kind is LayerKind.SLIDING_ATTENTION:  # attends as the full layers do, within the window
+            if self.sliding_window is None:
+                raise AssertionError(f"{self.family}: a sliding-window layer without a sliding_window")
+            window = self.sliding_window
+        return LayerAttention(self.num_attention_heads, self.num_key_value_heads, self.head_dim,
+                              self.value_head_dim or self.head_dim, self.rope, window=window)
+
+    def attention_at(self, layer: int | None) -> LayerAttention:
+        """Trunk layer `layer`'s attention, or the MTP block's (None)."""
+        return self.layer_attention(self.mtp_layer_kind if layer is None else self.layer_kinds[layer])
 
     @property
     def softmax_scale(self) -> float:
@@ -202,10 +207,17 @@ class Architecture:
         return self.mtp_num_layers > 0
 
     def is_sparse(self, layer: int | None) -> bool:
-        """Whether trunk layer `layer` (None: the MTP block, always sparse in a MoE family) has the sparse FFN."""
+        """Whether trunk layer `layer` (None: the MTP block, `moe.sparse_mtp`) has the sparse FFN."""
         if self.moe is None:
             return False
-        return layer is None or layer >= self.moe.dense_layers
+        return self.moe.sparse_mtp if layer is None else layer >= self.moe.dense_layers
+
+    def swiglu_limit(self, layer: int | None) -> tuple[float, float]:
+        """(routed experts', shared expert's or dense MLP's) SwiGLU clamp of trunk layer `layer` (None: the MTP
+        block); 0 = unclamped."""
+        if self.swiglu_limits is None:
+            return 0.0, 0.0
+        return self.swiglu_limits.of(self.num_layers if layer is None else layer)
 
     def layers_of(self, kind: LayerKind) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.layer_kinds) if k is kind)
@@ -220,10 +232,15 @@ class Architecture:
         if self.mla is not None:
             return self.mla.summary()
         parts = ["gated attention" if self.attention_output_gate else "grouped-query attention"]
+        if self.attention_head_gate:
+            parts.append("a sigmoid gate per head")
         if self.attention_bias:
             parts.append("q/k/v bias")
         parts.append("qk-norm" if self.qk_norm else "no qk-norm")
-        return ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+        summary = ", ".join(parts) + f", rotary on {self.rope.rotary_dim} of {self.head_dim} channels"
+        if LayerKind.SLIDING_ATTENTION in self.layer_kinds or self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION:
+            summary += f"; sliding layers: {self.layer_attention(LayerKind.SLIDING_ATTENTION).summary()}"
+        return summary
 
     def head_summary(self) -> str:
         """Where the source keeps its MTP head, e.g. "1 block, a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"."""
@@ -231,6 +248,9 @@ class Architecture:
             return "none"
         where = {HeadLayout.MTP_MODULE: "`mtp.*` tensors (Qwen3.5 layout)",
                  HeadLayout.TRAILING_LAYER: "a trailing decoder layer (DeepSeek-V3 / GLM-4.5 layout)"}[self.head_layout]
+        if self.mtp_chained_layers > self.mtp_num_layers:
+            return (f"{self.mtp_num_layers} block (the first of {self.mtp_chained_layers} chained), {where}"
+                    + ", its own layer slides" * (self.mtp_layer_kind is LayerKind.SLIDING_ATTENTION))
         return f"{self.mtp_num_layers} block, {where}"
 
     def layer_kind_summary(self, word_separator: str = " ") -> str:
@@ -256,14 +276,36 @@ class SyntheticSpec:
 
 
 @dataclass(frozen=True)
+class HubRef:
+    """A checkpoint on the Hugging Face Hub, as the spec names it (`sources/hub/` resolves it).
+
+    `repo` is `owner/name`; `revision` a branch, tag or commit (None: the repo's default branch). A GGUF repo's
+    file is `file` when named, else chosen by its quant tag `quant` as llama.cpp's `-hf` chooses it (None: its
+    defaults)."""
+
+    repo: str
+    revision: str | None = None
+    file: str | None = None
+    quant: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """How messages name it: `owner/name`, with `@revision` and the file or `:quant` when given."""
+        text = self.repo + (f":{self.quant}" if self.quant else "") + (f"@{self.revision}" if self.revision else "")
+        return text + (f" ({self.file})" if self.file else "")
+
+
+@dataclass(frozen=True)
 class SourceRef:
-    """Where the weights come from. `path` is absolute (resolved against the spec file)."""
+    """Where the weights come from. `path` is absolute (resolved against the spec file); None for a `hub` one."""
 
     kind: str  # "synthetic" | "hf" | "gguf"
     path: str | None = None
     seed: int | None = None
     # The model a synthetic source builds (set for kind "synthetic" by lowering).
     synthetic: SyntheticSpec | None = None
+    # An hf or gguf checkpoint on the Hugging Face Hub rather than beside the spec.
+    hub: HubRef | None = added(None)
 
 
 # ----------------------------------------------------------------------------- build choices
@@ -342,6 +384,9 @@ class ModelIR:
     # onnx-genai's own main decoder when it cannot load `main` (`decoder.onnx`, which its loader prefers,
     # reading `main`'s data file): set by passes/state_window.py when `main`'s state is windowed.
     onnx_genai_main: DecoderConfig | None = added(None)
+    # onnxruntime-genai's multimodal pipeline over the same weights (vision, embedding, a decoder taking
+    # inputs_embeds): set by passes/vision.py when the source has a vision tower.
+    vision: VisionPipeline | None = added(None)
 
     def head(self, contract: HeadContract) -> DecoderConfig | None:
         return dict(self.heads).get(contract)

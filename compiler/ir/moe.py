@@ -53,6 +53,8 @@ class MoeDims:
     routed_scaling_factor: float = added(1.0)
     # The first `dense_layers` trunk layers have a dense MLP (`Architecture.intermediate_size`) instead.
     dense_layers: int = added(0)
+    # The MTP block's FFN is this sparse one (Qwen3.5-MoE, GLM); False: a dense MLP (Step-3.5's MTP layers).
+    sparse_mtp: bool = added(True)
 
     def summary(self) -> str:
         """e.g. "8 experts, top-2 (softmax, renormalized), expert FFN 32, shared expert 48 (sigmoid gate)"."""
@@ -71,3 +73,20 @@ class MoeDims:
             f"{self.num_experts} experts, top-{self.top_k} ({', '.join(routing)}), "
             f"expert FFN {self.expert_intermediate_size}, shared expert {self.shared_expert_intermediate_size}{gate}{dense}"
         )
+
+
+@dataclass(frozen=True)
+class SwigluLimits:
+    """Step-3.5's per-layer clamps of the SwiGLU (`swiglu_limits`, `swiglu_limits_shared`), transformers'
+    `Step3p7MLP` / `Step3p7Experts`: `min(silu(gate), L) * clip(up, -L, L)`, the clamp after the activation.
+    `routed` bounds a layer's routed experts, `shared` its shared expert or its dense MLP; one entry per trunk
+    layer, then per MTP layer; 0 leaves the layer unclamped."""
+
+    routed: tuple[float, ...]
+    shared: tuple[float, ...]
+
+    def of(self, index: int) -> tuple[float, float]:
+        """(routed, shared) bound of layer `index` (trunk layers first, then the MTP layers): 0 = none."""
+        return (self.routed[index] if index < len(self.routed) else 0.0,
+                self.shared[index] if index < len(self.shared) else 0.0)
+

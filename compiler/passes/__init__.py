@@ -19,8 +19,9 @@ def default_pipeline(observer: Callable[[str, PassResult], None] | None = None) 
     from .paged_io import PagedIoRewrite
     from .quantization import QuantizationPlanning
     from .state_window import StateWindow
+    from .vision import VisionPipelineLowering
 
     return Pipeline(
         [HeadDetection(), ApplyRuntimeProfile(), QuantizationPlanning(), MtpHeadProjection(), PagedIoRewrite(),
-         StateWindow()], observer
+         StateWindow(), VisionPipelineLowering()], observer
     )

@@ -58,11 +58,21 @@ class MtpHeadProjection:
         if new_heads == ir.heads:
             return PassResult(ir, False)
         changes = tuple(
-            f"head {contract.value}: {cfg.filename}, 1 full-attention layer, "
-            f"{cfg.num_key_value_heads} KV heads x {cfg.head_size}"
+            f"head {contract.value}: {cfg.filename}, {_layer(ir)}, {cfg.num_key_value_heads} KV heads x {cfg.head_size}"
             for contract, cfg in new_heads
         ) or ("no head: cleared head configs",)
         return PassResult(replace(ir, heads=new_heads), True, changes)
+
+
+def _layer(ir: ModelIR) -> str:
+    """The head's layer as `plan` shows it: a sliding one says where its window is applied."""
+    attention = ir.architecture.attention_at(None)
+    if attention.window is None:
+        return "1 full-attention layer"
+    # onnxruntime-genai's CreateMtpDecoderConfig resets the head's sliding_window (shared/reference/genai-config.md 5.3), and a
+    # window-sized cache could not be rewound anyway (profiles/ort_genai_0_18.py, sliding_kv_cache).
+    return (f"1 sliding-window layer (window {attention.window}{', sinks' * attention.sinks} in the graph; its KV "
+            "cache holds the whole context)")
 
 
 def _project(main: DecoderConfig, ir: ModelIR, *, filename: str, inputs: dict, outputs: dict, contract) -> DecoderConfig:
@@ -77,9 +87,9 @@ def _project(main: DecoderConfig, ir: ModelIR, *, filename: str, inputs: dict, o
         main,
         filename=filename,
         layer_kinds=(LayerKind.FULL_ATTENTION,),
-        # Qwen3.5's MTP block is one full-attention layer with the main model's attention geometry.
-        num_key_value_heads=arch.num_key_value_heads,
-        head_size=arch.head_dim,
+        # One attention layer of the head's own geometry (Qwen3.5's: the main model's full attention; Step's: sliding).
+        num_key_value_heads=arch.attention_at(None).num_key_value_heads,
+        head_size=arch.attention_at(None).cached_head_dim,
         inputs=tuple(inputs.items()),
         outputs=tuple(outputs.items()),
         contract=contract,

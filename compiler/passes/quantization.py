@@ -22,6 +22,7 @@ from ..weights.quant import embedding_form, expert_form, requantization_notes, r
 from ..weights import TensorInfo
 from .draft_head import own_lm_head
 from .pipeline import PassResult
+from .vision import builds_tower
 
 # What `decide` reads of a weight besides its name (which it reads through its role and matching override).
 _KIND_FIELDS = tuple(f.name for f in fields(SourceTensor) if f.name != "name")
@@ -55,7 +56,9 @@ class QuantizationPlanning:
         own = own_lm_head(ir, decision)
         if own is not None:
             ir = replace(ir, source_tensors=ir.source_tensors + (own[0],))
-        used = tuple(t for t in ir.source_tensors if ir.mtp.emit_head or not t.name.startswith("mtp."))
+        tower = builds_tower(ir)
+        used = tuple(t for t in ir.source_tensors if (ir.mtp.emit_head or not t.name.startswith("mtp."))
+                     and (tower or not t.name.startswith("visual.")))
         weights = experts_kept_alike(tuple(decision(t) for t in used))
         notes = ir.notes + tuple(n for n in requantization_notes(weights) if n not in ir.notes)
         if weights == ir.weights and notes == ir.notes and own is None:
@@ -106,6 +109,7 @@ def profile_accuracy(ir: ModelIR) -> int:
 
 
 MLA_ABSORBED = "self_attn.kv_b_proj.weight"
+VISION_POSITIONS = "visual.pos_embed.weight"
 
 
 def role_of(tensor: SourceTensor) -> WeightRole:
@@ -115,6 +119,9 @@ def role_of(tensor: SourceTensor) -> WeightRole:
         return WeightRole.EXPERTS
     if len(tensor.shape) == 2 and tensor.name.endswith(".mlp.gate.weight"):
         return WeightRole.ROUTER
+    if tensor.name.endswith(VISION_POSITIONS):
+        # The vision tower's learned position table is resampled per image (four gathered rows blended), no MatMul.
+        return WeightRole.TENSOR
     if tensor.name.endswith(MLA_ABSORBED):
         # MLA's kv_b_proj is no MatMul operand: the graph stores its per-head halves as float constants (graphs/deepseek2.py).
         return WeightRole.TENSOR
@@ -175,11 +182,12 @@ def decide(
 
 def grouped_lines(weights: tuple[WeightDecision, ...]) -> list[str]:
     """One line per (rule, role, source encoding, result): count and a glob of the names."""
-    groups: dict[tuple[str, str, str, str, bool], list[str]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, bool, bool], list[str]] = defaultdict(list)
     for w in weights:
-        groups[(w.rule, w.role.value, w.source, w.result, w.lossless)].append(w.name)
+        # The vision tower's weights on lines of their own, so its choice shows beside the text model's.
+        groups[(w.rule, w.role.value, w.source, w.result, w.lossless, w.name.startswith("visual."))].append(w.name)
     lines = []
-    for (rule, role, source, result, lossless), names in sorted(groups.items()):
+    for (rule, role, source, result, lossless, _), names in sorted(groups.items()):
         exact = "lossless" if lossless else "lossy"
         lines.append(f"{rule}: {len(names)} {role} {source} -> {result} ({exact}): {name_glob(names)}")
     return lines

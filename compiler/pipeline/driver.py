@@ -78,18 +78,19 @@ def _positioned(err: MtpcError, spec: "LoadedSpec") -> MtpcError:
 _SPEC_FIELD = re.compile(r"[a-z_]+(\.[a-z_]+)*")  # "mtp.head"; an artifact path matches no spec section
 
 
-def build_ir(spec_path: str | Path, pipeline: Pipeline | None = None, *, source_files: bool = False
-             ) -> tuple[ModelIR, SourceInfo]:
+def build_ir(spec_path: str | Path, pipeline: Pipeline | None = None, *, source_files: bool = False,
+             progress: Progress = lambda message: None) -> tuple[ModelIR, SourceInfo]:
     """Load and lower a spec and run the passes (`pipeline`, the default one if None) over it.
 
-    A pass's refusal is pointed at the spec field it names. `source_files`: make the source's on-demand
-    files (its tokenizer's) while lowering, a refusal pointed at the spec's `source` (see `lower`).
+    A pass's refusal is pointed at the spec field it names. `source_files`: download a hub source's files
+    (with `progress`) and make the source's on-demand files (its tokenizer's) while lowering, a refusal
+    pointed at the spec's `source` (see `lower`).
     """
     from ..spec.loader import load_spec
     from ..spec.lower import lower
 
     spec = load_spec(spec_path)
-    ir, info = lower(spec, source_files=source_files)
+    ir, info = lower(spec, source_files=source_files, progress=progress)
     try:
         ir = (pipeline or default_pipeline()).run(ir)
     except MtpcError as err:
@@ -127,7 +128,7 @@ def build(
     pipeline = default_pipeline(observer)
     # compile makes the source's tokenizer files first: a checkpoint's broken tokenizer.json is refused at
     # the spec's `source` before any graph is built, as a broken header is.
-    ir, info = build_ir(spec_path, pipeline, source_files=not defer)
+    ir, info = build_ir(spec_path, pipeline, source_files=not defer, progress=progress)
     from ..emit.provenance_record import record
 
     ctx = EmitContext(info, lambda: sources.open_model_weights(ir, info), progress, provenance=record(ir, spec_path))

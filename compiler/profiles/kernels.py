@@ -52,6 +52,9 @@ class FusedKernels:
     # basic ops with the heads folded into GEMM rows (`graphs/latent_attention.py`), dense graphs only (paged
     # ones run PagedAttention either way). Measurements and the choice: _BY_PROVIDER below.
     mla_group_query_attention: bool = False
+    # A sliding-window layer (`ir.LayerAttention.window`) in GroupQueryAttention's `local_window_size`. Off: dense
+    # graphs score only the last W + S - 1 cached tokens in plain ops (`graphs/attention.py`). Measured below.
+    window_group_query_attention: bool = False
 
 
 NO_FUSION = FusedKernels()
@@ -89,6 +92,11 @@ NO_FUSION = FusedKernels()
 # Same cache contract and bytes ([B, 1, T, 576] key and value). The decompressed per-head form (20 KV heads of
 # 256) is slower still: its attention alone 0.23-0.37x GQA's, with a cache 8.9x larger. CUDA keeps GQA (its
 # kernels batch heads; not measurable here); paged graphs run PagedAttention whatever this says.
+# Sliding layers on CPU (dense graphs): GroupQueryAttention off. Its CPU kernel scores every cached token and masks
+# the window afterwards, so a decode step costs as much as full attention (and more with a head_sink: 1.3-2x);
+# the plain-op form slices the last W + S - 1 tokens and scores those alone. bench/sliding_attention.py, Step-3.5-
+# Flash's sliding layer (96 heads, 8 KV heads of 128, window 512), float32, one decoded token over T cached tokens:
+# plain / GQA numbers in bench/README.md. Paged graphs run PagedAttention whatever this says; CUDA keeps GQA.
 _BY_PROVIDER = {
     # Every kernel above has a CPU implementation in float32 and float16 (verified, onnxruntime 1.32).
     "cpu": FusedKernels(skip_norm=True, rotary=True, silu=True, packed_projections=True, l2_norm=True,
@@ -100,7 +108,7 @@ _BY_PROVIDER = {
     # run, so those stay spelled out.
     # The fused state window is the builder's CUDA form; tests/lowering/ hold it to the numpy reference on CPU.
     "cuda": FusedKernels(skip_norm=True, rotary=False, silu=True, packed_projections=True, l2_norm=True,
-                         state_window=True, mla_group_query_attention=True),
+                         state_window=True, mla_group_query_attention=True, window_group_query_attention=True),
 }
 
 

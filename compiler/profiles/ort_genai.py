@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping
 
 from ..ir import IO_DTYPES, AttentionMode, OrtGenaiTarget
@@ -66,6 +67,12 @@ class OrtGenaiProfile:
     # the paged engine drafts no more than that many tokens on a model with conv / recurrent state.
     max_state_update_capacity: int
     model_types: Mapping[str, str]
+    # Why sliding-window layers keep a full-length KV cache in this version's packages, their window applied in
+    # the graph (the model card and `plan` say it); empty: a window-sized cache is emitted.
+    sliding_kv_cache: str = ""
+    # The multimodal pipeline's model type per family whose checkpoints carry a vision tower (vision ->
+    # embedding -> a decoder taking inputs_embeds); a family not listed compiles text only.
+    vision_model_types: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def target_problems(self, target: OrtGenaiTarget, io_dtype: str) -> list[TargetProblem]:
         """Every setting of `target` (with graphs in `io_dtype`) that this version cannot run.
@@ -299,3 +306,17 @@ _MATMULNBITS_ACCURACY_LEVEL = {"cpu": 4}
 
 def matmulnbits_accuracy_level(execution_provider: str) -> int:
     return _MATMULNBITS_ACCURACY_LEVEL.get(execution_provider, 0)
+
+
+def text_view_config(og, folder):
+    """`og.Config` of a package's text view: its genai_config.json, with `text_overlay.json` laid over it when
+    the package is a multimodal pipeline (og.MtpGenerator drafts on the text decoder only: passes/vision.py)."""
+    from pathlib import Path
+
+    from ..ir.vision import TEXT_OVERLAY
+
+    config = og.Config(str(folder))
+    overlay = Path(folder) / TEXT_OVERLAY
+    if overlay.is_file():
+        config.overlay(overlay.read_text(encoding="utf-8"))
+    return config

@@ -109,7 +109,25 @@ _KEYS = {
         "eor_token_id": "int",
         "decoder": "object",
         "mtp": "object",
+        # The multimodal pipeline (qwen3_5 / qwen3_5_moe): its media token ids and its two other sessions.
+        # `vision_end_token_id` is refused ("Unknown value"); the processor writes the literal token.
+        "image_token_id": "int",
+        "video_token_id": "int",
+        "vision_start_token_id": "int",
+        "embedding": "object",
+        "vision": "object",
     },
+    "model.embedding": {"filename": "string", "session_options": "object", "inputs": "object", "outputs": "object"},
+    "model.embedding.session_options": _SESSION_OPTIONS,
+    "model.embedding.inputs": {"input_ids": "string", "image_features": "string"},
+    "model.embedding.outputs": {"inputs_embeds": "string"},
+    # `patch_size` defaults to 14 (Qwen2.5-VL's); `inputs.image_grid_thw`, when it names the vision graph's
+    # grid input, makes the runtime run the graph once per image (passes/vision.py says why mtpc's does not).
+    "model.vision": {"filename": "string", "config_filename": "string", "session_options": "object",
+                     "spatial_merge_size": "int", "patch_size": "int", "inputs": "object", "outputs": "object"},
+    "model.vision.session_options": _SESSION_OPTIONS,
+    "model.vision.inputs": {"pixel_values": "string", "image_grid_thw": "string"},
+    "model.vision.outputs": {"image_features": "string"},
     "model.decoder": {
         "filename": "string",
         "session_options": "object",
@@ -217,7 +235,8 @@ PROFILE = OrtGenaiProfile(
     # Any other session-option key becomes an ORT session config entry and must be a
     # string; every run-option key is a run-config entry, also strings only.
     open_string_sections=frozenset(
-        {"model.decoder.session_options", "model.mtp.session_options", "model.decoder.run_options", "model.mtp.run_options"}
+        {"model.decoder.session_options", "model.mtp.session_options", "model.decoder.run_options", "model.mtp.run_options",
+         "model.embedding.session_options", "model.vision.session_options"}
     ),
     root_scalars_free=True,
     execution_providers=frozenset({"cpu", "cuda"}),
@@ -285,6 +304,21 @@ PROFILE = OrtGenaiProfile(
     # a decoder with one KV head of the latent's width (GroupQueryAttention, or plain ops on CPU: profiles/kernels.py,
     # the same dense cache), which `llama` allocates and feeds from the config's
     # head_size / num_key_value_heads like any other (tests/conformance decodes it on 0.18.0 and 0.17.1).
+    # A window-sized cache exists (decoder.sliding_window, a shared past / present buffer, GroupQueryAttention's
+    # sliding_window_cache: the 0.18.0 builder's CPU form, builders/base.py) and decodes, but the runtime refuses to
+    # rewind it once it has evicted (src/models/windowed_kv_cache.cpp CheckWindowedKvCacheRewind, whose message
+    # 0.18.0 prints), and og.MtpGenerator rewinds the main model after every rejected draft (src/mtp_generator.cpp
+    # GenerateStepSingle / GenerateStepMulti: main_->RewindToLength); a dense dynamic cache is sized at the window
+    # plus slack, which no full present has. Measured on 0.18.0: tests/profiles/test_windowed_kv_cache.py.
+    sliding_kv_cache=("onnxruntime-genai 0.18.0 refuses to rewind a window-sized KV cache once it has evicted "
+                      "(src/models/windowed_kv_cache.cpp, CheckWindowedKvCacheRewind), and og.MtpGenerator rewinds "
+                      "the main model after every rejected draft (src/mtp_generator.cpp, main_->RewindToLength)"),
+    # step35: no Step type either; its full and sliding layers are GroupQueryAttention layers of one KV geometry (or
+    # their plain-op forms, the same dense cache), which `llama` feeds like any other (tests/conformance, both releases).
     model_types=MappingProxyType({"qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text", "glm4moe": "llama",
-                                 "qwen3next": "llama", "deepseek2": "llama"}),
+                                 "qwen3next": "llama", "deepseek2": "llama", "step35": "llama"}),
+    # A `MultiModalLanguageModel` (src/models/model.cpp, `ModelType::IsVLM`): vision, embedding, then the decoder
+    # with 3-D MRoPE positions the runtime computes as transformers' get_rope_index does (position_inputs.cpp,
+    # `Qwen2VLPositionInputs`); tests/vision/ decode both as transformers does.
+    vision_model_types=MappingProxyType({"qwen35": "qwen3_5", "qwen35moe": "qwen3_5_moe"}),
 )

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir import Architecture, LayerKind
-from . import deepseek2, glm4moe
-from .moe import sparse_moe
+from ..ir import Architecture, LayerKind, SeedHidden
+from . import deepseek2, glm4moe, step35
+from .moe import sparse_moe, swiglu
 from .primitives import causal_attention, rms_norm, rope  # noqa: F401  (callers import them from here too)
 from ..weights import WeightStore
 
@@ -130,8 +130,8 @@ def full_attention(
     v = w.linear(x, p + "v_proj.weight").reshape(b, s, kvh, hd)
     q = rms_norm(q, w[p + "q_norm.weight"], arch.rms_norm_eps)
     k = rms_norm(k, w[p + "k_norm.weight"], arch.rms_norm_eps)
-    rd, theta = arch.rope.rotary_dim, arch.rope.theta
-    q, k = rope(q, positions, rd, theta), rope(k, positions, rd, theta)
+    rd, theta, sections = arch.rope.rotary_dim, arch.rope.theta, arch.rope.mrope_section
+    q, k = rope(q, positions, rd, theta, mrope_section=sections), rope(k, positions, rd, theta, mrope_section=sections)
     attn, kv = causal_attention(q, k, v, past, nh // kvh)
     return w.linear(attn * sigmoid(gate), p + "o_proj.weight"), kv
 
@@ -166,26 +166,44 @@ def gated_delta_net(
     return w.linear(gated.reshape(b, s, la.value_dim), p + "out_proj.weight"), new_conv_state, state
 
 
-def mlp(w: _Weights, prefix: str, x: np.ndarray) -> np.ndarray:
+def mlp(w: _Weights, prefix: str, x: np.ndarray, limit: float = 0.0) -> np.ndarray:
     p = prefix + "mlp."
-    hidden = silu(w.linear(x, p + "gate_proj.weight")) * w.linear(x, p + "up_proj.weight")
+    hidden = swiglu(w.linear(x, p + "gate_proj.weight"), w.linear(x, p + "up_proj.weight"), limit)
     return w.linear(hidden, p + "down_proj.weight")
 
 
 def feed_forward(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray, layer: int | None) -> np.ndarray:
     """Trunk layer `layer`'s FFN (None: the MTP block's): the dense MLP, or the sparse MoE block of a MoE
-    family (`reference/moe.py`)."""
+    family (`reference/moe.py`), SwiGLU-clamped where the layer is (`Architecture.swiglu_limit`)."""
+    limits = arch.swiglu_limit(layer)
     if arch.moe is not None and arch.is_sparse(layer):
-        return sparse_moe(w, arch.moe, prefix, x)
-    return mlp(w, prefix, x)
+        return sparse_moe(w, arch.moe, prefix, x, limits)
+    return mlp(w, prefix, x, limits[1])
 
 
 def attention_of(arch: Architecture):
-    """The family's full-attention layer: Qwen3.5's gated attention, GLM-4.5's (`reference/glm4moe.py`), or
-    multi-head latent attention (`reference/deepseek2.py`, which caches the latent as one KV head)."""
+    """The family's attention layer: Qwen3.5's gated attention, GLM-4.5's (`reference/glm4moe.py`), Step-3.5's
+    (`reference/step35.py`, full and sliding), or multi-head latent attention (`reference/deepseek2.py`, which
+    caches the latent as one KV head)."""
     if arch.mla is not None:
         return deepseek2.attention
-    return glm4moe.attention if arch.family == "glm4moe" else full_attention
+    return {"glm4moe": glm4moe.attention, "step35": step35.attention}.get(arch.family, full_attention)
+
+
+def attend(w: _Weights, arch: Architecture, prefix: str, x: np.ndarray, positions: np.ndarray, past,
+           kind: LayerKind):
+    """A layer of `kind`'s attention: the family's, a sliding layer's told its own geometry (`layer_attention`)."""
+    extra = {"layer": arch.layer_attention(kind)} if kind is LayerKind.SLIDING_ATTENTION else {}
+    return attention_of(arch)(w, arch, prefix, x, positions, past, **extra)
+
+
+def empty_kv(arch: Architecture, kind: LayerKind, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """A layer of `kind`'s empty cache: keys `[B, KVH, 0, HD]`, values `[B, KVH, 0, VD]` (the layer's own widths)."""
+    if arch.mla is not None:
+        return (np.zeros((batch, arch.num_key_value_heads, 0, arch.head_dim)),) * 2
+    layer = arch.layer_attention(kind)
+    return (np.zeros((batch, layer.num_key_value_heads, 0, layer.head_dim)),
+            np.zeros((batch, layer.num_key_value_heads, 0, layer.value_head_dim)))
 
 
 def _positions(batch: int, start: int, count: int) -> np.ndarray:
@@ -209,16 +227,15 @@ class DecoderReference:
             assert la is not None
             conv[i] = np.zeros((batch, la.conv_dim, la.conv_kernel - 1))
             recurrent[i] = np.zeros((batch, la.num_value_heads, la.key_head_dim, la.value_head_dim))
-        kv = {
-            i: (np.zeros((batch, arch.num_key_value_heads, 0, arch.head_dim)),) * 2
-            for i in arch.layers_of(LayerKind.FULL_ATTENTION)
-        }
+        kv = {i: empty_kv(arch, arch.layer_kinds[i], batch) for i in arch.attention_layers}
         return DecoderState(0, kv, conv, recurrent)
 
     def forward(
-        self, input_ids: np.ndarray, state: DecoderState | None = None
+        self, input_ids: np.ndarray, state: DecoderState | None = None, *, inputs_embeds: np.ndarray | None = None,
+        positions: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, DecoderState]:
-        """Run `input_ids` `[B, S]` after `state` (positions continue from `state.length`).
+        """Run `input_ids` `[B, S]` after `state` (positions continue from `state.length`), or `inputs_embeds`
+        `[B, S, H]` (input_ids then only sizes the batch), at `positions` when given (`[3, B, S]` MRoPE rows).
 
         Returns (logits `[B,S,V]`, post-final-norm hidden `[B,S,H]`, pre-norm hidden
         (last layer's residual output) `[B,S,H]`, new state).
@@ -228,14 +245,15 @@ class DecoderReference:
         if state is None:
             state = self.initial_state(b)
         arch, w = self.arch, self.w
-        positions = _positions(b, state.length, s)
-        x = w["embed_tokens.weight"][input_ids]
+        if positions is None:
+            positions = _positions(b, state.length, s)
+        x = w["embed_tokens.weight"][input_ids] if inputs_embeds is None else np.asarray(inputs_embeds, np.float64)
         kv, conv, recurrent = dict(state.kv), dict(state.conv), dict(state.recurrent)
         for i, kind in enumerate(arch.layer_kinds):
             prefix = f"layers.{i}."
             normed = rms_norm(x, w[prefix + "input_layernorm.weight"], arch.rms_norm_eps)
-            if kind is LayerKind.FULL_ATTENTION:
-                mixed, kv[i] = attention_of(arch)(w, arch, prefix, normed, positions, kv[i])
+            if kind in (LayerKind.FULL_ATTENTION, LayerKind.SLIDING_ATTENTION):
+                mixed, kv[i] = attend(w, arch, prefix, normed, positions, kv[i], kind)
             elif kind is LayerKind.LINEAR_ATTENTION:
                 mixed, conv[i], recurrent[i] = gated_delta_net(w, arch, prefix, normed, conv[i], recurrent[i])
             else:
@@ -265,18 +283,22 @@ Qwen35Reference = DecoderReference  # the name the Qwen3.5 callers know
 class MtpHeadReference:
     """One MTP block: fc(concat[enorm(embed(ids)), hnorm(seed)]) -> attention layer + MLP -> mtp.norm -> lm_head.
 
-    `own_lm_head`: the head's own copy `mtp.lm_head.weight` in place of `lm_head.weight`; with
-    `draft_vocabulary` (ascending ids, the rows of that copy) only those tokens are scored and every
-    other logit is -inf (the graph writes its dtype's lowest value there).
+    `own_lm_head`: the head's own copy `mtp.lm_head.weight` in place of `lm_head.weight` (the default where the
+    architecture's head has its own, `mtp_own_lm_head`); with `draft_vocabulary` (ascending ids, the rows of that
+    copy) only those tokens are scored and every other logit is -inf (the graph writes its dtype's lowest value
+    there). `seed_hidden`: which hidden state seeds the head, and so which one it hands the next chained draft
+    (the space its `pre_fc_norm_hidden` reads): post_norm, after `mtp.norm`; pre_norm, the block's output before it.
     """
 
-    def __init__(self, arch: Architecture, weights: WeightStore, *, own_lm_head: bool = False,
-                 draft_vocabulary: tuple[int, ...] | None = None):
+    def __init__(self, arch: Architecture, weights: WeightStore, *, own_lm_head: bool | None = None,
+                 draft_vocabulary: tuple[int, ...] | None = None, seed_hidden: SeedHidden | None = None):
         if arch.mtp_num_layers < 1:
             raise ValueError("architecture has no MTP head")
         self.arch = arch
         self.w = _Weights(weights)
+        own_lm_head = arch.mtp_own_lm_head if own_lm_head is None else own_lm_head
         self.lm_head = "mtp.lm_head.weight" if own_lm_head or draft_vocabulary is not None else "lm_head.weight"
+        self.pre_norm = (arch.mtp_seed_hidden if seed_hidden is None else seed_hidden) is SeedHidden.PRE_NORM
         self.draft_vocabulary = None if draft_vocabulary is None else np.asarray(draft_vocabulary, np.int64)
 
     def logits(self, out: np.ndarray) -> np.ndarray:
@@ -288,7 +310,7 @@ class MtpHeadReference:
         return full
 
     def empty_kv(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        return (np.zeros((batch, self.arch.num_key_value_heads, 0, self.arch.head_dim)),) * 2
+        return empty_kv(self.arch, self.arch.mtp_layer_kind, batch)
 
     def forward(
         self,
@@ -299,7 +321,8 @@ class MtpHeadReference:
     ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """input_ids `[B,S]`, seed_hidden `[B,S,H]`, positions `[B,S]` (absolute, used for RoPE).
 
-        Returns (logits `[B,S,V]`, hidden after `mtp.norm` `[B,S,H]`, new (keys, values)).
+        Returns (logits `[B,S,V]`, the hidden state handed on `[B,S,H]` (after `mtp.norm`, or before it with a
+        pre-norm seed), new (keys, values)).
         The head's own cache is visible in full; new tokens see each other causally.
         """
         input_ids = np.asarray(input_ids)
@@ -312,10 +335,9 @@ class MtpHeadReference:
         hidden = rms_norm(np.asarray(seed_hidden, dtype=np.float64), w["mtp.pre_fc_norm_hidden.weight"], eps)
         x = w.linear(np.concatenate([embedded, hidden], axis=-1), "mtp.fc.weight")  # embedding first
         prefix = "mtp.layers.0."
-        mixed, new_kv = attention_of(arch)(
-            w, arch, prefix, rms_norm(x, w[prefix + "input_layernorm.weight"], eps), positions, kv_state
-        )
+        mixed, new_kv = attend(w, arch, prefix, rms_norm(x, w[prefix + "input_layernorm.weight"], eps), positions,
+                               kv_state, arch.mtp_layer_kind)
         x = x + mixed
         x = x + feed_forward(w, arch, prefix, rms_norm(x, w[prefix + "post_attention_layernorm.weight"], eps), None)
         out = rms_norm(x, w["mtp.norm.weight"], eps)
-        return self.logits(out), out, new_kv
+        return self.logits(out), x if self.pre_norm else out, new_kv

@@ -21,6 +21,13 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def swiglu(gate: np.ndarray, up: np.ndarray, limit: float = 0.0) -> np.ndarray:
+    """silu(gate) * up; with a `limit` (Step-3.5's `swiglu_limits`), min(silu(gate), limit) * clip(up, -limit, limit)."""
+    if not limit:
+        return _silu(gate) * up
+    return np.minimum(_silu(gate), limit) * np.clip(up, -limit, limit)
+
+
 def route(logits: np.ndarray, moe: MoeDims, selection_bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Router logits `[T, E]` -> (expert indices `[T, k]`, weights `[T, k]`), the scaling factor included."""
     if moe.scoring == SIGMOID:
@@ -53,8 +60,9 @@ def _sigmoid_route(logits: np.ndarray, moe: MoeDims, bias: np.ndarray | None) ->
     return top, weights * moe.routed_scaling_factor
 
 
-def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray) -> np.ndarray:
-    """The MoE FFN of the layer under `prefix` on `x` `[..., H]` (already post-attention-normed)."""
+def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray, limits: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+    """The MoE FFN of the layer under `prefix` on `x` `[..., H]` (already post-attention-normed); `limits`: the
+    SwiGLU clamps of its routed experts and of its shared expert (0: none)."""
     p = prefix + "mlp."
     shape = x.shape
     tokens = x.reshape(-1, shape[-1])
@@ -64,10 +72,10 @@ def sparse_moe(w, moe: MoeDims, prefix: str, x: np.ndarray) -> np.ndarray:
     routed = np.zeros_like(tokens)
     for t in range(tokens.shape[0]):
         for e, weight in zip(top[t], weights[t]):
-            hidden = _silu(gate[e] @ tokens[t]) * (up[e] @ tokens[t])
+            hidden = swiglu(gate[e] @ tokens[t], up[e] @ tokens[t], limits[0])
             routed[t] += weight * (down[e] @ hidden)
     s = p + "shared_expert."
-    shared = (_silu(tokens @ w[s + "gate_proj.weight"].T) * (tokens @ w[s + "up_proj.weight"].T)) @ w[s + "down_proj.weight"].T
+    shared = swiglu(tokens @ w[s + "gate_proj.weight"].T, tokens @ w[s + "up_proj.weight"].T, limits[1]) @ w[s + "down_proj.weight"].T
     if moe.shared_expert_sigmoid_gate:
         shared = shared / (1.0 + np.exp(-(tokens @ w[p + "shared_expert_gate.weight"].T)))
     return (routed + shared).reshape(shape)

@@ -3,10 +3,13 @@
 Each kind lives in its own module and provides `describe(ref) -> SourceInfo`
 (cheap: metadata only, used by lowering, `inspect` and `plan`) and
 `open_weights(ref, info) -> WeightStore` (canonical names and conventions, see
-`mtpc.weights`).
+`mtpc.weights`). A checkpoint on the Hugging Face Hub (`ref.hub`) is read through `hub/`: described from
+its small files and headers, its weights downloaded by `fetch` (compile) before they are opened.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from ..ir import ModelIR, SourceRef
 from ..weights import WeightStore
@@ -26,10 +29,27 @@ def _module(kind: str):
 
 
 def describe(ref: SourceRef) -> SourceInfo:
+    if ref.hub is not None:
+        from .hub import checkpoints
+
+        return checkpoints.describe(ref)
     return _module(ref.kind).describe(ref)
 
 
+def fetch(ref: SourceRef, info: SourceInfo, progress: Callable[[str], None] = lambda message: None) -> None:
+    """Make local what `open_weights` reads: a hub source's files are downloaded into the cache (a folder's
+    and a file's are local already)."""
+    if ref.hub is not None:
+        from .hub import checkpoints
+
+        checkpoints.fetch(ref, info, progress)
+
+
 def open_weights(ref: SourceRef, info: SourceInfo) -> WeightStore:
+    if ref.hub is not None:
+        from .hub import checkpoints
+
+        return checkpoints.open_weights(ref, info)
     return _module(ref.kind).open_weights(ref, info)
 
 
@@ -42,4 +62,5 @@ def open_model_weights(ir: ModelIR, info: SourceInfo) -> WeightStore:
     from ..weights.draft import WithOwnLmHead
 
     vocabulary = ir.mtp.draft_vocabulary
-    return WithOwnLmHead(store, None if vocabulary is None else vocabulary.ids)
+    return WithOwnLmHead(store, None if vocabulary is None else vocabulary.ids,
+                         from_head=ir.architecture.mtp_own_lm_head)

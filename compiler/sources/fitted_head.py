@@ -43,12 +43,15 @@ def every_step(step: int) -> bool:
 
 def fitted_fc(
     main: DecoderReference, weights, eps: float, prompts: Prompts, steps: int,
-    memorised: Callable[[int], bool] = every_step,
+    memorised: Callable[[int], bool] = every_step, *, pre_norm_seed: bool = False, head: str = "mtp.",
 ) -> np.ndarray:
     """`mtp.fc.weight` fitted so the head memorises `main`'s greedy continuations of `prompts`: the draft after
     each of the first `steps` generated tokens of each, where `memorised(step)` (0-based) says so.
 
-    `weights` holds the canonical embedding and the head's two input norms (effective scales)."""
+    `weights` holds the canonical embedding and the head's two input norms (effective scales, under `head`: a
+    chained head's own, `mtp.heads.{k}.`). `pre_norm_seed`: the head is seeded with the trunk's hidden state
+    before its final norm (Step-3.5); its output, the pre-norm direction of the next position, then seeds a
+    chained head exactly as the trunk's would (the input norm ignores the scale)."""
     embedded, seeds, targets = [], [], []
     for prompt in prompts:
         generated = main.greedy(list(prompt), steps + 1)
@@ -57,12 +60,12 @@ def fitted_fc(
             if memorised(step):
                 position = len(prompt) + step  # where generated[step] sits; its seed is the hidden just before
                 embedded.append(weights["embed_tokens.weight"][generated[step]])
-                seeds.append(post[0, position - 1])
+                seeds.append((pre if pre_norm_seed else post)[0, position - 1])
                 targets.append(pre[0, position])
     inputs = np.concatenate(
         [
-            rms_norm(np.asarray(embedded, np.float64), weights["mtp.pre_fc_norm_embedding.weight"], eps),
-            rms_norm(np.asarray(seeds), weights["mtp.pre_fc_norm_hidden.weight"], eps),
+            rms_norm(np.asarray(embedded, np.float64), weights[head + "pre_fc_norm_embedding.weight"], eps),
+            rms_norm(np.asarray(seeds), weights[head + "pre_fc_norm_hidden.weight"], eps),
         ],
         axis=-1,
     )

@@ -26,7 +26,8 @@ MAX_COUNTS_BYTES = 256 << 20
 def draft_options(spec: LoadedSpec, mtp: dict, info: SourceInfo, arch: Architecture) -> tuple[DraftVocabulary | None, bool]:
     """(the draft vocabulary, whether the head has its own LM head) as the spec's `mtp` section asks."""
     written = mtp.get("draft_vocabulary")
-    own = mtp.get("lm_head") == "own" or written is not None
+    # A head with an LM head of its own (Step-3.5's shared_head.output) reads it unless the spec says `shared`.
+    own = mtp.get("lm_head") == "own" or written is not None or (arch.mtp_own_lm_head and mtp.get("lm_head") != "shared")
     if written is None or not arch.has_mtp_head:
         return None, own and arch.has_mtp_head
     size = written["size"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fnmatch import fnmatchcase
+from typing import Callable
 
 from .. import sources
 from ..ir.contracts import main_decoder_config
@@ -17,6 +18,7 @@ from ..util.diagnostics import Diagnostic, ExitCode, MtpcError
 from ..ir import (
     Architecture,
     HeadPolicy,
+    HubRef,
     ModelIR,
     MtpSettings,
     Precision,
@@ -39,13 +41,14 @@ from .synthetic_settings import synthetic_spec
 from .targets import targets_of
 
 
-def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, SourceInfo]:
-    """`source_files`: also make the files the source builds on demand (its tokenizer's) now, so that a
-    refusal of them is reported as the description's are, at the spec's `source` (compile asks; the
-    metadata verbs leave them unmade)."""
+def lower(spec: LoadedSpec, *, source_files: bool = False, progress: Callable[[str], None] = lambda message: None
+          ) -> tuple[ModelIR, SourceInfo]:
+    """`source_files`: also make local what compile reads (a hub source's files, downloaded with `progress`)
+    and the files the source builds on demand (its tokenizer's) now, so that a refusal of them is reported as
+    the description's are, at the spec's `source` (compile asks; the metadata verbs leave them unmade)."""
     filled = _ruled(spec)
     ref = _source_ref(spec, filled["source"])
-    info = _describe(spec, ref, files=source_files)
+    info = _describe(spec, ref, files=source_files, progress=progress)
     architecture = _override_architecture(spec, info.architecture)
     precision = Precision(io_dtype=filled["precision"]["io_dtype"])
     targets = targets_of(filled["targets"])
@@ -60,7 +63,9 @@ def lower(spec: LoadedSpec, *, source_files: bool = False) -> tuple[ModelIR, Sou
         mtp=MtpSettings(
             head=HeadPolicy(mtp["head"]),
             num_speculative_tokens=mtp["num_speculative_tokens"],
-            seed_hidden=SeedHidden(mtp["seed_hidden"]),
+            # Unset: the convention the checkpoint's authors serve its head with (the source says which).
+            seed_hidden=SeedHidden(mtp["seed_hidden"]) if "seed_hidden" in (spec.data.get("mtp") or {})
+            else architecture.mtp_seed_hidden,
             draft_vocabulary=draft_vocabulary,
             own_lm_head=own_lm_head,
         ),
@@ -94,37 +99,107 @@ def check_without_source(spec: LoadedSpec) -> None:
     targets_of(_ruled(spec)["targets"])
 
 
+SOURCE_KINDS = ("synthetic", "hf", "gguf")
+
+
+def source_kind(source: dict) -> tuple[str, object]:
+    """The kind of a schema-valid `source` and its value (a `revision` may stand beside it)."""
+    kind = next(k for k in SOURCE_KINDS if k in source)
+    return kind, source[kind]
+
+
 def _source_ref(spec: LoadedSpec, source: dict) -> SourceRef:
-    ((kind, value),) = source.items()
+    kind, value = source_kind(source)
     if kind == "synthetic":
+        assert isinstance(value, dict)
         return SourceRef("synthetic", seed=value["seed"], synthetic=synthetic_spec(value))
+    revision = source.get("revision")
+    if isinstance(value, dict):  # gguf: {repo, file}
+        return SourceRef("gguf", hub=HubRef(value["repo"], revision, file=value["file"]))
+    assert isinstance(value, str)
     path = (spec.folder / value).resolve()
     wanted, right_kind = ("folder", path.is_dir()) if kind == "hf" else ("file", path.is_file())
-    if not right_kind:
-        problem = f"is not a {wanted}" if path.exists() else "does not exist"
-        near = None if path.exists() else path_hint(value, spec.folder)
-        raise MtpcError(
-            [
-                spec.diagnostic(
-                    ("source", kind),
-                    f"{kind} source '{value}' {problem}",
-                    hint=(f"{near} " if near else "") + f"the {kind} source is a {wanted}, relative to the folder of the spec file",
-                )
-            ],
-            ExitCode.USAGE,
-        )
-    return SourceRef(kind, path=str(path))
+    if right_kind:
+        if revision is not None:
+            raise MtpcError([spec.diagnostic(
+                ("source", "revision"), f"source.revision names a revision of a repo on the Hugging Face Hub, and "
+                f"{kind} source '{value}' is a {wanted} beside the spec", at="key",
+                hint="drop source.revision, or name the repo (owner/name) to read it from the hub")], ExitCode.FINDINGS)
+        return SourceRef(kind, path=str(path))
+    hub = None if path.exists() else _hub_ref(kind, value, revision)
+    if hub is not None:
+        return SourceRef(kind, hub=hub)
+    problem = f"is not a {wanted}" if path.exists() else "does not exist"
+    near = None if path.exists() else path_hint(value, spec.folder)
+    repo = "owner/name" if kind == "hf" else "owner/name[:QUANT]"
+    raise MtpcError(
+        [
+            spec.diagnostic(
+                ("source", kind),
+                f"{kind} source '{value}' {problem}",
+                hint=(f"{near} " if near else "") + f"the {kind} source is a {wanted}, relative to the folder of the "
+                f"spec file, or a repo on the Hugging Face Hub, {repo}",
+            )
+        ],
+        ExitCode.USAGE,
+    )
 
 
-def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool) -> SourceInfo:
+def hub_source(spec: LoadedSpec) -> HubRef | None:
+    """The hub repo a schema-valid spec's source names, or None for a synthetic or local one (or a local path
+    that does not exist): `_source_ref`'s choice, made without opening anything."""
+    source = spec.data["source"]
+    kind, value = source_kind(source)
+    if kind == "synthetic":
+        return None
+    if isinstance(value, dict):
+        return HubRef(value["repo"], source.get("revision"), file=value["file"])
+    assert isinstance(value, str)
+    return None if (spec.folder / value).exists() else _hub_ref(kind, value, source.get("revision"))
+
+
+def _hub_ref(kind: str, value: str, revision: str | None) -> HubRef | None:
+    """The hub repo a value that is no local path names, or None: `owner/name` for hf, `owner/name[:QUANT]` for
+    gguf (a value ending in .gguf is always a file)."""
+    from ..sources.hub.ids import is_repo_id, split_quant_tag
+
+    if kind == "hf":
+        return HubRef(value, revision) if is_repo_id(value) else None
+    split = None if value.endswith(".gguf") else split_quant_tag(value)
+    return None if split is None else HubRef(split[0], revision, quant=split[1])
+
+
+def _describe(spec: LoadedSpec, ref: SourceRef, *, files: bool, progress: Callable[[str], None]) -> SourceInfo:
     try:
         info = sources.describe(ref)
         if files:
+            sources.fetch(ref, info, progress)
             info.tokenizer_files  # noqa: B018  (made and checked now; kept by the description)
         return info
     except MtpcError as err:
+        neither = _neither_path_nor_repo(spec, ref, err)
+        if neither is not None:
+            raise neither from err
         anchor = spec.diagnostic(("source", ref.kind), "")
         raise MtpcError([_anchored(d, anchor) for d in err.diagnostics], err.exit_code) from err
+
+
+def _neither_path_nor_repo(spec: LoadedSpec, ref: SourceRef, err: MtpcError) -> MtpcError | None:
+    """A value that names no path beside the spec and no repo the hub resolves (it does not exist there, or no
+    hub could be asked): said as the missing path it may well be, with what the hub answered, as
+    transformers' `from_pretrained` says of a name that is neither a folder nor a model id."""
+    from ..sources.hub.errors import HubFailure
+
+    value = spec.get(("source", ref.kind))
+    if ref.hub is None or not isinstance(value, str) or not (isinstance(err, HubFailure) and err.unresolved):
+        return None
+    near = path_hint(value, spec.folder)
+    message = f"{ref.kind} source '{value}' does not exist beside the spec, nor as a repo on the hub ({err.diagnostics[0].message})"
+    wanted = "folder" if ref.kind == "hf" else "file"
+    repo = "owner/name" if ref.kind == "hf" else "owner/name[:QUANT]"
+    hint = (f"{near} " if near else "") + f"the {ref.kind} source is a {wanted}, relative to the folder of the spec file, " \
+        f"or a repo on the Hugging Face Hub, {repo}"
+    return MtpcError([spec.diagnostic(("source", ref.kind), message, hint=hint)], ExitCode.USAGE)
 
 
 def _anchored(found: Diagnostic, anchor: Diagnostic) -> Diagnostic:

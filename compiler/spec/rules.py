@@ -210,6 +210,9 @@ def _synthetic(spec: LoadedSpec, filled: dict) -> list[Diagnostic]:
     settings = filled.get("source", {}).get("synthetic")  # a missing source is the schema's finding
     if settings is None:
         return []
+    if "revision" in filled["source"]:
+        return [spec.diagnostic(("source", "revision"), "source.revision names a revision of a repo on the Hugging "
+                                "Face Hub; a synthetic source has none", at="key", hint="drop source.revision")]
     at = ("source", "synthetic")
     built = synthetic_spec(settings)
     found = synthetic.problems(built)

@@ -153,6 +153,15 @@ def _explain(spec: "LoadedSpec", error: jsonschema.ValidationError, path: tuple)
         return [spec.diagnostic(path, f"{where} must not be empty")]
     if kind == "pattern":
         return [spec.diagnostic(path, f"{where} {_literal(value)} is not allowed", hint=_about(schema))]
+    if kind == "oneOf" and all(list(sub) == ["required"] and len(sub["required"]) == 1 for sub in expected):
+        # `source`: one of its kinds, beside which other keys (`revision`) may stand
+        names = [sub["required"][0] for sub in expected]
+        found = [k for k in names if k in value] if isinstance(value, dict) else []
+        others = [k for k in value if k not in names] if isinstance(value, dict) else []
+        count = (f"; found {len(found)}: " + ", ".join(f"'{k}'" for k in found) if found
+                 else f"; found only {', '.join(repr(k) for k in others)}" if others else "")
+        listed = ", ".join(f"'{k}'" for k in names)
+        return [spec.diagnostic(path, f"{where} must name exactly one of {listed}{count}", at="key")]
     if kind in ("oneOf", "anyOf") and all(_alternative(sub) for sub in expected):
         choices = ", ".join(_alternative(sub) for sub in expected)
         return [spec.diagnostic(path, f"{where} must be one of {choices}, not {_shown(value)}")]

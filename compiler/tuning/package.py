@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..checks import GENAI_CONFIG
+from ..checks.vision import text_view_document
 from ..util.diagnostics import ExitCode, MtpcError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -72,6 +73,16 @@ def state_window(root: Path, cfg: dict) -> int:
     return dims[0].dim_value if len(dims) == 4 else 0
 
 
+def draft_note(root: Path) -> str | None:
+    """What the package drafts with, where its model card says more than "the head" (a source with several chained
+    MTP layers: `emit/model_card.py`'s `- drafts:` line)."""
+    try:
+        card = (root / "README.md").read_text("utf-8")
+    except OSError:
+        return None
+    return next((line.removeprefix("- drafts: ") for line in card.splitlines() if line.startswith("- drafts: ")), None)
+
+
 def providers(cfg: dict) -> tuple[str, ...]:
     options = (((cfg.get("model") or {}).get("decoder") or {}).get("session_options") or {}).get("provider_options") or []
     names = [name for entry in options if isinstance(entry, dict) for name in entry]
@@ -97,7 +108,8 @@ def open_package(path: str | Path, needs_tokenizer: bool = True) -> TunablePacka
             "give the folder `mtpc compile` wrote for a spec with targets.onnxruntime_genai",
         )
     try:
-        cfg = json.loads(config.read_text("utf-8"))
+        # A multimodal package is tuned in its text view: og.MtpGenerator drafts there (passes/vision.py).
+        cfg = text_view_document(root, json.loads(config.read_text("utf-8")))
         model = cfg["model"]
         decoder = model["decoder"]
     except (ValueError, KeyError, TypeError) as error:

@@ -34,7 +34,9 @@ class Runtime:
         self._tokenizer = None
 
     def _config(self, folder, session_options: dict[str, Any]):
-        config = self.og.Config(str(folder))
+        from ..profiles.ort_genai import text_view_config
+
+        config = text_view_config(self.og, folder)  # a multimodal package's text view: the head drafts there
         if session_options:
             config.overlay(json.dumps({"model": {"decoder": {"session_options": session_options}}}))
         return config

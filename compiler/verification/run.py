@@ -95,6 +95,7 @@ def verify(
     """Run `package` on CPU against the numpy reference of `spec`'s source, as `mtpc verify` does."""
     options = _options(prompt, new_tokens, draft_tokens, atol, static_only)
     from ..checks import GENAI_CONFIG, check_package
+    from ..checks.vision import text_view_document
     from ..tuning.package import is_paged
     from .runner import RuntimeRefused
 
@@ -118,6 +119,7 @@ def verify(
         report.static_only = "no genai_config.json: nothing to run on onnxruntime"
         return _result(root, options, report)
     cfg = json.loads(cfg_path.read_text("utf-8"))
+    cfg = text_view_document(root, cfg)  # a multimodal package: its text decoder is what the head drafts for
     if is_paged(cfg):
         report.static_only = "paged packages cannot run on CPU"
         return _result(root, options, report)

@@ -66,6 +66,7 @@ def _why_tokens_differ(report: Report) -> str:
 def compare_package(options, root: Path, cfg: dict, prompt, report: Report, progress, ir, weights) -> None:
     from ..ir import SeedHidden
     from ..reference.forward import DecoderReference, MtpHeadReference
+    from .vision import compare_vision
 
     arch = ir.architecture
     tolerance = tolerance_for(ir, weights, options.atol)
@@ -102,7 +103,8 @@ def compare_package(options, root: Path, cfg: dict, prompt, report: Report, prog
         head = GraphRunner(root / mtp["filename"], mtp.get("inputs", {}), mtp.get("outputs", {}), mtp.get("num_hidden_layers", 1), arch.head_dim)
         vocabulary = ir.mtp.draft_vocabulary
         head_ref = MtpHeadReference(arch, weights, own_lm_head=ir.mtp.own_lm_head,
-                                    draft_vocabulary=None if vocabulary is None else vocabulary.ids)
+                                    draft_vocabulary=None if vocabulary is None else vocabulary.ids,
+                                    seed_hidden=ir.mtp.seed_hidden)
         # The head at position t reads token t+1 and the trunk's hidden state at t.
         ids = list(prompt[1:]) + [step_token]
         seed = np.asarray(ref_seed, np.float64)
@@ -125,6 +127,7 @@ def compare_package(options, root: Path, cfg: dict, prompt, report: Report, prog
             report.compare("mtp head hidden state", got[hidden_out], want_hidden, tolerance)
     if sidecar and arch.mtp_num_layers > 0:
         _check_sidecar(root, sidecar, prompt, step_token, ref_seed, arch, weights, report, tolerance, progress)
+    compare_vision(root, ir, weights, report, tolerance, progress)
 
     _decode(root, cfg, prompt, options, report, reference, strict, progress)
 
@@ -146,6 +149,7 @@ def _speculator(root: Path) -> dict | None:
 
 def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, report, tolerance, progress) -> None:
     """onnx-genai's head: the runtime embeds the tokens itself and applies the LM head to `mtp_hidden`."""
+    from ..ir import SeedHidden
     from ..reference.forward import MtpHeadReference
 
     progress(f"running {speculator['model']} on onnxruntime")
@@ -155,7 +159,9 @@ def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, re
     ids = list(prompt[1:]) + [step_token]
     embeds = np.asarray(weights.read_float("embed_tokens.weight"))[ids][None]
     seed = np.asarray(seed, np.float64)
-    _, want_hidden, _ = MtpHeadReference(arch, weights).forward(np.asarray([ids]), seed, np.arange(len(ids))[None, :])
+    # onnx-genai applies the target's LM head to mtp_hidden: the head's post-norm output, whatever seeds it.
+    head = MtpHeadReference(arch, weights, seed_hidden=SeedHidden.POST_NORM)
+    _, want_hidden, _ = head.forward(np.asarray([ids]), seed, np.arange(len(ids))[None, :])
     got = runner.run(ids, {"inputs_embeds": embeds, "hidden_states": seed})
     report.compare("onnx-genai head hidden state", got[speculator["mtp_hidden_output"]], want_hidden, tolerance)
 
@@ -163,11 +169,13 @@ def _check_sidecar(root, speculator, prompt, step_token, seed, arch, weights, re
 def _decode(root, cfg, prompt, options, report: Report, reference, strict: bool, progress) -> None:
     import onnxruntime_genai as og
 
+    from ..profiles.ort_genai import text_view_config
+
     max_length = len(prompt) + options.new_tokens
     progress("greedy decoding with onnxruntime-genai")
     report.steps.append("onnxruntime-genai")
     with runtime_step("onnxruntime-genai greedy decoding failed"):
-        model = og.Model(str(root))
+        model = og.Model(text_view_config(og, root))
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=max_length, do_sample=False)
         gen = og.Generator(model, params)

@@ -23,17 +23,19 @@ _SLAB_ROWS = 4096
 
 
 class WithOwnLmHead:
-    """`store` plus `mtp.lm_head.weight`: the rows `ids` (ascending) of its `lm_head.weight`, or all of them."""
+    """`store` plus `mtp.lm_head.weight`: the rows `ids` (ascending) of its `lm_head.weight`, or all of them;
+    `from_head`: of the head's own LM head the checkpoint stores as `mtp.lm_head.weight` (Step-3.5's)."""
 
-    def __init__(self, store: WeightStore, ids: Sequence[int] | None = None):
+    def __init__(self, store: WeightStore, ids: Sequence[int] | None = None, *, from_head: bool = False):
         self._store = store
         self._ids = None if ids is None else np.asarray(ids, np.int64)
+        self._source = OWN_LM_HEAD if from_head else SOURCE
 
     def names(self) -> Iterable[str]:
         return sorted({*self._store.names(), OWN_LM_HEAD})
 
     def info(self, name: str) -> TensorInfo:
-        info = self._store.info(SOURCE if name == OWN_LM_HEAD else name)
+        info = self._store.info(self._source if name == OWN_LM_HEAD else name)
         if name != OWN_LM_HEAD:
             return info
         rows = info.shape[0] if self._ids is None else len(self._ids)
@@ -43,13 +45,13 @@ class WithOwnLmHead:
     def read(self, name: str) -> Weight:
         if name != OWN_LM_HEAD:
             return self._store.read(name)
-        return self._selected(self._store.read(SOURCE))
+        return self._selected(self._store.read(self._source))
 
     def read_rows(self, name: str):
         read_rows = getattr(self._store, "read_rows", None)
         if name != OWN_LM_HEAD:
             return read_rows(name) if read_rows is not None else self._store.read(name)
-        return self._selected(read_rows(SOURCE) if read_rows is not None else self._store.read(SOURCE))
+        return self._selected(read_rows(self._source) if read_rows is not None else self._store.read(self._source))
 
     def read_float(self, name: str):
         if name != OWN_LM_HEAD:
@@ -69,7 +71,7 @@ class WithOwnLmHead:
     def release(self, name: str) -> None:
         release = getattr(self._store, "release", None)
         if release is not None:
-            release(SOURCE if name == OWN_LM_HEAD else name)
+            release(self._source if name == OWN_LM_HEAD else name)
 
     def __getattr__(self, attr: str):
         return getattr(self._store, attr)  # what a source's store offers beyond the interface (experts, ...)

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Union
 
-from ..ir import Architecture, LayerKind, MlaDims, MoeDims
+from ..ir import SourceTensor
 from ..util.lazy_import import lazy_module
 
 # Imported when a weight is first touched: lowering and the metadata verbs use only the shapes here.
@@ -216,6 +216,18 @@ class TensorInfo:
     block_offsets: bool = False
 
 
+def described_info(t: SourceTensor) -> TensorInfo:
+    """A weight's `TensorInfo` as a store of its source gives it, from the source's description alone."""
+    form = t.carried
+    if form is None:
+        return TensorInfo(t.name, t.shape, t.encoding)
+    return TensorInfo(
+        t.name, t.shape, t.encoding, quantized=True, bits=form.bits, block_size=form.block_size,
+        has_zero_points=form.has_zero_points, float_zero_points=form.float_zero_points,
+        block_offsets=form.block_offsets,
+    )
+
+
 class WeightStore(Protocol):
     """Lazy, read-only access to a checkpoint's tensors under canonical names."""
 
@@ -255,110 +267,3 @@ class ArrayWeightStore:
 
     def close(self) -> None:
         pass
-
-
-def canonical_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:
-    """Every canonical tensor `arch` needs, with its shape."""
-    h, v, inter = arch.hidden_size, arch.vocab_size, arch.intermediate_size
-    nh, kvh, hd = arch.num_attention_heads, arch.num_key_value_heads, arch.head_dim
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "norm.weight": (h,)}
-
-    def attention(p: str) -> None:
-        if arch.mla is not None:
-            shapes.update(mla_shapes(p, h, nh, arch.mla))
-            return
-        q_rows = (2 if arch.attention_output_gate else 1) * nh * hd  # gated: per head [query | gate]
-        shapes.update(
-            {
-                p + "self_attn.q_proj.weight": (q_rows, h),
-                p + "self_attn.k_proj.weight": (kvh * hd, h),
-                p + "self_attn.v_proj.weight": (kvh * hd, h),
-                p + "self_attn.o_proj.weight": (h, nh * hd),
-            }
-        )
-        if arch.attention_bias:
-            shapes.update({p + "self_attn.q_proj.bias": (nh * hd,), p + "self_attn.k_proj.bias": (kvh * hd,),
-                           p + "self_attn.v_proj.bias": (kvh * hd,)})
-        if arch.qk_norm:
-            shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
-
-    def mlp_and_norms(p: str, layer: int | None) -> None:
-        shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)})
-        if arch.moe is not None and arch.is_sparse(layer):
-            shapes.update(moe_shapes(p, h, arch.moe))
-            return
-        shapes.update(
-            {
-                p + "mlp.gate_proj.weight": (inter, h),
-                p + "mlp.up_proj.weight": (inter, h),
-                p + "mlp.down_proj.weight": (h, inter),
-            }
-        )
-
-    la = arch.linear_attention
-    for i, kind in enumerate(arch.layer_kinds):
-        p = f"layers.{i}."
-        if kind is LayerKind.FULL_ATTENTION:
-            attention(p)
-        elif la is not None:
-            q = p + "linear_attn."
-            shapes.update(
-                {
-                    q + "in_proj_qkv.weight": (la.conv_dim, h),
-                    q + "in_proj_z.weight": (la.value_dim, h),
-                    q + "in_proj_b.weight": (la.num_value_heads, h),
-                    q + "in_proj_a.weight": (la.num_value_heads, h),
-                    q + "conv1d.weight": (la.conv_dim, 1, la.conv_kernel),
-                    q + "dt_bias": (la.num_value_heads,),
-                    q + "decay_scale": (la.num_value_heads,),
-                    q + "norm.weight": (la.value_head_dim,),
-                    q + "out_proj.weight": (h, la.value_dim),
-                }
-            )
-        mlp_and_norms(p, i)
-    for j in range(arch.mtp_num_layers):
-        attention(f"mtp.layers.{j}.")
-        mlp_and_norms(f"mtp.layers.{j}.", None)
-    if arch.mtp_num_layers:
-        shapes["mtp.fc.weight"] = (h, 2 * h)
-        for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
-            shapes[norm] = (h,)
-    return shapes
-
-
-def mla_shapes(prefix: str, hidden: int, heads: int, mla: MlaDims) -> dict[str, tuple[int, ...]]:
-    """The canonical tensors of one multi-head latent attention block under `prefix` (`ir/mla.py`)."""
-    p = prefix + "self_attn."
-    q_rows = heads * mla.qk_head_dim
-    shapes: dict[str, tuple[int, ...]] = {
-        p + "kv_a_proj_with_mqa.weight": (mla.kv_lora_rank + mla.qk_rope_head_dim, hidden),
-        p + "kv_a_layernorm.weight": (mla.kv_lora_rank,),
-        p + "kv_b_proj.weight": (heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
-        p + "o_proj.weight": (hidden, heads * mla.v_head_dim),
-    }
-    if mla.q_lora_rank is None:
-        shapes[p + "q_proj.weight"] = (q_rows, hidden)
-    else:
-        shapes.update({p + "q_a_proj.weight": (mla.q_lora_rank, hidden), p + "q_a_layernorm.weight": (mla.q_lora_rank,),
-                       p + "q_b_proj.weight": (q_rows, mla.q_lora_rank)})
-    return shapes
-
-
-def moe_shapes(prefix: str, hidden: int, moe: MoeDims) -> dict[str, tuple[int, ...]]:
-    """The canonical tensors of one sparse MoE FFN under `prefix` (a layer's, ending in ".")."""
-    e, i, s = moe.num_experts, moe.expert_intermediate_size, moe.shared_expert_intermediate_size
-    p = prefix + "mlp."
-    shapes = {
-        p + "gate.weight": (e, hidden),
-        p + "experts.gate_proj.weight": (e, i, hidden),
-        p + "experts.up_proj.weight": (e, i, hidden),
-        p + "experts.down_proj.weight": (e, hidden, i),
-        p + "shared_expert.gate_proj.weight": (s, hidden),
-        p + "shared_expert.up_proj.weight": (s, hidden),
-        p + "shared_expert.down_proj.weight": (hidden, s),
-    }
-    if moe.selection_bias:
-        shapes[p + "gate.e_score_correction_bias"] = (e,)
-    if moe.shared_expert_sigmoid_gate:
-        shapes[p + "shared_expert_gate.weight"] = (1, hidden)
-    return shapes

@@ -211,6 +211,17 @@ def check_written_packages() -> None:
     write.write_package = write_package
 
 
+def results() -> dict[str, list[str]]:
+    """What this process checked, for a pytest-xdist worker to hand to the run's controller (plain strings)."""
+    return {"checked": list(_checked), "unchecked": [str(p) for p in _unchecked]}
+
+
+def add_results(worker: dict[str, list[str]]) -> None:
+    """Count a worker's packages in this (the controller's) summary."""
+    _checked.extend(worker["checked"])
+    _unchecked.extend(Path(p) for p in worker["unchecked"])
+
+
 def summary() -> tuple[str | None, str | None]:
     """(what ong-check loaded, what went unchecked and why) for the end of the run; None where there is nothing to say."""
     checked = unchecked = None

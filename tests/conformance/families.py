@@ -92,6 +92,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "glm4moe": _fixture("glm4moe_checkpoints"),
     "deepseek2": _fixture("deepseek2_checkpoints"),
     "deepseek3": _fixture("deepseek3_checkpoints"),
+    "step35": _fixture("step35_checkpoints"),
 }
 
 

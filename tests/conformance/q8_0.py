@@ -25,7 +25,7 @@ from mtpc.ir import Architecture
 
 Q8_0 = GGMLQuantizationType.Q8_0
 F16 = GGMLQuantizationType.F16
-KEPT_FLOAT = ("mlp.gate.weight", "shared_expert_gate.weight", "conv1d.weight")
+KEPT_FLOAT = ("mlp.gate.weight", "shared_expert_gate.weight", "conv1d.weight", "moe.gate.weight")  # Step-3.5 routes with moe.gate
 
 
 def _is_head(name: str, arch: Architecture) -> bool:

@@ -28,7 +28,7 @@ POSITIONS = np.stack([np.arange(6), np.arange(6) * 2 + 1, np.arange(6)[::-1] + 3
 # holds both of its forms to the reference.
 # The fusions CPU graphs take. Not these, on purpose: MLA in GroupQueryAttention (its basic-op form is 1.9x
 # faster at 4k context) and the kernels' own state_window attribute (CUDA kernels only): profiles/kernels.py.
-CUDA_ONLY = {"mla_group_query_attention", "state_window"}
+CUDA_ONLY = {"mla_group_query_attention", "state_window", "window_group_query_attention"}
 FLAGS = [f.name for f in fields(NO_FUSION) if f.name not in CUDA_ONLY]
 
 

@@ -54,6 +54,8 @@ OBJECT_TEMPLATES = {"model.decoder.state_groups[].state_update": {"capacity": 1,
 SAMPLES = {
     "model.decoder.session_options.graph_optimization_level": "ORT_ENABLE_ALL",
     "model.mtp.session_options.graph_optimization_level": "ORT_ENABLE_ALL",
+    "model.embedding.session_options.graph_optimization_level": "ORT_ENABLE_ALL",
+    "model.vision.session_options.graph_optimization_level": "ORT_ENABLE_ALL",
     "model.decoder.sliding_window.alignment": "left",
     "model.decoder.sliding_window.window_size": 8,
     "model.decoder.state_groups[].kind": "fixed_conv",

@@ -46,6 +46,10 @@ class _Truncated(Exception):
     pass
 
 
+class NeedMore(Exception):
+    """A header read from the first bytes of its file (`prefix`, a hub range request) goes on past them."""
+
+
 class LazyStrings(Sequence[str]):
     """A GGUF string array, found and decoded on access (a vocabulary has ~250k of them).
 
@@ -162,22 +166,32 @@ class GGUFHeader:
     hostile header is a `SourceError` naming the file and the field, never a MemoryError.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, *, prefix: bytes | None = None, file_size: int | None = None):
+        """The file at `path`, memory-mapped; or, with `prefix` (its first bytes, read from the hub,
+        `sources/hub/remote.py`) and `file_size`, a file not on this machine: every count and extent is
+        checked against the file's size, and a header longer than `prefix` raises `NeedMore`."""
         self.path = path
-        try:
-            with open(path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # an empty file cannot be mapped
-            raise SourceError(f"{path}: not a GGUF file (empty)") from None
-        except OSError as e:
-            raise SourceError(f"{path}: cannot read: {e.strerror}") from None
-        self._buf = memoryview(self._map)
+        self._map: mmap.mmap | None = None
+        if prefix is None:
+            try:
+                with open(path, "rb") as f:
+                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # an empty file cannot be mapped
+                raise SourceError(f"{path}: not a GGUF file (empty)") from None
+            except OSError as e:
+                raise SourceError(f"{path}: cannot read: {e.strerror}") from None
+            self._buf = memoryview(self._map)
+        else:
+            self._buf = memoryview(prefix)
+        self.file_size = len(self._buf) if file_size is None else file_size
         # key -> (GGUF value type, element type of an array or None), for typed reads (`metadata`)
         self.types: dict[str, tuple[int, int | None]] = {}
         self._field = "the header"
         try:
             self._parse()
         except _Truncated:
+            if len(self._buf) < self.file_size:
+                raise NeedMore from None
             raise SourceError(f"{path}: truncated GGUF file (the header ends early, in {self._field})") from None
 
     def _fail(self, problem: str) -> SourceError:
@@ -185,7 +199,7 @@ class GGUFHeader:
 
     # -- the walk ---------------------------------------------------------------------------
     def _left(self) -> int:
-        return len(self._buf) - self._pos
+        return self.file_size - self._pos
 
     def _take(self, fmt: str):
         size = struct.calcsize(fmt)
@@ -233,6 +247,8 @@ class GGUFHeader:
         if fmt is not None:
             item = struct.calcsize("<" + fmt)
             self._count(count, item, f"{self._field} (an array)")
+            if self._pos + item * count > len(self._buf):
+                raise _Truncated
             values = list(struct.unpack_from(f"<{count}{fmt}", self._buf, self._pos))
             self._pos += item * count
             return values
@@ -310,10 +326,10 @@ class GGUFHeader:
                 raise self._fail(f"GGUF tensor {name!r} has data offset {offset}, not a multiple of the alignment {alignment}")
             elements = math.prod(ne)  # Python integers: no overflow, whatever the header says
             info = TensorInfo(name, tuple(int(d) for d in ne), qtype, data_start + offset, elements // block * type_size)
-            if info.offset + info.nbytes > len(self._buf):
+            if info.offset + info.nbytes > self.file_size:
                 raise SourceError(
                     f"{self.path}: truncated GGUF file: tensor {name} ends at byte {info.offset + info.nbytes}, "
-                    f"the file has {len(self._buf)}"
+                    f"the file has {self.file_size}"
                 )
             self.tensors[name] = info
 

@@ -16,7 +16,7 @@ from ...ir import Architecture, LayerKind, QuantForm, SourceTensor
 from ..mtp_head import head_verdict
 from .constants import GGMLQuantizationType as QT, Keys
 from .header import GGUFHeader, TensorInfo as GGUFTensorInfo
-from . import deepseek2, glm4moe, qwen3next
+from . import deepseek2, glm4moe, qwen3next, step35
 from .metadata import Metadata, architecture, tensor_shapes
 from .names import QWEN35, QWEN35MOE, GGUFNames, Rule, Transform, attention_rules, ffn_rules, mla_dims, moe_dims
 from .quant import GATHER, MATMUL, CarryOver, carry_over
@@ -24,9 +24,10 @@ from .quant import GATHER, MATMUL, CarryOver, carry_over
 _FLOAT_NAMES = {QT.F32: "float32", QT.F16: "float16", QT.BF16: "bfloat16"}
 # Every GGUF architecture mtpc reads, by `general.architecture`: Qwen3.5's tables (`names`) and each family's own.
 ARCHITECTURES: dict[str, GGUFNames] = {n.family: n for n in (QWEN35, QWEN35MOE, glm4moe.NAMES, qwen3next.NAMES,
-                                                              deepseek2.NAMES)}
+                                                              deepseek2.NAMES, step35.NAMES)}
 # A family whose metadata keys are not Qwen3.5's reads them itself (`metadata.architecture` otherwise).
-_ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2.architecture}
+_ARCHITECTURE_READERS = {"glm4moe": glm4moe.architecture, "deepseek2": deepseek2.architecture,
+                         "step35": step35.architecture}
 
 
 # ----------------------------------------------------------------------------- reading the file
@@ -99,10 +100,20 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "O": arch.num_attention_heads * arch.head_dim,
         "KV": arch.num_key_value_heads * arch.head_dim,
         "HD": arch.head_dim,
+        "NH": arch.num_attention_heads,
+        **_sliding_dims(arch),
         **linear,
         **moe_dims(arch.moe),
         **mla_dims(arch.mla, arch.num_attention_heads),
     }
+
+
+def _sliding_dims(arch: Architecture) -> dict[str, int]:
+    """A sliding block's own query rows and heads, where it has them."""
+    if arch.sliding_attention is None:
+        return {}
+    heads = arch.sliding_attention.num_attention_heads
+    return {"OS": heads * arch.sliding_attention.head_dim, "NHS": heads}
 
 
 def layout_of(meta: Metadata) -> Layout:
@@ -168,17 +179,23 @@ def layout_of(meta: Metadata) -> Layout:
 
 def block_rules(names: GGUFNames, arch: Architecture, kind: LayerKind, block: int | None) -> tuple[Rule, ...]:
     """The tensors of one block (`block` None: the MTP block): norms, FFN and mixer."""
-    mixer = attention_rules(names, arch) if kind is LayerKind.FULL_ATTENTION else names.linear_attention
+    mixer = (names.linear_attention if kind is LayerKind.LINEAR_ATTENTION
+             else attention_rules(names, arch, sliding=kind is LayerKind.SLIDING_ATTENTION))
     return names.every_block + ffn_rules(names, arch, block) + mixer
 
 
 def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, present, add, block):
     """Judge the head block (`mtp_head`), add its entries if it can be built; (arch, notes)."""
     prefix = f"blk.{n_main}."
-    kinds = block_rules(names, arch, LayerKind.FULL_ATTENTION, None)
+    kinds = block_rules(names, arch, arch.mtp_layer_kind, None)
     expected = {prefix + r.gguf for r in kinds + names.nextn_required}
     expected |= {prefix + p for r in kinds for p, _ in r.parts}
-    known = expected | {prefix + r.gguf for r in names.nextn_optional + tuple(r for r, _ in names.nextn_fallback)}
+    own = names.nextn_optional + tuple(r for r, _ in names.nextn_fallback)
+    known = expected | {prefix + r.gguf for r in own}
+    # The later MTP blocks a checkpoint chains (Step-3.5's): known, served as `mtp.heads.{k}.*`, unused.
+    chained = range(1, arch.mtp_chained_layers) if arch.mtp_num_layers else range(0)
+    known |= {f"blk.{n_main + k}.{name}" for k in chained for name in (*(n.removeprefix(prefix) for n in expected),
+                                                                         *(r.gguf for r in own))}
     head_like = {n for n in present if _is_head_tensor(n, n_main)}
     usable, unusable = head_verdict(
         declared=arch.mtp_num_layers,
@@ -192,11 +209,16 @@ def _head(meta: Metadata, names: GGUFNames, arch: Architecture, n_main: int, pre
     notes: list[str] = []
     if not usable:
         return arch, notes
-    block(n_main, LayerKind.FULL_ATTENTION, "mtp.layers.0.")
+    block(n_main, arch.mtp_layer_kind, "mtp.layers.0.")
     for rule in names.nextn_required:
         add(rule, prefix, "")
     for rule in names.nextn_optional:
         add(rule, prefix, "", optional=True)
+    for k in chained:
+        block(n_main + k, arch.mtp_layer_kind, f"mtp.heads.{k}.layers.0.")
+        for rule in names.nextn_required + names.nextn_optional + tuple(r for r, _ in names.nextn_fallback):
+            add(replace(rule, canonical=rule.canonical.replace("mtp.", f"mtp.heads.{k}.", 1)), f"blk.{n_main + k}.", "",
+                optional=rule not in names.nextn_required)
     for rule, stand_in in names.nextn_fallback:
         if prefix + rule.gguf in present:
             add(rule, prefix, "")

@@ -10,7 +10,7 @@ Symbolic dimensions (resolved by `mtpc.sources.gguf.reader` from the metadata):
   (query and gate, interleaved per head), O `heads * head_dim`, KV
   `kv_heads * head_dim`, HD head dim, QKV the linear-attention conv width
   `2 * key_dim + value_dim`, VD value dim, HV value heads, DV value head dim,
-  CK conv kernel, H2 `2 * H`.
+  CK conv kernel, H2 `2 * H`; NH heads, and a sliding block's own OS `heads * head_dim` and NHS heads (step35).
 
 MoE blocks (qwen35moe) add E experts, EI expert FFN width, SI shared-expert width and ONE (1).
 Multi-head latent attention (deepseek2, `mla_dims`) adds N heads, QR q LoRA rank, QB `N * (nope + rope)`,
@@ -99,6 +99,8 @@ class GGUFNames:
     # (architecture, the file's tensor names) -> the table this file is read with, for a family whose tensors
     # vary with its dims or converter version (deepseek2: q LoRA or not, split or legacy kv_b, selection bias).
     variant: Callable[..., "GGUFNames"] | None = None
+    # A sliding-window block's attention tensors where its heads differ from a full block's (step35); empty: as full.
+    sliding_attention: tuple[Rule, ...] = ()
 
 
 _N = Transform
@@ -177,10 +179,11 @@ QWEN35MOE = replace(
     ),
 )
 
-def attention_rules(names: GGUFNames, arch) -> tuple[Rule, ...]:
-    """A full-attention block's tensors: the family's, and those of the optional parts `arch` has."""
-    return names.full_attention + tuple(r for flag, rules in names.optional_attention if getattr(arch, flag)
-                                        for r in rules)
+def attention_rules(names: GGUFNames, arch, sliding: bool = False) -> tuple[Rule, ...]:
+    """An attention block's tensors (`sliding`: a sliding-window block's): the family's, and those of the optional
+    parts `arch` has."""
+    own = names.sliding_attention if sliding and names.sliding_attention else names.full_attention
+    return own + tuple(r for flag, rules in names.optional_attention if getattr(arch, flag) for r in rules)
 
 
 def ffn_rules(names: GGUFNames, arch, block: int | None) -> tuple[Rule, ...]:

@@ -14,7 +14,6 @@ plan can store them as float or re-quantize them. The weight store that reads th
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -62,6 +61,11 @@ def describe(ref: SourceRef) -> SourceInfo:
     return info
 
 
+def describe_header(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
+    """`describe` of a header read elsewhere (a hub file's first bytes, `sources/hub/`); `ref.path` names it."""
+    return _describe(ref, header)
+
+
 def _describe(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
     assert ref.path is not None
     meta = Metadata(header, ref.path)
@@ -69,7 +73,7 @@ def _describe(ref: SourceRef, header: GGUFHeader) -> SourceInfo:
     header = meta.header
     facts: list[tuple[str, object]] = [
         ("format", f"GGUF v{int(meta.get('GGUF.version'))}"),
-        ("file_size", os.path.getsize(ref.path)),
+        ("file_size", header.file_size),
         ("gguf_architecture", meta.arch),
         ("tensor_count", len(header.tensors)),
         ("trunk_layers", layout.n_main),

@@ -20,7 +20,7 @@ from typing import Iterable
 import numpy as np
 
 from ...util.diagnostics import SourceError
-from ...weights import QuantizedRows, QuantizedTensor, TensorInfo, Weight, unpack_codes
+from ...weights import QuantizedRows, QuantizedTensor, TensorInfo, Weight, described_info, unpack_codes
 from .layout import Entry, carried_form, entry_of, layout_of, op_for, open_header, served_names, source_tensor
 from .constants import GGMLQuantizationType as QT
 from .header import TensorInfo as GGUFTensorInfo
@@ -111,15 +111,7 @@ class GGUFWeightStore:
         return entry_of(self._layout, name, self._path)
 
     def info(self, name: str) -> TensorInfo:
-        t = source_tensor(self._layout, self._tensors, name)
-        form = t.carried
-        if form is None:
-            return TensorInfo(name, t.shape, t.encoding)
-        return TensorInfo(
-            name, t.shape, t.encoding, quantized=True, bits=form.bits, block_size=form.block_size,
-            has_zero_points=form.has_zero_points, float_zero_points=form.float_zero_points,
-            block_offsets=form.block_offsets,
-        )
+        return described_info(source_tensor(self._layout, self._tensors, name))
 
     def read(self, name: str) -> Weight:
         rows = self._quantized_rows(name)

@@ -46,8 +46,10 @@ class ExpertTensor:
         filename, name = self.parts[0]
         shape = tuple(files[filename].shape(name))
         if not self.fused:
+            first = list(shape)
+            headers = {f: files[f].entries for f in {f for f, _ in self.parts}}  # 256 experts: no call per part
             for other_file, other in self.parts[1:]:
-                if tuple(files[other_file].shape(other)) != shape:
+                if headers[other_file][other]["shape"] != first:
                     raise SourceError(
                         f"{files[other_file].path}: expert tensor {other!r} has shape "
                         f"{list(files[other_file].shape(other))}, {name!r} has {list(shape)}"
@@ -107,6 +109,9 @@ def group_experts(entries: dict[str, Entry], where: str, shown=lambda name: name
     out: dict[str, Entry | ExpertTensor] = {}
     per_expert: dict[str, dict[int, Entry]] = {}
     for name, entry in entries.items():
+        if ".experts." not in name:  # most names of a dense model; an expert's are matched below
+            out[name] = entry
+            continue
         m = _PER_EXPERT.match(name)
         if m:
             canonical = f"{m['owner']}{m['proj']}.weight"

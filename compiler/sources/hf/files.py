@@ -1,5 +1,5 @@
-"""The files of a Hugging Face checkpoint folder: which safetensors hold which tensors, their headers,
-and the tokenizer files, read once per folder state.
+"""The files of a Hugging Face checkpoint (a folder, or a hub repo: `checkpoint.py`): which safetensors hold
+which tensors, their headers, and the tokenizer files, read once per checkpoint state.
 
 A 27B checkpoint is a dozen shards whose headers list a thousand tensors. `describe` (lowering),
 `check` (`mtpc inspect`'s findings) and the weight store (`compile`) all need the parsed headers,
@@ -14,13 +14,14 @@ a second, which `check SPEC`, `plan` and `inspect` do not pay, as for a GGUF's v
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Callable
 
-from ...ir import SourceRef
+from ...ir import HubRef, SourceRef
 from ...util.diagnostics import SourceError
 from ..info import DeferredFiles, Files
 from ..tokenizer_json import TOKENIZER_FILES, tokenizer_json_problem
+from .checkpoint import Checkpoint, FolderCheckpoint, HubCheckpoint, folder_state  # noqa: F401  (folder_state re-exported)
 from .config import read_json
 from .fp8 import pair_block_scales
 from .safetensors import SafetensorsFile
@@ -39,77 +40,97 @@ def directory_of(ref: SourceRef) -> Path:
     return path
 
 
-def folder_state(directory: Path) -> tuple:
-    """What identifies the folder's contents without reading them: every file's name, inode, size and mtime."""
-    try:
-        with os.scandir(directory) as found:
-            files = []
-            for entry in found:
-                if entry.is_file():
-                    st = entry.stat()
-                    files.append((entry.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-    except OSError as e:
-        raise SourceError(f"{directory}: cannot read: {e.strerror}") from None
-    return (os.path.realpath(directory), tuple(sorted(files)))
+_hub_checkpoints: dict[HubRef, HubCheckpoint] = {}
 
 
-# The last folder whose weight files were read: (its state, the listing, the opened files).
+def checkpoint_of(ref: SourceRef) -> Checkpoint:
+    """The checkpoint `ref` names: its folder, or its hub repo at the commit its revision resolves to (once per
+    run, so every reader of it sees one commit)."""
+    if ref.hub is None:
+        return FolderCheckpoint(directory_of(ref))
+    if ref.hub not in _hub_checkpoints:
+        _hub_checkpoints[ref.hub] = HubCheckpoint(ref.hub)
+    return _hub_checkpoints[ref.hub]
+
+
+# The last checkpoint whose weight files were read: (its state and what it drops, the listing, the opened files).
 _last_weights: tuple[tuple, Listed, dict[str, SafetensorsFile]] | None = None
 
 
-def weight_files(directory: Path) -> tuple[Listed, dict[str, SafetensorsFile]]:
+def weight_files(checkpoint: Checkpoint, dropped: Callable[[str], bool] = lambda name: False, drop_key: object = None
+                 ) -> tuple[Listed, dict[str, SafetensorsFile]]:
     """The tensors each safetensors file holds (from the index, or the single file's header) and the files,
-    their headers parsed and checked; the same objects while the folder is unchanged."""
+    their headers parsed and checked; the same objects while the checkpoint is unchanged.
+
+    `dropped(name)`: a tensor the model does not read (a vision tower's; `drop_key` names the rule). A shard
+    holding nothing else is left out when it is not on this machine: a hub repo's is never downloaded, and a
+    folder may lack it."""
     global _last_weights
-    state = folder_state(directory)
-    if _last_weights is not None and _last_weights[0] == state:
+    key = (checkpoint.state(), drop_key)
+    if _last_weights is not None and _last_weights[0] == key:
         return _last_weights[1], _last_weights[2]
+    listed = needed_files(checkpoint, dropped)
     # FP8 block weights (DeepSeek-V3) read as float32; their scales leave the listing, consumed.
-    listed, opened = pair_block_scales(directory, *_listed_and_opened(directory))
-    _last_weights = (state, listed, opened)
+    listed, opened = pair_block_scales(checkpoint.folder, listed, _open_files(checkpoint, listed))
+    _last_weights = (key, listed, opened)
     return listed, opened
 
 
-def _listed_and_opened(directory: Path) -> tuple[Listed, dict[str, SafetensorsFile]]:
-    listed = _listed(directory)
-    return listed, _open_files(directory, listed)
+def needed_files(checkpoint: Checkpoint, dropped: Callable[[str], bool] = lambda name: False) -> Listed:
+    """The index's listing without the shards that hold only dropped tensors and are not on this machine."""
+    listed = _listed(checkpoint)
+    return {f: names for f, names in listed.items() if checkpoint.is_local(f) or not all(map(dropped, names))}
 
 
-def _listed(directory: Path) -> Listed:
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
+def _listed(checkpoint: Checkpoint) -> Listed:
+    index = checkpoint.folder / "model.safetensors.index.json"
+    if checkpoint.has(index.name):
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise SourceError(f"{index}: field weight_map is missing or empty")
-        files: Listed = {}
-        for name, filename in sorted(weight_map.items()):
-            if not isinstance(filename, str) or "/" in filename or "\\" in filename:
-                raise SourceError(f"{index}: weight_map entry {name!r} names no file in this directory")
-            files.setdefault(filename, []).append(name)
-        return files
-    single = directory / "model.safetensors"
-    if single.is_file():
-        return {"model.safetensors": SafetensorsFile(single).names()}
-    raise SourceError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+        # 92k names for DeepSeek-V3: grouped first, each file name then checked once
+        grouped: dict = {}
+        unnamed = []  # names whose value cannot be a key (a list or mapping where a file name belongs)
+        for name, filename in weight_map.items():
+            try:
+                grouped.setdefault(filename, []).append(name)
+            except TypeError:
+                unnamed.append(name)
+        unnamed += [n for f, names in grouped.items() if not isinstance(f, str) or "/" in f or "\\" in f for n in names]
+        if unnamed:
+            raise SourceError(f"{index}: weight_map entry {min(unnamed)!r} names no file in this directory")
+        for names in grouped.values():
+            names.sort()
+        return dict(sorted(grouped.items()))
+    if checkpoint.has("model.safetensors"):
+        return {"model.safetensors": checkpoint.open("model.safetensors").names()}
+    raise SourceError(f"{checkpoint.label}: no model.safetensors or model.safetensors.index.json")
 
 
-def _open_files(directory: Path, files: Listed) -> dict[str, SafetensorsFile]:
+def _open_files(checkpoint: Checkpoint, files: Listed) -> dict[str, SafetensorsFile]:
     opened = {}
     for filename, names in files.items():
-        if not (directory / filename).is_file():
-            raise SourceError(f"{directory / filename}: missing (listed in model.safetensors.index.json)")
-        st = SafetensorsFile(directory / filename)
-        for name in names:
-            if name not in st:
-                raise SourceError(f"{st.path}: has no tensor {name!r} (listed in model.safetensors.index.json)")
+        if not checkpoint.has(filename):
+            raise SourceError(f"{checkpoint.folder / filename}: missing (listed in model.safetensors.index.json)")
+        st = checkpoint.open(filename, len(names))
+        held = st.entries
+        missing = [name for name in names if name not in held]
+        if missing:
+            raise SourceError(f"{st.path}: has no tensor {missing[0]!r} (listed in model.safetensors.index.json)")
         opened[filename] = st
     return opened
 
 
-def tokenizer_files(directory: Path) -> DeferredFiles | tuple[()]:
-    """The tokenizer files the folder ships, named now, read and checked when first used."""
-    names = tuple(name for name in TOKENIZER_FILES if (directory / name).is_file())
-    return DeferredFiles(names, lambda: _read_tokenizer_files(directory, names)) if names else ()
+def tokenizer_files(checkpoint: Checkpoint) -> DeferredFiles | tuple[()]:
+    """The tokenizer files the checkpoint ships, named now, read and checked when first used (a hub repo's
+    downloaded then, if compile has not already)."""
+    names = tuple(name for name in TOKENIZER_FILES if checkpoint.has(name))
+
+    def read() -> Files:
+        checkpoint.fetch(names)
+        return _read_tokenizer_files(checkpoint.folder, names)
+
+    return DeferredFiles(names, read) if names else ()
 
 
 def _read_tokenizer_files(directory: Path, names: tuple[str, ...]) -> Files:

@@ -16,7 +16,6 @@ float32 (`value_dtype`) and its storage as `F8_E4M3`, reading no bytes.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,36 +85,58 @@ class Fp8File:
 
 def pair_block_scales(directory: Path, listed: Listed, opened: dict[str, SafetensorsFile]
                       ) -> tuple[Listed, dict[str, SafetensorsFile | Fp8File]]:
-    """(the listing without the consumed scales, the files with FP8 weights wrapped); unchanged without FP8."""
-    fp8 = [(f, n) for f, names in sorted(listed.items()) for n in names if opened[f].dtype_code(n) == FLOAT8_E4M3]
+    """(the listing without the consumed scales, the files with FP8 weights wrapped); unchanged without FP8.
+
+    DeepSeek-V3 pairs 46k weights with their scales: the header entries are read directly (`entries`)."""
+    entries = {f: st.entries for f, st in opened.items()}
+    fp8 = [(f, n) for f, names in sorted(listed.items()) for e in (entries[f],) for n in names
+           if e[n]["dtype"] == FLOAT8_E4M3]
     if not fp8:
         return listed, dict(opened)
     block = _block_size(directory, opened[fp8[0][0]].path, fp8[0][1])
-    where = {n: f for f, names in listed.items() for n in names}
-    scales: dict[str, dict[str, tuple[SafetensorsFile, str]]] = {}
+    where: dict[str, str] | None = None  # name -> file, made only for a scale kept in another file than its weight
+    scales: dict[str, dict[str, tuple[SafetensorsFile, str]]] = {f: {} for f in opened}
     consumed: set[str] = set()
+    bn, bk = block
     for filename, name in fp8:
-        st = opened[filename]
         scale_name = name + SCALE_SUFFIX
-        if scale_name not in where:
-            raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} without its block scales {scale_name!r}")
-        scale_file = opened[where[scale_name]]
-        shape = st.shape(name)
-        if len(shape) != 2:
-            raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} with shape {list(shape)}; mtpc reads "
-                              "FP8 block weights as matrices [N, K]")
-        expected = [math.ceil(shape[0] / block[0]), math.ceil(shape[1] / block[1])]
-        if list(scale_file.shape(scale_name)) != expected:
-            raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has shape {list(scale_file.shape(scale_name))}; "
-                              f"{name!r} {list(shape)} in {block[0]}x{block[1]} blocks needs {expected}")
-        if scale_file.dtype_code(scale_name) not in SCALE_DTYPES:
-            raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has dtype {scale_file.dtype_code(scale_name)}; "
-                              f"block scales must be {', '.join(SCALE_DTYPES)}")
-        scales.setdefault(filename, {})[name] = (scale_file, scale_name)
+        if scale_name in entries[filename]:
+            scale_filename: str | None = filename
+        else:
+            if where is None:
+                where = {n: f for f, names in listed.items() for n in names}
+            scale_filename = where.get(scale_name)
+        shape = entries[filename][name]["shape"]
+        scale = entries[scale_filename][scale_name] if scale_filename is not None else None
+        if (scale is None or len(shape) != 2 or scale["shape"] != [-(-shape[0] // bn), -(-shape[1] // bk)]
+                or scale["dtype"] not in SCALE_DTYPES):
+            _refuse_pair(opened, filename, name, scale_filename, block)
+        scales[filename][name] = (opened[scale_filename], scale_name)
         consumed.add(scale_name)
+    scales = {f: pairs for f, pairs in scales.items() if pairs}
     kept = {f: [n for n in names if n not in consumed] for f, names in listed.items()}
     files = {f: Fp8File(st, scales[f], block) if f in scales else st for f, st in opened.items()}
     return {f: names for f, names in kept.items() if names}, files
+
+
+def _refuse_pair(opened: dict[str, SafetensorsFile], filename: str, name: str, scale_filename: str | None,
+                 block: tuple[int, int]) -> None:
+    """Why an FP8 weight and its scale cannot be read together, named."""
+    st = opened[filename]
+    scale_name = name + SCALE_SUFFIX
+    if scale_filename is None:
+        raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} without its block scales {scale_name!r}")
+    shape = st.shape(name)
+    if len(shape) != 2:
+        raise SourceError(f"{st.path}: tensor {name!r} is {FLOAT8_E4M3} with shape {list(shape)}; mtpc reads "
+                          "FP8 block weights as matrices [N, K]")
+    scale_file = opened[scale_filename]
+    expected = [-(-shape[0] // block[0]), -(-shape[1] // block[1])]
+    if list(scale_file.shape(scale_name)) != expected:
+        raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has shape {list(scale_file.shape(scale_name))}; "
+                          f"{name!r} {list(shape)} in {block[0]}x{block[1]} blocks needs {expected}")
+    raise SourceError(f"{scale_file.path}: tensor {scale_name!r} has dtype {scale_file.dtype_code(scale_name)}; "
+                      f"block scales must be {', '.join(SCALE_DTYPES)}")
 
 
 def _block_size(directory: Path, first_file: Path, first: str) -> tuple[int, int]:

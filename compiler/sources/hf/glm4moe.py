@@ -42,6 +42,17 @@ FAMILY = "glm4moe"
 DECLARED_KEYS = ("num_nextn_predict_layers", "num_mtp_layers")
 
 
+def split_layer_name(hf_name: str) -> tuple[int, str] | str | None:
+    """A trailing-layer release's HF name: (layer, local name) inside `model.layers.*`, else its canonical name
+    (None: not the text model's)."""
+    if hf_name == "lm_head.weight":
+        return hf_name
+    if not hf_name.startswith("model."):
+        return None
+    m = _LAYER.match(hf_name)
+    return hf_name.removeprefix("model.") if m is None else (int(m[1]), m[2])
+
+
 class GlmNames:
     """HF tensor names -> canonical, for a trunk of `num_layers` layers."""
 
@@ -51,14 +62,10 @@ class GlmNames:
         self.num_layers = num_layers
 
     def canonical_name(self, hf_name: str) -> str | None:
-        if hf_name == "lm_head.weight":
-            return hf_name
-        if not hf_name.startswith("model."):
-            return None
-        m = _LAYER.match(hf_name)
-        if m is None:
-            return hf_name.removeprefix("model.")
-        layer, local = int(m[1]), m[2].replace("mlp.shared_experts.", "mlp.shared_expert.")
+        split = split_layer_name(hf_name)
+        if not isinstance(split, tuple):
+            return split
+        layer, local = split[0], split[1].replace("mlp.shared_experts.", "mlp.shared_expert.")
         if layer < self.num_layers:
             return f"layers.{layer}.{local}"
         block = layer - self.num_layers

@@ -5,32 +5,33 @@ families in `FAMILIES` (`glm4moe.py`, `qwen3next.py`, `deepseek2.py`: each its c
 to canonical ones (`mtpc.weights`) and converts conventions on read: offset-RMSNorm
 weights get `+1` in float32 (every norm except the GatedDeltaNet gated norm), and
 `A_log` becomes `decay_scale = -exp(A_log)`. Other tensors are handed out as
-memory-mapped views of the files, so opening a large checkpoint costs nothing.
+memory-mapped views of the files, so opening a large checkpoint costs nothing (the store: `store.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable
 
 from ...util.diagnostics import SourceError
 from ...util.lazy_import import lazy_module
 from ...ir import Architecture, SourceRef, SourceTensor
-from ...weights import TensorInfo, Weight, canonical_shapes
+from ...weights import canonical_shapes
 from ..info import SourceInfo
-from . import deepseek2, glm4moe, qwen3next
+from . import deepseek2, glm4moe, qwen3next, step35
 from .config import SUPPORTED_ARCHITECTURES, Config, architecture, read_json
 from .experts import Entry, ExpertTensor, group_experts, parts_of
-from .files import directory_of, folder_state, tokenizer_files, weight_files
+from .checkpoint import Checkpoint
+from .files import checkpoint_of, needed_files, tokenizer_files, weight_files
+from .store import HFWeightStore
 from ..mtp_head import head_verdict
 from ..card_facts import hf_card_facts
 from .safetensors import FLOAT8_E4M3, SafetensorsFile
+from .vision import PATCH_EMBED, canonical_shape, is_vision_tensor, vision_model
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from ...util.arrays import Bfloat16Rows
 else:
     np = lazy_module("numpy")  # read when a weight is: describing the checkpoint needs none
 
@@ -52,7 +53,7 @@ _DECAY_SCALE = "linear_attn.decay_scale"
 
 
 def canonical_name(hf_name: str) -> str | None:
-    """The canonical name of an HF tensor, or None for tensors outside the text model (vision tower)."""
+    """The canonical name of an HF tensor (the vision tower's `visual.*`), or None for one mtpc has no use for."""
     if hf_name.startswith("mtp.") or hf_name == "lm_head.weight":
         name = hf_name
     else:
@@ -62,7 +63,7 @@ def canonical_name(hf_name: str) -> str | None:
                 break
         else:
             return None
-        if name.startswith(("visual.", "vision_tower.")):
+        if name.startswith("vision_tower."):
             return None
     if name.endswith(_A_LOG):
         return name[: -len(_A_LOG)] + _DECAY_SCALE
@@ -74,11 +75,13 @@ def is_offset_norm(canonical: str) -> bool:
 
 
 def needs_conversion(canonical: str) -> bool:
-    return is_offset_norm(canonical) or canonical.endswith(_DECAY_SCALE)
+    return is_offset_norm(canonical) or canonical.endswith(_DECAY_SCALE) or canonical == PATCH_EMBED
 
 
 def to_canonical_value(canonical: str, raw: np.ndarray) -> np.ndarray:
     """Convert an HF value to the canonical convention (float32 where converted)."""
+    if canonical == PATCH_EMBED:  # the Conv3d kernel as the linear over a flattened patch
+        return np.asarray(raw, dtype=np.float32).reshape(raw.shape[0], -1)
     if is_offset_norm(canonical):
         return np.asarray(raw, dtype=np.float32) + np.float32(1.0)
     if canonical.endswith(_DECAY_SCALE):
@@ -93,6 +96,7 @@ class _QwenNames:
     to_canonical_value = staticmethod(lambda canonical, raw: to_canonical_value(canonical, raw))
     needs_conversion = staticmethod(lambda canonical: needs_conversion(canonical))
     source_name = staticmethod(lambda canonical: canonical)  # a head tensor's canonical name is its HF name
+    canonical_shape = staticmethod(lambda canonical, shape: canonical_shape(canonical, shape))
     optional_head: tuple[str, ...] = ()
     assembled = staticmethod(lambda entries: entries)  # nothing stored fused
 
@@ -101,7 +105,7 @@ class _QwenNames:
 # `FAMILY` (the IR's), `architecture(cfg, directory)`, `names(arch, qwen_names)` (its tensor names and
 # conventions) and `declared_heads(cfg, hf_names)` (where its head's depth is declared, and the depth).
 # Qwen3.5 is this module's own (`config.architecture`, `_QwenNames`).
-FAMILIES = (glm4moe, qwen3next, deepseek2)
+FAMILIES = (glm4moe, qwen3next, deepseek2, step35)
 
 
 def _family_of(family: str):
@@ -133,15 +137,31 @@ def _declared_heads(cfg: Config, arch: Architecture, hf_names) -> tuple[str, int
     return f"config.json field {field}", cfg.int("mtp_num_hidden_layers", 0)
 
 
+# The last canonical entries made: (the listing they were made of, its architecture, the entries). A listing
+# stands for its checkpoint's state (`weight_files` keeps one object per state), and describe, `inspect`'s
+# findings and the weight store all read the same one: a 92k-tensor checkpoint's names are mapped once.
+_last_entries: tuple[dict, Architecture, dict] | None = None
+
+
 def _canonical_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
     """canonical name -> (file name, HF name), or the HF tensors of stacked experts (`experts`);
-    head tensors kept (as `mtp.*`), vision tensors dropped."""
+    head tensors kept (as `mtp.*`), the vision tower's (`visual.*`) where the IR has the tower."""
+    global _last_entries
+    last = _last_entries
+    if last is not None and last[0] is files and last[1] == arch:
+        return last[2]
+    entries = _mapped_entries(files, arch, where)
+    _last_entries = (files, arch, entries)
+    return entries
+
+
+def _mapped_entries(files: dict[str, list[str]], arch: Architecture, where: Path) -> dict[str, Entry | ExpertTensor]:
     tied, names = arch.tie_word_embeddings, _names(arch)
     entries: dict[str, Entry] = {}
     for filename in sorted(files):
         for hf_name in files[filename]:
             name = names.canonical_name(hf_name)
-            if name is None or (tied and name == "lm_head.weight"):
+            if name is None or (tied and name == "lm_head.weight") or (arch.vision is None and is_vision_tensor(name)):
                 continue
             entries[name] = (filename, hf_name)
     return names.assembled(group_experts(entries, str(where), names.source_name))
@@ -155,46 +175,83 @@ _last_description: tuple[SourceRef, tuple, SourceInfo] | None = None
 def describe(ref: SourceRef) -> SourceInfo:
     """config.json and the safetensors headers; no tensor data is read, the tokenizer files only named."""
     global _last_description
-    directory = directory_of(ref)
-    state = folder_state(directory)
+    checkpoint = checkpoint_of(ref)
+    state = checkpoint.state()
     last = _last_description
     if last is not None and last[0] == ref and last[1] == state:
         return last[2]
-    info = _describe(directory)
+    info = _describe(checkpoint)
     _last_description = (ref, state, info)
     return info
 
 
-def _describe(directory: Path) -> SourceInfo:
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise SourceError(f"{directory}: no config.json")
-    cfg = Config(config_path, read_json(config_path))
+def _config(checkpoint: Checkpoint) -> Config:
+    config_path = checkpoint.folder / "config.json"
+    if not checkpoint.has("config.json"):
+        raise SourceError(f"{checkpoint.label}: no config.json")
+    return Config(config_path, read_json(config_path))
+
+
+def _weight_files(checkpoint: Checkpoint, arch: Architecture):
+    """`files.weight_files`, leaving out a shard of tensors the family does not read (a vision tower) when it
+    is not on this machine."""
+    return weight_files(checkpoint, _unread(arch), arch.family)
+
+
+def _unread(arch: Architecture):
+    """Whether the model reads an HF tensor: not when it has no canonical name, nor a vision tower's tensor when the
+    IR has no tower."""
+    names = _names(arch)
+
+    def unread(name: str) -> bool:
+        canonical = names.canonical_name(name)
+        return canonical is None or (arch.vision is None and is_vision_tensor(canonical))
+
+    return unread
+
+
+def files_to_fetch(ref: SourceRef, info: SourceInfo) -> list[str]:
+    """What compile reads of the checkpoint: its small files, its tokenizer's, and the shards that hold a tensor
+    the model reads (with their index)."""
+    from .checkpoint import METADATA_FILES
+
+    checkpoint = checkpoint_of(ref)
+    shards = needed_files(checkpoint, _unread(info.architecture))
+    return [*(n for n in METADATA_FILES if checkpoint.has(n)), *info.tokenizer_names, *sorted(shards)]
+
+
+def _describe(checkpoint: Checkpoint) -> SourceInfo:
+    directory = checkpoint.folder
+    cfg = _config(checkpoint)
     family = _family(cfg)
     arch = (family.architecture if family else architecture)(cfg, directory)
-    listed, files = weight_files(directory)
+    vision_note = None
+    if family is None:  # Qwen3.5's vision-language releases carry the tower
+        vision, vision_note = vision_model(cfg, directory)
+        arch = replace(arch, vision=vision)
+    listed, files = _weight_files(checkpoint, arch)
     arch = replace(arch, mtp_num_layers=_declared_heads(cfg, arch, [n for ns in listed.values() for n in ns])[1])
     entries = _canonical_entries(listed, arch, directory)
     facts: list[tuple[str, object]] = [
         ("architectures", ", ".join(cfg.doc["architectures"])),
         ("format", "safetensors"),
         ("safetensors_files", len(files)),
-        ("text_tensors", sum(1 for n in entries if not n.startswith("mtp."))),
+        ("text_tensors", sum(1 for n in entries if not n.startswith("mtp.") and not is_vision_tensor(n))),
         ("mtp_tensors", sum(1 for n in entries if n.startswith("mtp."))),
     ]
+    if arch.vision is not None:
+        facts.append(("vision_tensors", sum(1 for n in entries if is_vision_tensor(n))))
+    if vision_note is not None:
+        facts.append(("vision_note", vision_note))
     arch = _with_head_verdict(cfg, arch, entries)
     if arch.unusable_head is not None:
         facts.append(("mtp_note", arch.unusable_head.reason))
-    _check_dtypes(files, entries)
-    storage: dict[str, set[str]] = {}
-    for name, value in entries.items():
-        for filename, hf_name in parts_of(value):
-            storage.setdefault(_group(name), set()).add(files[filename].dtype_code(hf_name))
+    storage = _storage(files, entries)
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
     return SourceInfo(
         architecture=arch,
         storage=tuple(sorted((g, "+".join(sorted(d))) for g, d in storage.items())),
-        tokenizer=tokenizer_files(directory),
+        tokenizer=tokenizer_files(checkpoint),
         facts=tuple(facts),
         tensors=tuple(SourceTensor(n, tuple(i.shape), i.dtype) for n in store.names() for i in [store.info(n)]),
         card=hf_card_facts(directory, cfg.doc),
@@ -206,38 +263,51 @@ def _describe(directory: Path) -> SourceInfo:
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 
 
-def _check_dtypes(files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor]) -> None:
-    """Every weight of the text model and head is stored as a float type; the first that is not is named."""
-    for filename, hf_name in sorted(p for value in entries.values() for p in parts_of(value)):
-        code = files[filename].dtype_code(hf_name)
-        if code not in WEIGHT_DTYPES and code != FLOAT8_E4M3:
-            raise SourceError(
-                f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
-                f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}"
-            )
+_FLOAT_CODES = frozenset((*WEIGHT_DTYPES, FLOAT8_E4M3))
 
 
-def shape_problems(directory: Path, arch: Architecture, store: "HFWeightStore") -> list[str]:
-    """Where the tensors contradict config.json (missing, or another shape), from the headers alone."""
+def _storage(files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor]) -> dict[str, set[str]]:
+    """Each tensor group's stored dtypes (`inspect`'s storage), every weight of the text model and head checked
+    to be stored as a float type (the first that is not is named)."""
+    storage: dict[str, set[str]] = {}
+    refused = []
+    headers = {f: st.entries for f, st in files.items()}
+    for name, value in entries.items():
+        codes = storage.setdefault(_group(name), set())
+        for filename, hf_name in parts_of(value):
+            code = headers[filename][hf_name]["dtype"]
+            codes.add(code)
+            if code not in _FLOAT_CODES:
+                refused.append((filename, hf_name, code))
+    if refused:
+        filename, hf_name, code = min(refused)
+        raise SourceError(f"{files[filename].path}: tensor {hf_name!r} has dtype {code}; a weight must be "
+                          f"{', '.join(WEIGHT_DTYPES[:-1])} or {WEIGHT_DTYPES[-1]}")
+    return storage
+
+
+def shape_problems(directory: Path | str, arch: Architecture, shape_of: Callable[[str], tuple[int, ...] | None],
+                   source_name: Callable[[str], str]) -> list[str]:
+    """Where the tensors contradict config.json (missing, or another shape), from the headers alone.
+    `shape_of(name)`: a canonical tensor's shape, None when the checkpoint has none."""
     problems = []
     for name, shape in canonical_shapes(arch).items():
-        if name not in store:
+        found = shape_of(name)
+        if found is None:
             where = "embed_tokens.weight (tied)" if name == "lm_head.weight" and arch.tie_word_embeddings else name
             problems.append(f"{directory}: checkpoint has no tensor for {where} (needed by config.json)")
-        elif store.info(name).shape != shape:
-            found = list(store.info(name).shape)
-            shown = store.source_name(name)  # as the checkpoint names it (a GLM head tensor: its trailing layer's)
-            problems.append(f"{directory}: tensor {shown} has shape {found}, config.json implies {list(shape)}")
+        elif tuple(found) != shape:
+            # as the checkpoint names it (a GLM head tensor: its trailing layer's)
+            problems.append(f"{directory}: tensor {source_name(name)} has shape {list(found)}, config.json implies "
+                            f"{list(shape)}")
     return problems
 
 
 def check(ref: SourceRef, info: SourceInfo) -> list[str]:
-    """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`); no data is read."""
-    directory = directory_of(ref)
-    listed, files = weight_files(directory)
-    arch = info.architecture
-    entries = _canonical_entries(listed, arch, directory)
-    return shape_problems(directory, arch, HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch)))
+    """`open_weights`'s checks of the tensors against config.json, as findings (for `mtpc inspect`), from the
+    description's tensors: no data is read, and nothing is read twice."""
+    shapes = {t.name: t.shape for t in info.tensors}
+    return shape_problems(checkpoint_of(ref).label, info.architecture, shapes.get, _names(info.architecture).source_name)
 
 
 def _with_head_verdict(cfg: Config, arch: Architecture, entries: dict[str, Entry | ExpertTensor]) -> Architecture:
@@ -261,104 +331,22 @@ def _group(canonical: str) -> str:
     parts = canonical.split(".")
     if parts[0] == "layers":
         return ".".join(parts[2:])
+    if parts[:2] == ["visual", "blocks"]:
+        return "visual." + ".".join(parts[3:])
     if parts[:2] == ["mtp", "layers"]:
         return "mtp." + ".".join(parts[3:])
     return canonical
 
 
 def open_weights(ref: SourceRef, info: SourceInfo) -> "HFWeightStore":
-    directory = directory_of(ref)
+    checkpoint = checkpoint_of(ref)
     arch = info.architecture
-    listed, files = weight_files(directory)
-    entries = _canonical_entries(listed, arch, directory)
-    _check_dtypes(files, entries)
+    listed, files = _weight_files(checkpoint, arch)
+    entries = _canonical_entries(listed, arch, checkpoint.folder)
+    _storage(files, entries)  # a weight of no float type is refused
     store = HFWeightStore(files, entries, arch.tie_word_embeddings, _names(arch))
-    problems = shape_problems(directory, arch, store)
+    problems = shape_problems(checkpoint.label, arch, lambda name: store.info(name).shape if name in store else None,
+                              store.source_name)
     if problems:
         raise SourceError(problems[0])
     return store
-
-
-class HFWeightStore:
-    """Canonical view of HF safetensors: memory-mapped, converting norms and A_log on read."""
-
-    def __init__(self, files: dict[str, SafetensorsFile], entries: dict[str, Entry | ExpertTensor], tied: bool,
-                 names=None):
-        self._files = files
-        self._entries = dict(entries)
-        self._names = names or _QwenNames()
-        if tied and "embed_tokens.weight" in self._entries:
-            self._entries["lm_head.weight"] = self._entries["embed_tokens.weight"]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._entries
-
-    def source_name(self, name: str) -> str:
-        return self._names.source_name(name)
-
-    def names(self) -> Iterable[str]:
-        return sorted(self._entries)
-
-    def info(self, name: str) -> TensorInfo:
-        value = self._entries[name]
-        if isinstance(value, ExpertTensor):
-            filename, hf_name = value.parts[0]
-            return TensorInfo(name, value.shape(self._files), self._files[filename].value_dtype(hf_name))
-        filename, hf_name = value
-        st = self._files[filename]
-        dtype = "float32" if self._names.needs_conversion(name) else st.value_dtype(hf_name)
-        return TensorInfo(name, st.shape(hf_name), dtype)
-
-    def read(self, name: str) -> Weight:
-        value = self._entries[name]
-        if isinstance(value, ExpertTensor):
-            return value.read(self._files)
-        filename, hf_name = value
-        return self._names.to_canonical_value(name, self._files[filename].read(hf_name))
-
-    def read_rows(self, name: str) -> "Weight | Bfloat16Rows":
-        """`read`, except that a bfloat16 tensor stored as is comes as `Bfloat16Rows`: widened where it
-        is copied (transposed, quantized a few rows at a time), so its float32 copy never exists whole."""
-        value = self._entries[name]
-        if isinstance(value, ExpertTensor):  # stacked from several tensors: read whole
-            return self.read(name)
-        filename, hf_name = value
-        bits = None if self._names.needs_conversion(name) else self._files[filename].read_bfloat16_bits(hf_name)
-        if bits is None:
-            return self.read(name)
-        from ...util.arrays import Bfloat16Rows
-
-        return Bfloat16Rows(bits)
-
-    def read_float(self, name: str) -> np.ndarray:
-        value = self.read(name)
-        return value if value.dtype == np.float32 else value.astype(np.float32)
-
-    def read_float_rows(self, name: str) -> "np.ndarray | Bfloat16Rows":
-        """`read_float`, or a bfloat16 tensor as `Bfloat16Rows` (its rows widened when sliced)."""
-        from ...util.arrays import Bfloat16Rows
-
-        rows = self.read_rows(name)
-        return rows if isinstance(rows, Bfloat16Rows) else self.read_float(name)
-
-    def read_experts(self, name: str, start: int, stop: int, *, as_float: bool = True) -> np.ndarray:
-        """Experts `start:stop` of a stacked expert tensor (`[E, ...]`), float32, their bytes alone read."""
-        value = self._entries[name]
-        if isinstance(value, ExpertTensor):
-            return value.read_experts(self._files, start, stop)
-        return np.array(self.read(name)[start:stop], dtype=np.float32)
-
-    def release_experts(self, name: str, start: int, stop: int) -> None:
-        """Drop the pages of experts `start:stop` once they are written."""
-        value = self._entries[name]
-        if isinstance(value, ExpertTensor):
-            value.release_experts(self._files, start, stop)
-
-    def release(self, name: str) -> None:
-        """Drop the tensor's pages from this process once it is written (they stay in the page cache)."""
-        for filename, hf_name in parts_of(self._entries[name]):
-            self._files[filename].release(hf_name)
-
-    def close(self) -> None:
-        for st in self._files.values():
-            st.close()

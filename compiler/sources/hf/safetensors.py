@@ -49,28 +49,36 @@ _MAX_RANK = 8
 class SafetensorsFile:
     """One `.safetensors` file: its header, and memory-mapped tensors on demand."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, header: tuple[int, bytes] | None = None, file_size: int | None = None):
+        """The file at `path`, its header read from it; or, with `header` (its length and JSON bytes, as a hub
+        range request reads them, `sources/hub/remote.py`) and `file_size`, a file not on this machine yet,
+        checked the same way (its tensors are read once it is)."""
         self.path = Path(path)
+        if header is None:
+            file_size, header = self._read_header()
+        header_len, raw = header
+        assert file_size is not None
+        try:
+            parsed = _parse(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError):
+            raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
+        except _Duplicate as e:
+            raise SourceError(f"{self.path}: not a safetensors file (header names {e.args[0]!r} twice)") from None
+        self._init_from(parsed, header_len, file_size)
+
+    def _read_header(self) -> tuple[int, tuple[int, bytes]]:
         try:
             file_size = self.path.stat().st_size
             with open(self.path, "rb") as f:
                 raw_len = f.read(8)
                 if len(raw_len) != 8:
                     raise SourceError(f"{self.path}: not a safetensors file (shorter than 8 bytes)")
-                (header_len,) = struct.unpack("<Q", raw_len)
-                if header_len > _MAX_HEADER:
-                    raise SourceError(f"{self.path}: not a safetensors file (header length {header_len})")
-                if header_len > file_size - 8:
-                    raise SourceError(
-                        f"{self.path}: truncated: the header length is {header_len} bytes, the file has {file_size - 8} after it"
-                    )
-                header = json.loads(f.read(header_len).decode("utf-8"), object_pairs_hook=_no_duplicates)
+                header_len = header_length(self.path, raw_len, file_size)
+                return file_size, (header_len, f.read(header_len))
         except OSError as e:
             raise SourceError(f"{self.path}: cannot read: {e.strerror}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            raise SourceError(f"{self.path}: not a safetensors file (header is not JSON)") from None
-        except _Duplicate as e:
-            raise SourceError(f"{self.path}: not a safetensors file (header names {e.args[0]!r} twice)") from None
+
+    def _init_from(self, header: object, header_len: int, file_size: int) -> None:
         if not isinstance(header, dict):
             raise SourceError(f"{self.path}: not a safetensors file (header is not a JSON object)")
         metadata = header.pop("__metadata__", None) or {}
@@ -81,17 +89,43 @@ class SafetensorsFile:
         self._data_start = 8 + header_len
         self._map: np.memmap | None = None
         # Checked from the header alone when the file is opened, so a damaged or truncated
-        # checkpoint fails `describe` (and `mtpc inspect`), not the first read of a weight.
+        # checkpoint fails `describe` (and `mtpc inspect`), not the first read of a weight. A 92k-tensor
+        # checkpoint (DeepSeek-V3) has every entry checked here: the loop is written for that (each entry's
+        # fields read once, the common case decided in a few comparisons); `_check_entry` words a refusal.
+        sizes = _SIZES
+        extents = []
+        last = 0
         for name, entry in header.items():
-            self._check_entry(name, entry)
-        past_the_end = [(e["data_offsets"][1], n) for n, e in header.items() if self._data_start + e["data_offsets"][1] > file_size]
-        if past_the_end:
-            end, name = min(past_the_end)
+            try:
+                dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+                count, bound = 1, 1
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        raise TypeError
+                    count *= d
+                    bound *= d or 1
+                usable = (type(begin) is int and type(end) is int and 0 <= begin <= end and type(shape) is list
+                          and len(shape) <= _MAX_RANK and bound < _HUGE and end - begin == count * sizes[dtype])
+            except (TypeError, KeyError, ValueError):  # not a dict, a field missing or of another shape
+                usable = False
+            if not usable:
+                self._check_entry(name, entry)  # raises, naming what is wrong
+                begin, end = entry["data_offsets"]
+            if end > last:
+                last = end
+            if begin != end:
+                extents.append((begin, end))
+        if self._data_start + last > file_size:
+            end, name = min((e["data_offsets"][1], n) for n, e in header.items()
+                            if self._data_start + e["data_offsets"][1] > file_size)
             raise SourceError(f"{self.path}: truncated: tensor {name!r} ends at byte {self._data_start + end}, the file has {file_size}")
-        extents = sorted((e["data_offsets"][0], e["data_offsets"][1], n) for n, e in header.items() if e["data_offsets"][0] != e["data_offsets"][1])
-        for (_, end, before), (begin, _, name) in zip(extents, extents[1:]):
-            if begin < end:
-                raise SourceError(f"{self.path}: tensor {name!r} overlaps tensor {before!r} (data_offsets)")
+        extents.sort()
+        if any(begin < end for (_, end), (begin, _) in zip(extents, extents[1:])):
+            named = sorted((e["data_offsets"][0], e["data_offsets"][1], n) for n, e in header.items()
+                           if e["data_offsets"][0] != e["data_offsets"][1])
+            for (_, end, before), (begin, _, name) in zip(named, named[1:]):
+                if begin < end:
+                    raise SourceError(f"{self.path}: tensor {name!r} overlaps tensor {before!r} (data_offsets)")
 
     def _check_entry(self, name: str, entry: object) -> None:
         """A header entry is usable: a known dtype and a byte range that matches its shape."""
@@ -112,6 +146,12 @@ class SafetensorsFile:
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+    @property
+    def entries(self) -> dict[str, dict]:
+        """The header's entries (name -> `dtype`, `shape`, `data_offsets`), checked; for readers that go over
+        every tensor of a 92k-tensor checkpoint, where a method call per field costs (read only)."""
+        return self._entries
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
@@ -185,6 +225,45 @@ class SafetensorsFile:
         if self._map is None:
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start)
         return self._map
+
+
+_SIZES = {code: size for code, (_, size, _) in _DTYPES.items()}
+_HUGE = 2**62  # numpy cannot shape even an empty array past this many elements
+_ENTRY_KEYS = (b'"dtype"', b'"shape"', b'"data_offsets"')
+
+
+def _parse(raw: bytes) -> object:
+    """The header's JSON, every object's keys distinct (`_Duplicate` names one that is not).
+
+    Parsed by the json module's C decoder, with no hook: a hook on every object costs a 92k-tensor header
+    most of a second. The keys are held distinct by counting instead: each tensor entry spells `"dtype"`,
+    `"shape"` and `"data_offsets"` once, so a name given twice, or a field given twice in one entry, leaves
+    fewer entries than spellings; only then (or when a name itself spells one of those) is the header parsed
+    again with the hook, which says which key repeats. `__metadata__`'s own keys are checked with the hook."""
+    text = raw.decode("utf-8")
+    parsed = json.loads(text)
+    if not isinstance(parsed, dict):
+        return parsed
+    entries = len(parsed) - ("__metadata__" in parsed)
+    if any(raw.count(key) != entries for key in _ENTRY_KEYS) or raw.count(b'"__metadata__"') > 1:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    if "__metadata__" in parsed:
+        start = text.index('"__metadata__"') + len('"__metadata__"')
+        start = text.index(":", start) + 1
+        while text[start] in " \t\r\n":
+            start += 1
+        json.JSONDecoder(object_pairs_hook=_no_duplicates).raw_decode(text, start)
+    return parsed
+
+
+def header_length(path: Path | str, raw_len: bytes, file_size: int) -> int:
+    """The header's length from the file's first 8 bytes, refused when no safetensors file could have it."""
+    (header_len,) = struct.unpack("<Q", raw_len)
+    if header_len > _MAX_HEADER:
+        raise SourceError(f"{path}: not a safetensors file (header length {header_len})")
+    if header_len > file_size - 8:
+        raise SourceError(f"{path}: truncated: the header length is {header_len} bytes, the file has {file_size - 8} after it")
+    return header_len
 
 
 class _Duplicate(Exception):
