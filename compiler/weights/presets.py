@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..ir import Architecture, LayerKind, QuantOverride, QuantScheme
-from .store import canonical_shapes
+from .shapes import canonical_shapes
 
 # llama.cpp type -> (the form that stands for it, the row length its blocks need).
 FORMS = {
