@@ -70,6 +70,9 @@ class Family:
     # The bytes a sequence of the fixture's token ids spells (llama.cpp's runtime is given prompts as text and prints
     # text); default: the tiny byte-level tokenizer the synthetic fixtures share.
     token_bytes: Callable[[Sequence[int]], bytes] = lambda tokens: _synthetic_token_bytes(tokens)
+    # The draft counts og's MTP decoding is held to greedy and to the numpy rendition at (each costs a rendition
+    # of the whole run in float64; a larger fixture checks fewer).
+    draft_counts: tuple[int, ...] = (1, 2, 3, 4)
     # Oracles that do not apply, with the reason.
     unsupported: dict[str, str] = field(default_factory=dict)
 

@@ -30,9 +30,10 @@ def test_greedy_equals_transformers(hf_models, transformers_greedy, name, index)
     assert tokens == fam.references[0].greedy(list(prompt), STEPS)
 
 
-@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
-@pytest.mark.parametrize("index", PROMPT_INDEX)
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+MTP_CASES = [(n, i, d) for n in sorted(FAMILIES) for i in PROMPT_INDEX for d in family(n).draft_counts]
+
+
+@pytest.mark.parametrize("name, index, max_draft", MTP_CASES)
 def test_mtp_decoding_equals_greedy(hf_models, transformers_greedy, name, index, max_draft):
     fam = family(name)
     prompt = fam.prompts[index]
