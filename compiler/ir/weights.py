@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .fields import added
+
 
 @dataclass(frozen=True)
 class QuantScheme:
@@ -24,6 +26,10 @@ class QuantScheme:
     accuracy_level: int | None = None
     # False: asymmetric blocks with uint8 zero points (for weights whose blocks are not centred on zero).
     symmetric: bool = True
+    # With symmetric False and 4 bits: each block's minimum kept in float (a zero point in the scale dtype, as
+    # GGUF's Q4_K stores it), scale and minimum fitted by llama.cpp's k-quant search (`quant.quantize_linear`).
+    # Set by presets (`weights/presets.py`); the spec has no field for it.
+    float_zero_points: bool = added(False)
 
     def irrelevant_fields(self) -> frozenset[str]:
         """Fields that do not change how a weight is stored: a float weight has no blocks. `diff` leaves
@@ -105,12 +111,17 @@ class WeightDecision:
 class QuantOverride:
     match: str  # fnmatch pattern over canonical weight names, e.g. "mtp.fc.weight" or "layers.*.mlp.*"
     scheme: QuantScheme
+    # Set on the overrides a `quantization.default.preset` expands into: the weight's rule, e.g.
+    # "preset q4_k_m: the LM head (Q6_K)"; empty for the spec's own overrides.
+    label: str = added("")
 
 
 @dataclass(frozen=True)
 class QuantizationPlan:
     default: QuantScheme = field(default_factory=QuantScheme)
     overrides: tuple[QuantOverride, ...] = ()
+    # The rule of a weight no override matches when the default is a preset's ("preset q4_k_m: Q4_K").
+    default_label: str = added("")
 
     def scheme_for(self, weight_name: str) -> QuantScheme:
         index = self.deciding_override(weight_name)

@@ -135,7 +135,12 @@ def decide(
     role = role_of(tensor)
     index = plan.deciding_override(tensor.name)
     scheme = plan.default if index is None else plan.overrides[index].scheme
-    rule = "default" if index is None else f"override {index + 1} ({plan.overrides[index].match})"
+    if index is None:
+        # A preset's default decides the weights it can quantize; norms and the like are float whatever it says.
+        rule = plan.default_label if plan.default_label and role in (WeightRole.LINEAR, WeightRole.EXPERTS) else "default"
+    else:
+        override = plan.overrides[index]
+        rule = override.label or f"override {index + 1} ({override.match})"
     if scheme.keep_source:
         rule += ", keep: source"
     carried = tensor.carried

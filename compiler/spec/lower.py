@@ -31,7 +31,7 @@ from ..ir import (
 )
 from ..sources.info import SourceInfo
 from ..schema.validation import load_schema
-from ..weights import canonical_shapes
+from ..weights import canonical_shapes, presets
 from . import borrowed_weights, rules
 from .defaults import apply_defaults
 from .draft_options import draft_options
@@ -71,7 +71,7 @@ def lower(spec: LoadedSpec, *, source_files: bool = False, progress: Callable[[s
             own_lm_head=own_lm_head,
         ),
         precision=precision,
-        quantization=_quantization(filled["quantization"]),
+        quantization=_quantization(filled["quantization"], architecture, targets),
         targets=targets,
         main=main_decoder_config(architecture, precision, execution_provider=provider),
         notes=info.notes + pairing_notes + _tokenizer_notes(ref, info),
@@ -313,17 +313,23 @@ def _scheme(written: dict, inherited: QuantScheme) -> QuantScheme:
     )
 
 
-def _quantization(quantization: dict) -> QuantizationPlan:
-    default = _scheme(quantization["default"], QuantScheme())
+def _quantization(quantization: dict, architecture: Architecture, targets) -> QuantizationPlan:
+    written = quantization["default"]
+    default, preset_overrides, label = _scheme(written, QuantScheme()), (), ""
+    if "preset" in written:
+        default, preset_overrides, label = presets.expand(
+            written["preset"], architecture, accuracy_level=written.get("accuracy_level"),
+            float_embedding=targets.onnx_genai is not None, existing=set(canonical_shapes(architecture)))
+    # The spec's own overrides first: they win over what the preset decided.
     overrides = tuple(QuantOverride(o["match"], _scheme(o, default)) for o in quantization["overrides"])
-    return QuantizationPlan(default=default, overrides=overrides)
+    return QuantizationPlan(default=default, overrides=overrides + preset_overrides, default_label=label)
 
 
 def _unmatched_overrides(spec: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
     """An override whose glob matches no weight is a typo that silently changes nothing."""
     names = sorted([*canonical_shapes(ir.architecture), *(("mtp.lm_head.weight",) if ir.mtp.own_lm_head else ())])
     out = []
-    for i, override in enumerate(ir.quantization.overrides):
+    for i, override in enumerate(o for o in ir.quantization.overrides if not o.label):  # the spec's, in its order
         if any(fnmatchcase(name, override.match) for name in names):
             continue
         guess = closest(override.match, names)

@@ -63,7 +63,19 @@ def _quantization(spec: LoadedSpec) -> list[Diagnostic]:
     for scheme in schemes:
         out += _power_of_two_block(spec, scheme + ("block_size",))
         written = spec.get(scheme, {})
-        if written.get("keep") == "source":
+        if "preset" in written:
+            out += [
+                spec.diagnostic(
+                    scheme + (name,),
+                    f"'{name}' cannot be set together with 'preset'",
+                    at="key",
+                    hint=f"the preset {written['preset']} decides every weight's encoding; give a weight another with "
+                         "an override, or drop the preset",
+                )
+                for name in (*_ENCODING_FIELDS, "keep")
+                if name in written
+            ]
+        elif written.get("keep") == "source":
             out += [
                 spec.diagnostic(
                     scheme + (name,),

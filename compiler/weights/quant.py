@@ -25,12 +25,16 @@ np = lazy_module("numpy")
 _CHUNK_ELEMENTS = 1 << 18
 
 
-def quantize_linear(w, bits: int, block_size: int, *, symmetric: bool = True) -> QuantizedTensor:
+def quantize_linear(w, bits: int, block_size: int, *, symmetric: bool = True,
+                    float_zero_points: bool = False) -> QuantizedTensor:
     """Quantize an `[N, K]` float weight (nn.Linear layout) for MatMulNBits, round to nearest per block.
 
     Symmetric: scale `absmax / (2**(bits-1) - 1)` and the op's default zero point. Asymmetric:
     the block's range `[min(lo, 0), max(hi, 0)]` over `2**bits - 1` steps with a uint8 zero point
     (zero stays exactly representable), for weights whose blocks are not centred on zero.
+
+    `float_zero_points` (asymmetric, 4 bits): each block's minimum in float32 instead of an integer zero point,
+    scale and minimum fitted as llama.cpp fits Q4_K's (`_kquant_rows`).
 
     `w` may be anything whose row slices `w[a:b]` are float arrays (`arrays.Bfloat16Rows`,
     `weights.QuantizedRows`): it is read a chunk of rows at a time and never made whole.
@@ -40,10 +44,15 @@ def quantize_linear(w, bits: int, block_size: int, *, symmetric: bool = True) ->
     k_blocks = -(-k // block_size)
     data = np.empty((n, k_blocks, block_size * bits // 8), np.uint8)
     scales = np.empty((n, k_blocks), np.float32)
-    zero_points = None if symmetric else np.empty((n, -(-k_blocks * bits // 8)), np.uint8)
+    if symmetric:
+        zero_points = None
+    elif float_zero_points:
+        zero_points = np.empty((n, k_blocks), np.float32)
+    else:
+        zero_points = np.empty((n, -(-k_blocks * bits // 8)), np.uint8)
     rows = _chunk_rows(k_blocks * block_size)
     for start in range(0, n, rows):
-        q = _quantize_rows(w[start : start + rows], bits, block_size, symmetric)
+        q = _quantize_rows(w[start : start + rows], bits, block_size, symmetric, float_zero_points)
         here = slice(start, start + q.shape[0])
         data[here], scales[here] = q.data, q.scales
         if zero_points is not None:
@@ -51,14 +60,17 @@ def quantize_linear(w, bits: int, block_size: int, *, symmetric: bool = True) ->
     return QuantizedTensor(bits, block_size, (n, k), data, scales, zero_points, f"int{bits}")
 
 
-def quantize_chunks(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None):
+def quantize_chunks(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None,
+                    float_zero_points: bool = False):
     """`quantize_linear(w, ...)` as consecutive row chunks (`QuantizedTensor`s of about `rows` rows), for a
     writer that streams them: rows are quantized independently, so the chunks hold the same bytes."""
-    for _, _, make in quantized_pieces(w, bits, block_size, symmetric=symmetric, rows=rows):
+    for _, _, make in quantized_pieces(w, bits, block_size, symmetric=symmetric, rows=rows,
+                                       float_zero_points=float_zero_points):
         yield make()
 
 
-def quantized_pieces(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None):
+def quantized_pieces(w, bits: int, block_size: int, *, symmetric: bool = True, rows: int | None = None,
+                     float_zero_points: bool = False):
     """`quantize_chunks` as `(start, stop, make)` per chunk, `make()` quantizing rows `start:stop`
     alone (in any thread, in any order)."""
     _check_bits(bits)
@@ -67,7 +79,8 @@ def quantized_pieces(w, bits: int, block_size: int, *, symmetric: bool = True, r
     rows = max(step, rows or step) // step * step
 
     def make(start: int, stop: int) -> QuantizedTensor:
-        parts = [_quantize_rows(w[a : min(a + step, stop)], bits, block_size, symmetric) for a in range(start, stop, step)]
+        parts = [_quantize_rows(w[a : min(a + step, stop)], bits, block_size, symmetric, float_zero_points)
+                 for a in range(start, stop, step)]
         return parts[0] if len(parts) == 1 else _stacked(parts, bits, block_size, k)
 
     return [(a, min(a + rows, n), lambda a=a: make(a, min(a + rows, n))) for a in range(0, n, rows)]
@@ -89,7 +102,7 @@ def _chunk_rows(padded_k: int) -> int:
     return max(1, _CHUNK_ELEMENTS // padded_k)
 
 
-def _quantize_rows(chunk, bits: int, block_size: int, symmetric: bool) -> QuantizedTensor:
+def _quantize_rows(chunk, bits: int, block_size: int, symmetric: bool, float_zero_points: bool = False) -> QuantizedTensor:
     """One chunk of rows quantized: every value depends on its own block only."""
     chunk = np.asarray(chunk, dtype=np.float32)
     n, k = chunk.shape
@@ -101,6 +114,10 @@ def _quantize_rows(chunk, bits: int, block_size: int, symmetric: bool) -> Quanti
         blocks = chunk
     blocks = blocks.reshape(-1, k_blocks, block_size)
     zero_points = None
+    if float_zero_points and not symmetric:
+        codes, scale, minimum = _kquant_blocks(blocks, 2**bits - 1)
+        zero_points = np.where(scale > 0, -minimum / np.where(scale > 0, scale, 1), 0).astype(np.float32)
+        return QuantizedTensor(bits, block_size, (n, k), pack_codes(codes, bits), scale, zero_points, f"int{bits}")
     if symmetric:
         absmax = np.abs(blocks).max(axis=-1)
         scale = np.where(absmax > 0, absmax / (2 ** (bits - 1) - 1), 1.0).astype(np.float32)
@@ -121,6 +138,50 @@ def _quantize_rows(chunk, bits: int, block_size: int, symmetric: bool) -> Quanti
     return QuantizedTensor(bits, block_size, (n, k), data, scale, zero_points, f"int{bits}")
 
 
+def _kquant_blocks(blocks, top: int):
+    """Codes `[..., B]` uint8 in 0..top, scale and minimum `[...]` float32 per block, fitted as llama.cpp's
+    `make_qkx2_quants` fits a Q4_K sub-block (ggml/src/ggml-quants.c; rmin -1, rdelta 0.1, 20 steps): among
+    the codes that 21 candidate scales round the block to, the one whose weighted least-squares scale and
+    minimum (minimum at most 0; weights `sqrt(mean x^2) + |x|`) leave the smallest weighted error. Scale and
+    minimum stay float32, where Q4_K rounds them to 6 bits of a per-256 float16."""
+    x = blocks.astype(np.float32)
+    weight = np.sqrt((x * x).mean(-1, keepdims=True)) + np.abs(x)
+    lo = np.minimum(x.min(-1), 0)
+    span = x.max(-1) - lo
+    flat = span <= 0
+    span = np.where(flat, 1, span)
+    sum_w, sum_x = weight.sum(-1), (weight * x).sum(-1)
+    best_codes = best_scale = best_min = best_err = None
+    for step in (None, *range(21)):
+        iscale = (top if step is None else top - 1 + 0.1 * step) / span
+        codes = np.clip(np.rint(iscale[..., None] * (x - lo[..., None])), 0, top)
+        if step is None:  # the plain range's fit, as the search starts from
+            scale, minimum = 1 / iscale, lo
+        else:
+            sum_l, sum_l2 = (weight * codes).sum(-1), (weight * codes * codes).sum(-1)
+            sum_xl = (weight * x * codes).sum(-1)
+            det = sum_w * sum_l2 - sum_l * sum_l
+            ok = det > 0
+            det = np.where(ok, det, 1)
+            scale = np.where(ok, (sum_w * sum_xl - sum_x * sum_l) / det, 1 / iscale)
+            minimum = np.where(ok, (sum_l2 * sum_x - sum_l * sum_xl) / det, lo)
+            positive = minimum > 0  # a minimum above zero is refitted at zero, as Q4_K's is
+            scale = np.where(positive, sum_xl / np.where(sum_l2 > 0, sum_l2, 1), scale)
+            minimum = np.where(positive, 0, minimum)
+        err = (weight * (scale[..., None] * codes + minimum[..., None] - x) ** 2).sum(-1)
+        if best_err is None:
+            best_codes, best_scale, best_min, best_err = codes, scale, minimum, err
+            continue
+        better = err < best_err
+        best_codes = np.where(better[..., None], codes, best_codes)
+        best_scale, best_min = np.where(better, scale, best_scale), np.where(better, minimum, best_min)
+        best_err = np.where(better, err, best_err)
+    # A block of one value v: codes 0, the minimum v (below zero: a block of zeros has lo 0) and any scale, |v|.
+    best_scale = np.where(flat, -lo, best_scale).astype(np.float32)
+    best_min = np.where(flat, lo, best_min).astype(np.float32)
+    return np.where(flat[..., None], 0, best_codes).astype(np.uint8), best_scale, best_min
+
+
 def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
     """What to store for one linear weight under `scheme`.
 
@@ -139,7 +200,8 @@ def resolve(weight: Weight, scheme: QuantScheme) -> Weight:
         return np.asarray(weight, dtype=np.float32)
     if scheme.bits is None:
         return np.asarray(weight, dtype=np.float32)
-    return quantize_linear(weight, scheme.bits, scheme.block_size, symmetric=scheme.symmetric)
+    return quantize_linear(weight, scheme.bits, scheme.block_size, symmetric=scheme.symmetric,
+                           float_zero_points=_float_zero_points(scheme))
 
 
 def materialize(weight: Weight, form: QuantForm | None, *, symmetric: bool) -> Weight:
@@ -157,7 +219,8 @@ def materialize(weight: Weight, form: QuantForm | None, *, symmetric: bool) -> W
             return as_tensor(weight)
         # Dequantized and re-quantized a chunk of rows at a time: never whole in float32.
         weight = as_rows(weight)
-    return quantize_linear(weight, form.bits, form.block_size, symmetric=symmetric)
+    return quantize_linear(weight, form.bits, form.block_size, symmetric=symmetric,
+                           float_zero_points=form.float_zero_points)
 
 
 def materialized_chunks(weight, form: QuantForm, *, symmetric: bool, rows: int):
@@ -176,7 +239,8 @@ def materialized_pieces(weight, form: QuantForm, *, symmetric: bool, rows: int):
             n = source.shape[0]
             return [(a, min(a + rows, n), lambda a=a: source.assembled(a, min(a + rows, n))) for a in range(0, n, rows)]
         weight = source
-    return quantized_pieces(weight, form.bits, form.block_size, symmetric=symmetric, rows=rows)
+    return quantized_pieces(weight, form.bits, form.block_size, symmetric=symmetric, rows=rows,
+                            float_zero_points=form.float_zero_points)
 
 
 def as_rows(weight: "QuantizedTensor | QuantizedRows") -> QuantizedRows:
@@ -200,7 +264,12 @@ def resolved_form(info: TensorInfo, scheme: QuantScheme) -> QuantForm | None:
         return None
     if scheme.bits is None:
         return None
-    return QuantForm(scheme.bits, scheme.block_size, not scheme.symmetric)
+    return QuantForm(scheme.bits, scheme.block_size, not scheme.symmetric, float_zero_points=_float_zero_points(scheme))
+
+
+def _float_zero_points(scheme: QuantScheme) -> bool:
+    """MatMulNBits takes zero points in the scale dtype at 2 and 4 bits."""
+    return scheme.float_zero_points and not scheme.symmetric and scheme.bits in (2, 4)
 
 
 def embedding_form(info: TensorInfo, scheme: QuantScheme, requested: bool = False) -> QuantForm | None:
@@ -214,6 +283,8 @@ def embedding_form(info: TensorInfo, scheme: QuantScheme, requested: bool = Fals
     execution providers).
     """
     form = resolved_form(info, scheme) if info.quantized or requested else None
+    if form is not None and form.float_zero_points and not info.quantized:
+        form = replace(form, float_zero_points=False)  # a float table quantized with integer zero points instead
     if form is None or form.bits not in (2, 4, 8) or info.shape[-1] % form.block_size or form.float_zero_points:
         return None
     return replace(form, has_zero_points=True)

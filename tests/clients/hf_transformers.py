@@ -2,7 +2,9 @@
 
 The folder is what `tests.fixtures.checkpoints.write_hf_checkpoint` writes: a
 `Qwen3_5ForConditionalGeneration` config with the text model under
-`text_config`, weights under `model.language_model.*`, `lm_head.*` and `mtp.*`.
+`text_config`, weights under `model.language_model.*`, `lm_head.*` and `mtp.*`;
+or a `Qwen3_5ForCausalLM` folder (the text config at the top, weights under
+`model.*`), as the checkpoint trained here is saved.
 The text model is built as `Qwen3_5ForCausalLM` from `text_config` (the
 multimodal class would add a vision tower of random weights), and its weights
 are loaded strictly under transformers' names: every weight of the text model
@@ -23,7 +25,8 @@ _TEXT_PREFIX = "model.language_model."
 
 
 def load(hf_dir: Path) -> Qwen3_5ForCausalLM:
-    text = json.loads((hf_dir / "config.json").read_text(encoding="utf-8"))["text_config"]
+    doc = json.loads((hf_dir / "config.json").read_text(encoding="utf-8"))
+    text = doc.get("text_config", doc)  # Qwen3_5ForCausalLM's own config.json is the text config
     config = Qwen3_5TextConfig(**text)
     config._attn_implementation = "eager"
     model = Qwen3_5ForCausalLM(config).to(torch.float32).eval()

@@ -11,7 +11,7 @@ import functools
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -67,6 +67,12 @@ class Family:
     # GGUF metadata keys written into the converter's files before llama.cpp's runtime runs them, where the
     # runtime would otherwise guess (deepseek2's expert_gating_func); mtpc compiles the converter's files as written.
     llama_cpp_runtime_keys: dict[str, int] = field(default_factory=dict)
+    # The bytes a sequence of the fixture's token ids spells (llama.cpp's runtime is given prompts as text and prints
+    # text); default: the tiny byte-level tokenizer the synthetic fixtures share.
+    token_bytes: Callable[[Sequence[int]], bytes] = lambda tokens: _synthetic_token_bytes(tokens)
+    # The draft counts og's MTP decoding is held to greedy and to the numpy rendition at (each costs a rendition
+    # of the whole run in float64; a larger fixture checks fewer).
+    draft_counts: tuple[int, ...] = (1, 2, 3, 4)
     # Oracles that do not apply, with the reason.
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -79,6 +85,12 @@ class Family:
         return oracle not in self.unsupported
 
 
+def _synthetic_token_bytes(tokens: Sequence[int]) -> bytes:
+    from tests.fixtures.glm4moe_checkpoints import piece_bytes
+
+    return piece_bytes(list(tokens))
+
+
 def _fixture(module: str, *args) -> Callable[[], Family]:
     """The family its fixture module describes (`conformance_family(*args)`), imported on first use."""
     return lambda: importlib.import_module(f"tests.fixtures.{module}").conformance_family(*args)
@@ -86,6 +98,7 @@ def _fixture(module: str, *args) -> Callable[[], Family]:
 
 FAMILIES: dict[str, Callable[[], Family]] = {
     "qwen35": _fixture("fitted_head"),
+    "qwen35-stdlib": _fixture("stdlib_checkpoint"),
     "qwen35moe": _fixture("moe_checkpoints"),
     "qwen3next-r2": _fixture("qwen3next_checkpoints", 2),
     "qwen3next-r1": _fixture("qwen3next_checkpoints", 1),
@@ -102,3 +115,13 @@ FAMILIES: dict[str, Callable[[], Family]] = {
 @functools.lru_cache(maxsize=None)
 def family(name: str) -> Family:
     return FAMILIES[name]()
+
+
+@functools.lru_cache(maxsize=None)
+def simulated(name: str, prompt: tuple[int, ...], steps: int, max_draft: int):
+    """The numpy rendition of greedy speculative decoding with the family's head (`fitted_head.simulate_speculative`),
+    once per family, prompt and draft count: the release's package and the converter's f32 file hold the same
+    weights, so both suites hold og to the same counts (a trained checkpoint's float64 rendition costs seconds)."""
+    from tests.fixtures.fitted_head import simulate_speculative
+
+    return simulate_speculative(*family(name).references, list(prompt), steps, max_draft)

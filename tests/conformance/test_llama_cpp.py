@@ -21,14 +21,12 @@ import pytest
 from mtpc.ir import SourceRef
 from mtpc.sources.gguf import reader as gguf
 from tests.clients import llama_cpp_runtime
-from tests.fixtures.fitted_head import simulate_speculative
-from tests.fixtures.glm4moe_checkpoints import piece_bytes, prompt_bytes
-from tests.fixtures.llama_cpp_tools import llama_cpp_binary  # noqa: F401  (a fixture)
+from tests.fixtures.llama_cpp_tools import llama_cpp_binary, llama_quantize  # noqa: F401  (fixtures)
 from tests.runtime import decoding
 from tests.runtime.conftest import STEPS
 
 from .conftest import OUTTYPES, assert_same
-from .families import FAMILIES, family
+from .families import FAMILIES, family, simulated
 
 # A family whose GGUF llama.cpp's converter writes but mtpc does not read yet says so (`unsupported`).
 NAMES = sorted(n for n in FAMILIES if family(n).supports("llama.cpp converter"))
@@ -57,9 +55,8 @@ def test_greedy_equals_transformers_on_the_files_weights(gguf_models, file_greed
     assert tokens == file_greedy[name, outtype][prompt]
 
 
-@pytest.mark.parametrize("max_draft", [1, 2, 3, 4])
-@pytest.mark.parametrize("outtype", OUTTYPES)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name, outtype, max_draft",
+                         [(n, o, d) for n in NAMES for o in OUTTYPES for d in family(n).draft_counts])
 def test_mtp_decoding_equals_greedy(gguf_models, file_greedy, name, outtype, max_draft):
     fam = family(name)
     prompt = fam.prompts[0]
@@ -67,7 +64,7 @@ def test_mtp_decoding_equals_greedy(gguf_models, file_greedy, name, outtype, max
     run = decoding.speculative(main_model, head, list(prompt), STEPS, max_draft)
     assert run.tokens == file_greedy[name, outtype][prompt]
     if outtype == "f32":
-        expected = simulate_speculative(*fam.references, list(prompt), STEPS, max_draft)
+        expected = simulated(name, prompt, STEPS, max_draft)
         assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
         assert run.accepted > 0 and run.rejected > 0, run
 
@@ -91,12 +88,13 @@ def test_llama_cpp_decodes_as_transformers_and_accepts_the_heads_drafts(
     """f32: llama.cpp's tokens are transformers'. q8_0: llama.cpp's Q8_0 dot products quantize the activations
     to 8 bits as well, so its tokens leave transformers' (float activations on the file's weights) at the first
     near tie (measured: Qwen3-Next r2 at step 3); there its head must still have drafts accepted and rejected."""
-    prompt = family(name).prompts[0]
-    path = _for_the_runtime(family(name), ggufs[name][outtype], conformance_dir / f"{name}-{outtype}-runtime.gguf")
-    run = llama_cpp_runtime.speculative(path, prompt_bytes(prompt), STEPS, 3, conformance_dir)
+    fam = family(name)
+    prompt = fam.prompts[0]
+    path = _for_the_runtime(fam, ggufs[name][outtype], conformance_dir / f"{name}-{outtype}-runtime.gguf")
+    run = llama_cpp_runtime.speculative(path, fam.token_bytes(prompt), STEPS, 3, conformance_dir)
     if outtype == "f32":
-        want = piece_bytes(file_greedy[name, outtype][prompt])
-        generated = run.text.split(prompt_bytes(prompt), 1)[-1]
+        want = fam.token_bytes(file_greedy[name, outtype][prompt])
+        generated = run.text.split(fam.token_bytes(prompt), 1)[-1]
         assert generated[: len(want)] == want, (generated, want, run.log[-3000:])
     assert run.drafted > 0 and 0 < run.accepted < run.drafted, (run.drafted, run.accepted, run.log[-3000:])
 
@@ -117,5 +115,32 @@ def test_llama_cpp_accepts_no_more_than_chance_from_a_head_with_its_inputs_swapp
     swapped = requantize(ggufs[name]["f32"], conformance_dir / f"{name}-swapped.gguf", (), QT.F32,
                          edit={fam.eh_proj: lambda w: np.concatenate([w[:, h:], w[:, :h]], axis=1)},
                          fields=fam.llama_cpp_runtime_keys)
-    run = llama_cpp_runtime.speculative(swapped, prompt_bytes(fam.prompts[0]), STEPS, 3, conformance_dir)
+    run = llama_cpp_runtime.speculative(swapped, fam.token_bytes(fam.prompts[0]), STEPS, 3, conformance_dir)
     assert run.drafted > 0 and run.accepted * 10 <= run.drafted, (run.drafted, run.accepted, run.log[-3000:])
+
+
+# The preset claims llama-quantize's choices where every FFN is dense and attention is Qwen's; MoE expert stacks
+# take one form per layer in QMoE, and MLA's kv_b is no MatMul operand (weights/presets.py says what it does there).
+DENSE = [n for n in NAMES if family(n).arch.moe is None and family(n).arch.mla is None]
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_the_q4_k_m_preset_chooses_as_llama_quantize_does(llama_quantize, conformance_dir, ggufs, releases, name):
+    """llama-quantize's Q4_K_M of the converter's f32 file, read tensor by tensor, against what
+    `quantization.default.preset: q4_k_m` decides for the same release, weight for weight: each type's stand-in
+    form, or float. The tiny qwen35 fixture's rows of 64 and 128 take llama-quantize's fallbacks (Q5_0, Q8_0); the
+    trained checkpoint's rows of 256 and 512 its k-quants."""
+    from mtpc.pipeline.driver import build_ir
+
+    q4_k_m = llama_cpp_runtime.quantize(ggufs[name]["f32"], conformance_dir / f"{name}-q4_k_m.gguf", "Q4_K_M")
+    info = gguf.describe(SourceRef("gguf", str(q4_k_m)))
+    # Each type's stand-in: Q4_K 4-bit blocks of 32, Q6_K 8-bit blocks of 16, Q5_0 / Q8_0 8-bit blocks of 32.
+    forms = {"Q4_K": (4, 32), "Q6_K": (8, 16), "Q5_0": (8, 32), "Q8_0": (8, 32)}
+    llama = {t.name: forms.get(t.encoding) for t in info.tensors if len(t.shape) == 2}
+    spec = conformance_dir / f"{name}-preset.yaml"
+    spec.write_text(f"mtpc: 1\nname: preset\nsource: {{hf: {releases[name].name}}}\n"
+                    "quantization:\n  default: {preset: q4_k_m}\ntargets:\n  onnxruntime_genai: {execution_provider: cpu}\n")
+    ours = {w.name: (w.form.bits, w.form.block_size) if w.form else None for w in build_ir(spec)[0].weights
+            if w.role.value in ("linear", "embedding")}
+    assert ours == llama
+    assert len(set(ours.values())) > 1, ours

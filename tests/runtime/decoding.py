@@ -73,17 +73,19 @@ def speculative(main: og.Model, head: og.Model, prompt: list[int], steps: int, m
     )
 
 
-def check_speculative(models, greedy: list[int], reference, head_reference, prompt, max_draft: int) -> None:
+def check_speculative(models, greedy: list[int], reference, head_reference, prompt, max_draft: int,
+                      expected=None) -> None:
     """og.MtpGenerator gives `greedy`, and drafts and accepts what the numpy rendition of the head does
-    (tests/fixtures/fitted_head.simulate_speculative), with drafts both accepted and rejected (so the head's
-    drafts are really used)."""
+    (tests/fixtures/fitted_head.simulate_speculative; `expected`, when the caller has it already), with drafts
+    both accepted and rejected (so the head's drafts are really used)."""
     from tests.fixtures.fitted_head import simulate_speculative
     from tests.runtime.conftest import STEPS
 
     main_model, head = models
     run = speculative(main_model, head, list(prompt), STEPS, max_draft)
     assert run.tokens == greedy
-    expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
+    if expected is None:
+        expected = simulate_speculative(reference, head_reference, list(prompt), STEPS, max_draft)
     assert (run.proposed, run.accepted) == (expected.drafted, expected.accepted)
     assert run.accepted > 0 and run.rejected > 0, run
     # A windowed package crops a partly accepted verify (greedy, 2 or more drafts): no replay forward.
