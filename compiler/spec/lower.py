@@ -124,7 +124,8 @@ def _checkpoint_ref(spec: LoadedSpec, kind: str, value: object, revision: str | 
         return SourceRef("gguf", hub=HubRef(value["repo"], revision, file=value["file"]))
     assert isinstance(value, str)
     path = (spec.folder / value).resolve()
-    wanted, right_kind = ("folder", path.is_dir()) if kind == "hf" else ("file", path.is_file())
+    wanted = "folder" if kind == "hf" else "file"
+    right_kind = _is(spec, ("source", kind), path, wanted, f"{kind} source '{value}'")
     if right_kind:
         if revision is not None:
             raise MtpcError([spec.diagnostic(
@@ -151,10 +152,19 @@ def _checkpoint_ref(spec: LoadedSpec, kind: str, value: object, revision: str | 
     )
 
 
+def _is(spec: LoadedSpec, at: tuple, path: Path, wanted: str, what: str) -> bool:
+    """Whether `path` is a `wanted` ("file" / "folder"); a name no file system can hold is exit 2 at `at`
+    (pathlib raises ENAMETOOLONG rather than answer no)."""
+    try:
+        return path.is_dir() if wanted == "folder" else path.is_file()
+    except OSError as err:
+        raise MtpcError([spec.diagnostic(at, f"{what} cannot be a path: {err.strerror}")], ExitCode.USAGE) from None
+
+
 def _existing(spec: LoadedSpec, at: tuple, value: str, wanted: str, noun: str, about: str) -> Path:
     """`value` resolved against the spec's folder: a `wanted` ("file" / "folder") there, else exit 2 at `at`."""
     path = (spec.folder / value).resolve()
-    if not (path.is_dir() if wanted == "folder" else path.is_file()):
+    if not _is(spec, at, path, wanted, f"{noun} '{value}'"):
         problem = f"is not a {wanted}" if path.exists() else "does not exist"
         near = None if path.exists() else path_hint(value, spec.folder)
         raise MtpcError(

@@ -141,6 +141,17 @@ def test_missing_source_path_points_at_the_spec(tmp_path):
     assert diag.message == "hf source 'nowhere' does not exist"
 
 
+@pytest.mark.parametrize("kind", ["hf", "gguf"])
+def test_a_source_name_no_file_system_holds_points_at_the_spec(tmp_path, kind):
+    """A path component past NAME_MAX makes pathlib raise instead of answer no (found by tests/spec/test_fuzz_loader.py)."""
+    name = "x" * 300
+    err = failure(tmp_path, "", f"source:\n  {kind}: ./{name}/model\n")
+    assert err.exit_code is ExitCode.USAGE
+    (diag,) = err.diagnostics
+    assert (diag.span.line, diag.span.col) == (4, 7 if kind == "hf" else 9)
+    assert diag.message == f"{kind} source './{name}/model' cannot be a path: File name too long"
+
+
 def test_a_file_is_not_an_hf_folder(tmp_path):
     (tmp_path / "config.txt").write_text("x")
     err = failure(tmp_path, "", "source:\n  hf: config.txt\n")
