@@ -19,10 +19,7 @@ from ...ir.moe import SIGMOID
 from .constants import Keys
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
 from .names import EXPERTS, QWEN35, GGUFNames, Rule
-from .routed_experts import grouped_moe
-
-# llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID, what its glm4moe graph defaults to.
-SIGMOID_GATING = 2
+from .routed_experts import grouped_moe, require_sigmoid_gating
 
 
 def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
@@ -65,10 +62,7 @@ def architecture(meta: Metadata, names: GGUFNames) -> tuple[Architecture, int]:
 
 
 def _moe(meta: Metadata, n_main: int) -> MoeDims:
-    gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC, SIGMOID_GATING, required=False))
-    if gating != SIGMOID_GATING:
-        raise SourceError(f"{meta.path}: GGUF metadata key {Keys.LLM.EXPERT_GATING_FUNC.format(arch=meta.arch)!r} is "
-                          f"{gating}; GLM-4.5 routes by sigmoid scores ({SIGMOID_GATING})")
+    require_sigmoid_gating(meta, "GLM-4.5")
     return grouped_moe(meta, n_main, scoring=SIGMOID, selection_bias=True, shared_default=1,
                        block="GLM's sparse block with its shared expert")
 

@@ -24,9 +24,10 @@ from ...util.diagnostics import SourceError
 from ...ir import Architecture, HeadLayout, LayerAttention, LayerKind, MoeDims, Rope, SeedHidden
 from ...ir.moe import SIGMOID
 from .constants import Keys
-from .glm4moe import ROUTED_FFN, SIGMOID_GATING
+from .glm4moe import ROUTED_FFN
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
 from .names import QWEN35, GGUFNames, Rule
+from .routed_experts import require_sigmoid_gating
 from .step35 import _SLIDING_PATTERN, _SLIDING_WINDOW, _FREQ_BASE_SWA, _one_per_kind, _per_block
 
 _VALUE_SCALE = "{arch}.attention.value_scale"
@@ -86,10 +87,7 @@ def _moe(meta: Metadata, n_main: int, shapes) -> MoeDims:
     def key(k: str) -> str:
         return k.format(arch=meta.arch)
 
-    gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC, SIGMOID_GATING, required=False))
-    if gating != SIGMOID_GATING:
-        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_GATING_FUNC)!r} is {gating}; "
-                          f"MiMo-V2-Flash routes by sigmoid scores ({SIGMOID_GATING})")
+    require_sigmoid_gating(meta, "MiMo-V2-Flash")
     experts, top_k = meta.positive(Keys.LLM.EXPERT_COUNT), meta.positive(Keys.LLM.EXPERT_USED_COUNT)
     groups = int(meta.get(Keys.LLM.EXPERT_GROUP_COUNT, 1, required=False)) or 1
     kept = int(meta.get(Keys.LLM.EXPERT_GROUP_USED_COUNT, 1, required=False)) or 1

@@ -9,6 +9,17 @@ from ...ir import MoeDims
 from .constants import Keys
 from .metadata import Metadata, _float32
 
+SIGMOID_GATING = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+
+
+def require_sigmoid_gating(meta: Metadata, family: str) -> None:
+    """A family whose router scores by sigmoid refuses a file whose `expert_gating_func` says otherwise
+    (absent means sigmoid)."""
+    gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC, SIGMOID_GATING, required=False))
+    if gating != SIGMOID_GATING:
+        raise SourceError(f"{meta.path}: GGUF metadata key {Keys.LLM.EXPERT_GATING_FUNC.format(arch=meta.arch)!r} is "
+                          f"{gating}; {family} routes by sigmoid scores ({SIGMOID_GATING})")
+
 
 def grouped_moe(meta: Metadata, n_main: int, *, scoring: str, selection_bias: bool, shared_default: int,
                 block: str) -> MoeDims:

@@ -24,9 +24,10 @@ from ...util.diagnostics import SourceError
 from ...ir import (Architecture, HeadLayout, LayerAttention, LayerKind, MoeDims, Rope, SeedHidden, SwigluLimits)
 from ...ir.moe import SIGMOID
 from .constants import Keys
-from .glm4moe import ROUTED_FFN, SIGMOID_GATING
+from .glm4moe import ROUTED_FFN
 from .metadata import Metadata, _float32, tensor_shapes, token_ids, trunk_blocks
 from .names import QWEN35, GGUFNames, Rule
+from .routed_experts import require_sigmoid_gating
 
 _SLIDING_WINDOW = "{arch}.attention.sliding_window"
 _SLIDING_PATTERN = "{arch}.attention.sliding_window_pattern"
@@ -108,10 +109,7 @@ def _moe(meta: Metadata, n_main: int, nextn: int) -> MoeDims:
     def key(k: str) -> str:
         return k.format(arch=meta.arch)
 
-    gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC, SIGMOID_GATING, required=False))
-    if gating != SIGMOID_GATING:
-        raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_GATING_FUNC)!r} is {gating}; Step-3.5 "
-                          f"routes by sigmoid scores ({SIGMOID_GATING})")
+    require_sigmoid_gating(meta, "Step-3.5")
     if meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM, True, required=False) in (False, 0):
         raise SourceError(f"{meta.path}: GGUF metadata key {key(Keys.LLM.EXPERT_WEIGHTS_NORM)!r} is false; Step-3.5 "
                           "renormalizes the chosen experts' weights")
