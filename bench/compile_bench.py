@@ -205,14 +205,17 @@ def tree_bytes(path: Path) -> int:
 
 def run_sampled(name: str, command: list[str]) -> tuple[dict, int]:
     """Run a child that prints one JSON line last; (that line, the child's highest RssAnon in bytes)."""
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     # Sampled from here, not from a thread in the child: a thread there needs the GIL,
-    # which numpy holds through the very copies whose peak we want to see.
-    peak_anon = 0
-    while child.poll() is None:
-        peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
-        time.sleep(SAMPLE_INTERVAL_S)
-    stdout, stderr = child.communicate()
+    # which numpy holds through the very copies whose peak we want to see. The child writes to files: a
+    # pipe nobody reads until it exits would block a child that prints more than 64 KiB.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=REPO)
+        peak_anon = 0
+        while child.poll() is None:
+            peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
+            time.sleep(SAMPLE_INTERVAL_S)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if child.returncode != 0:
         raise SystemExit(f"{name} failed (exit {child.returncode}):\n{stderr}")
     return json.loads(stdout.strip().splitlines()[-1]), peak_anon

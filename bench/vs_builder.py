@@ -63,15 +63,19 @@ KEEP = "quantization:\n  default: {keep: source}\n"
 
 def run(argv: list[str], *, ok: tuple[int, ...] = (0,), env: dict | None = None, cwd: Path | None = None) -> dict:
     """Wall seconds, peak RSS (highest VmHWM seen) and peak anonymous memory of a command's process."""
-    start = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
-    peak_rss = peak_anon = 0
-    while child.poll() is None:
-        peak_rss = max(peak_rss, _status_bytes(child.pid, "VmHWM") or 0)
-        peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
-        time.sleep(SAMPLE_INTERVAL_S)
-    stdout, stderr = child.communicate()
-    wall = time.perf_counter() - start
+    # The child writes to files, not pipes: this loop reads nothing until the child exits, and a pipe holds
+    # 64 KiB (the builder's int4 progress bars filled stderr's and it blocked for good).
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
+        peak_rss = peak_anon = 0
+        while child.poll() is None:
+            peak_rss = max(peak_rss, _status_bytes(child.pid, "VmHWM") or 0)
+            peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
+            time.sleep(SAMPLE_INTERVAL_S)
+        wall = time.perf_counter() - start
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if child.returncode not in ok:
         raise SystemExit(f"failed (exit {child.returncode}): {' '.join(map(str, argv))}\n{stderr[-4000:]}")
     return {"wall_s": wall, "peak_rss": peak_rss, "peak_anon": peak_anon, "stdout": stdout}
