@@ -56,7 +56,8 @@ def og_package(work: Path, gguf: Path) -> Path:
     if not (out / "genai_config.json").is_file():
         spec = work / f"gguf-{gguf.stem}.yaml"
         spec.write_text(f"mtpc: 1\nname: gguf-{gguf.stem}\nsource: {{gguf: gguf/{gguf.name}}}\n"
-                        "quantization:\n  default: {keep: source}\ntargets:\n  onnxruntime_genai: {execution_provider: cpu}\n")
+                        "quantization:\n  default: {keep: source}\n"
+                        "targets:\n  onnxruntime_genai: {execution_provider: cpu, max_draft_tokens: 4}\n")  # DRAFTS: 1..4
         print(f"compiling {spec.name}", file=sys.stderr, flush=True)
         run([PY, "-m", "mtpc", "compile", str(spec), "-o", str(out), "-q"])
     return out

@@ -85,7 +85,8 @@ class Variant:
             if self.overrides:
                 lines.append("  overrides:\n" + "".join(f"    - {o}\n" for o in self.overrides))
         window = f", state_window: {self.state_window}" if self.state_window else ""
-        lines.append(f"targets:\n  onnxruntime_genai: {{execution_provider: cpu{window}}}\n")
+        # The bench decodes 1..4 drafts, so its packages hold four (the default, 2, would window W = 3).
+        lines.append(f"targets:\n  onnxruntime_genai: {{execution_provider: cpu, max_draft_tokens: 4{window}}}\n")
         return "".join(lines)
 
 

@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.trained_model import compile_package, gguf, prompts  # noqa: E402
 
-FLOAT_PACKAGE = "precision: {io_dtype: float32}\ntargets:\n  onnxruntime_genai: {execution_provider: cpu}\n"
+# Holds four drafts (the default, 2, would window W = 3 and cap a round at 2): --drafts goes up to 4.
+FLOAT_PACKAGE = "precision: {io_dtype: float32}\ntargets:\n  onnxruntime_genai: {execution_provider: cpu, max_draft_tokens: 4}\n"
 
 
 def og_rounds(package: Path, encoded: list[list[int]], new_tokens: int, drafts: int) -> list[tuple[list, list]]:

@@ -244,8 +244,13 @@ def _window(ir: ModelIR) -> str:
     w = ir.main.state_window
     if not w:
         return ""
+    # What the window costs a step that drafts nothing, measured by mtpc's bench/window_cost.py (issue 37 in
+    # bench/README.md): the user who decodes without the head pays it too, so the card says so.
     return (f"; its linear-attention state keeps the last {w} tokens' states, so onnxruntime-genai drops a rejected "
-            f"draft without running the model again (at most {w - 1} drafts a step)")
+            f"draft without running the model again (at most {w - 1} drafts a step). Every forward writes those "
+            f"states, plain decoding (`og.Generator`) included: on mtpc's 348M-class bench checkpoint on one CPU "
+            f"thread that cost 8 % of a plain step at float32 (W = 3 or 5), 19 % with int4 weights at W = 3 and 35 % "
+            f"at W = 5; `state_window: off` removes it, and a rejected draft is then replayed")
 
 
 def _draft_head(ir: ModelIR) -> str:

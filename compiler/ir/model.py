@@ -343,7 +343,7 @@ class OrtGenaiTarget:
     max_batch_size: int = 16
     num_blocks: int | None = None
     gpu_utilization_factor: float | None = None
-    max_draft_tokens: int = 4
+    max_draft_tokens: int = 2
     # Paged only: the LM head runs on the rows the engine selects through `logits_indices` (each
     # sequence's last token, and every verified draft), not on every packed token.
     prune_lm_head: bool = False

@@ -159,7 +159,7 @@ def test_mtp_section(emitted, target_name, with_head):
     assert mtp["inputs"] == expected_inputs
     assert mtp["outputs"] == reference["outputs"]
     assert mtp["inputs"]["hidden_states"] != mtp["outputs"]["hidden_states"]
-    assert doc["speculative"] == {"max_draft_tokens": 4}
+    assert doc["speculative"] == {"max_draft_tokens": 2}  # the default
     assert "shared_initializers" not in mtp  # no data-layout fact given
 
 
@@ -196,9 +196,9 @@ def test_paged_state_groups_and_engine(emitted, target_name, with_head):
         assert "engine" not in doc and "state_groups" not in doc["model"]["decoder"]
         return
     # tiny_arch alternates linear (0, 2) and full attention (1, 3).
-    # With a head the fixed groups declare compact state updates for max_draft_tokens (4) tokens, as the
+    # With a head the fixed groups declare compact state updates for max_draft_tokens (2, the default) tokens, as the
     # builder's dense_su export does; the paged engine drafts no more than that on a hybrid model.
-    updates = {"capacity": 4} if with_head else None
+    updates = {"capacity": 2} if with_head else None
     groups = [
         {"kind": "paged_kv", "layer_ids": [1, 3]},
         {"kind": "fixed_conv", "layer_ids": [0, 2]} | ({"state_update": updates} if with_head else {}),
@@ -206,7 +206,7 @@ def test_paged_state_groups_and_engine(emitted, target_name, with_head):
         | ({"state_update": updates | {"key_head_count": 2}} if with_head else {}),
     ]
     assert doc["model"]["decoder"]["state_groups"] == groups
-    assert doc["model"]["decoder"].get("state_update_capacity") == (4 if with_head else None)
+    assert doc["model"]["decoder"].get("state_update_capacity") == (2 if with_head else None)
     expected = {"block_size": 16, "max_batch_size": 8, "gpu_utilization_factor": 0.6}
     if with_head:
         expected["prefix_caching"] = False

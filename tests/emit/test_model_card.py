@@ -28,7 +28,7 @@ def test_card_with_head_shows_how_to_run_speculative_decoding():
     assert "4 layers: 2 full attention, 2 linear attention" in text
     assert "`mtp/mtp.onnx`" in text
     assert 'og.MtpGenerator(model, og.Model("mtp"), params)' in text
-    assert "max_draft_tokens=4" in text
+    assert "max_draft_tokens=2" in text  # the default
     assert "mtpc check ." in text
 
 

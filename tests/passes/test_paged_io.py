@@ -106,13 +106,13 @@ def test_recurrent_state_is_float32_value_major_and_conv_state_stays():
 
 
 def test_main_declares_state_groups(paged):
-    # With a head, the fixed groups carry compact state updates for max_draft_tokens (4) tokens.
+    # With a head, the fixed groups carry compact state updates for max_draft_tokens (2, the default) tokens.
     assert paged[1].main.state_groups == (
         StateGroup("paged_kv", (1, 3)),
-        StateGroup("fixed_conv", (0, 2), state_update_capacity=4),
-        StateGroup("fixed_recurrent", (0, 2), state_update_capacity=4, key_head_count=2),
+        StateGroup("fixed_conv", (0, 2), state_update_capacity=2),
+        StateGroup("fixed_recurrent", (0, 2), state_update_capacity=2, key_head_count=2),
     )
-    assert paged[1].main.state_update_capacity == 4
+    assert paged[1].main.state_update_capacity == 2
     assert paged[1].head(ORT).state_groups == () and paged[1].head(ORT).state_update_capacity == 0
 
 

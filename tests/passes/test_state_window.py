@@ -75,7 +75,7 @@ def test_the_pass_is_idempotent_and_says_what_it_did():
         ort=replace(CPU_DENSE, state_window="off")).main.contract))
     result = StateWindow()(before)
     assert result.ir.main == ir.main
-    assert result.changes == ("main decoder: conv and recurrent state windowed over 5 tokens ([5, batch, ...]; "
+    assert result.changes == ("main decoder: conv and recurrent state windowed over 3 tokens ([3, batch, ...]; "
                               "onnxruntime-genai crops a partly accepted verify instead of replaying it)",)
 
 

@@ -24,7 +24,7 @@ def _arch(**kw):
 def test_the_pipeline_decoder_is_the_text_decoder_on_inputs_embeds_unwindowed():
     ir = compiled(arch=_arch())
     v = ir.vision
-    assert v is not None and ir.main.state_window == 5
+    assert v is not None and ir.main.state_window == 3  # max_draft_tokens 2 (the default) + 1
     decoder = v.decoder
     assert decoder.filename == "embeds_decoder.onnx" and decoder.state_window == 0
     assert decoder.input_name("inputs_embeds") == "inputs_embeds" and decoder.input_name("input_ids") is None

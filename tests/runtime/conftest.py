@@ -22,7 +22,11 @@ from tests.fixtures.ort_release import INSTALLED
 from tests.fixtures.package_files import files_of  # the runtime tests import it from here
 
 STEPS = 20
-ORT_GENAI_CPU = f'targets:\n  onnxruntime_genai: {{version: "{INSTALLED}", execution_provider: cpu, attention: dense}}\n'
+# The runtime tests decode with 1..4 drafts, so their packages hold four (the default is 2: a windowed
+# package's runtime drafts at most W - 1 = max_draft_tokens tokens).
+# Tests edit the spec by replacing "attention: dense}", so it stays last.
+ORT_GENAI_CPU = (f'targets:\n  onnxruntime_genai: {{version: "{INSTALLED}", execution_provider: cpu, max_draft_tokens: 4, '
+                 'attention: dense}\n')
 
 
 def write_spec(path: Path, name: str, source: str, extra: str = "") -> Path:

@@ -147,6 +147,6 @@ def test_a_report_of_other_stored_weights_is_refused(sure_report_file, tune_work
 def test_changing_only_the_draft_count_keeps_the_report_valid(sure_report_file, tune_workdir):
     spec = tune_workdir / "sure-drafts.yaml"
     text = (tune_workdir / "sure.yaml").read_text("utf-8")
-    spec.write_text(text.replace("attention: dense}", "attention: dense, max_draft_tokens: 2}"), encoding="utf-8")
+    spec.write_text(text.replace("max_draft_tokens: 4", "max_draft_tokens: 2"), encoding="utf-8")
     assert "max_draft_tokens: 2" in spec.read_text("utf-8")
     assert main(["compile", "-q", str(spec), "-o", str(tune_workdir / "sure-drafts"), "--tune-report", str(sure_report_file)]) == 0

@@ -122,7 +122,10 @@ def test_a_random_head_gets_mtp_turned_off(random_head, prompts_file, capsys):
 
 
 def test_text_output_shows_the_table_and_the_spec_line_to_change(sure, prompts_file, tune_workdir, capsys):
-    spec = tune_workdir / "sure.yaml"
+    # The spec as a user writes it who left max_draft_tokens to the default (the fixture's spec sets 4 so
+    # that its window holds four drafts; --spec only says where the recommended line goes).
+    spec = tune_workdir / "sure-unwritten.yaml"
+    spec.write_text((tune_workdir / "sure.yaml").read_text("utf-8").replace("max_draft_tokens: 4, ", ""), encoding="utf-8")
     # Up to 3 drafts: whichever N wins, it is not the 4 the package drafts now, so there is a line to change.
     assert main(["tune", str(sure), "--prompts", str(prompts_file), *FAST, "--max-draft", "3", "--spec", str(spec)]) == 0
     captured = capsys.readouterr()
