@@ -29,6 +29,10 @@ same tokens, so only speed is at stake.
 Prompts: --prompts FILE has one prompt a line (blank lines are skipped), encoded with
 the package's tokenizer; without it, a built-in handful (code, a list, prose, a
 question, a table). Acceptance depends on what is decoded: use your own prompts.
+Draft counts: up to --max-draft (4 by default). A hybrid model's package whose
+linear-attention state is windowed (W) drafts at most W - 1 tokens (W = 3 with the
+default max_draft_tokens: 2), so tune prices no more than that; to price more,
+compile the spec with max_draft_tokens: N first.
 Timings are means of interleaved samples, so the numbers are what decoding takes
 under the conditions tune ran in: run it as you deploy (same machine, --threads as
 you will set them, nothing else running that will not run then). A busy machine makes
@@ -42,7 +46,7 @@ exits 2 too.
 
 examples:
   mtpc tune out/qwen35-tiny-mtp
-  mtpc tune pkg --prompts my-prompts.txt --max-draft 6 --threads 4
+  mtpc tune pkg --prompts my-prompts.txt --threads 4
   mtpc tune pkg --spec spec.yaml                       # points at the spec line to change
   mtpc tune pkg --format json > tune.json && mtpc compile spec.yaml -o pkg --tune-report tune.json
 """
@@ -55,7 +59,8 @@ def add_parser(sub) -> None:
     p.add_argument("--spec", metavar="SPEC", help="the spec it was compiled from: the recommendation points at its line")
     p.add_argument("--prompts", metavar="FILE", help="prompts to decode, one a line (default: a built-in handful)")
     p.add_argument("--max-draft", type=whole_number(1, 16), metavar="N",
-                   help="largest draft count to predict, 1 to 16 (default: 4, or the package's own if larger)")
+                   help="largest draft count to predict, 1 to 16 (default: 4, or the package's own if larger; "
+                        "at most W - 1 on a package with a state window W, as the runtime drafts no more)")
     p.add_argument("--new-tokens", type=whole_number(8), default=64, metavar="N", help="tokens to generate per prompt (default 64)")
     p.add_argument("--threads", type=whole_number(1), metavar="N",
                    help="intra-op threads for both models (default: the package's session options)")

@@ -77,6 +77,12 @@ def tune(
         max_draft = max(DEFAULT_MAX_DRAFT, min(opened.max_draft_tokens or 0, MAX_DRAFT))
         if opened.state_window > 1:  # the runtime drafts at most W - 1 tokens on a windowed package
             max_draft = min(max_draft, opened.state_window - 1)
+    elif opened.state_window > 1 and max_draft > opened.state_window - 1:
+        raise MtpcError.single(
+            f"max_draft {max_draft} is more than this package drafts: its state window holds {opened.state_window} "
+            f"tokens, so onnxruntime-genai drafts at most {opened.state_window - 1} a step; compile the spec with "
+            f"targets.onnxruntime_genai.max_draft_tokens: {max_draft} to measure {max_draft} drafts",
+            exit_code=ExitCode.USAGE)
     for what, value, least in (("max_draft", max_draft, 1), ("new_tokens", new_tokens, 2), ("sweeps", sweeps, 1),
                                ("threads", threads if threads is not None else 1, 1)):
         if value < least or (what == "max_draft" and value > MAX_DRAFT):

@@ -94,6 +94,13 @@ def test_a_package_for_a_provider_this_runtime_lacks(cuda, capsys):
     assert "runs on the cuda execution provider, which this onnxruntime-genai does not have" in err
 
 
+def test_more_drafts_than_the_state_window_holds(tiny, capsys):
+    # The tiny spec's window is 5 (max_draft_tokens 4): the runtime would draft 4 where tune priced 5.
+    err = refused([str(tiny), "--max-draft", "5"], capsys, tiny)
+    assert "its state window holds 5 tokens, so onnxruntime-genai drafts at most 4 a step" in err
+    assert "max_draft_tokens: 5" in err
+
+
 def test_a_prompts_file_that_does_not_exist(tiny, tmp_path, capsys):
     err = refused([str(tiny), "--prompts", str(tmp_path / "missing.txt")], capsys, tiny, tmp_path)
     assert "prompts file" in err and "does not exist" in err
