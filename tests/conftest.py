@@ -41,3 +41,23 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(checked)
     if unchecked is not None:
         terminalreporter.write_line(f"NOT CHECKED: {unchecked}", yellow=True)
+
+
+# The files that take longest (`--durations`, 2026-12-07), handed to the workers first. A worker runs a whole file
+# (--dist=loadfile), so a file of one or two minutes that starts last keeps the run going while the other worker
+# waits; longest first leaves the short files to fill the end.
+LONGEST_FIRST = (
+    "tests/test_runtime_releases.py",
+    "tests/test_pre_commit_hook.py",
+    "tests/bench/test_mtp_speedup.py",
+    "tests/output/test_interrupted_runs.py",
+    "tests/cli/test_diff_goldens.py",
+    "tests/cli/test_broken_pipe.py",
+    "tests/cli/test_quiet.py",
+    "tests/test_packaging.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: the rest keep their order
