@@ -6,6 +6,7 @@ is written (tests/clients/onnx_genai.py): the wrapper goes in before any test mo
 """
 
 import os
+from collections import Counter
 
 import pytest
 
@@ -43,8 +44,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"NOT CHECKED: {unchecked}", yellow=True)
 
 
-# The files that take longest (`--durations`, 2026-12-07), handed to the workers first. A worker runs a whole file
-# (--dist=loadfile), so a file of one or two minutes that starts last keeps the run going while the other worker
+# The order the workers get the files in: the longest files first (`--durations`, 2026-12-07), then the rest by
+# their number of tests, most first, as xdist orders them itself (pyproject's `--no-loadscope-reorder` hands the
+# ordering to this hook). A worker runs a whole file (--dist=loadfile), so a file of one or two minutes that
+# starts last (xdist put the one-test 0.17.1 rerun at the very end) keeps the run going while the other worker
 # waits; longest first leaves the short files to fill the end.
 LONGEST_FIRST = (
     "tests/test_runtime_releases.py",
@@ -59,5 +62,10 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items):
+    def file_of(item):
+        return item.nodeid.partition("::")[0]
+
+    tests_in = Counter(file_of(item) for item in items)
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: the rest keep their order
+    # Stable: a file's tests keep their order, and stay together.
+    items.sort(key=lambda item: (rank.get(file_of(item), len(rank)), -tests_in[file_of(item)], file_of(item)))
