@@ -203,22 +203,34 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_sampled(name: str, command: list[str]) -> tuple[dict, int]:
-    """Run a child that prints one JSON line last; (that line, the child's highest RssAnon in bytes)."""
-    # Sampled from here, not from a thread in the child: a thread there needs the GIL,
-    # which numpy holds through the very copies whose peak we want to see. The child writes to files: a
-    # pipe nobody reads until it exits would block a child that prints more than 64 KiB.
+def sampled(argv: list, *, env: dict | None = None, cwd: Path | None = REPO) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a command to its end; (its exit code and output, {"wall_s", "peak_rss" (highest VmHWM seen),
+    "peak_anon" (highest RssAnon seen)}).
+
+    Sampled from here, not from a thread in the child: a thread there needs the GIL, which numpy holds
+    through the very copies whose peak we want to see. The child writes to files: a pipe nobody reads until
+    it exits blocks a child that prints more than 64 KiB (the 0.18.0 builder's int4 progress bars did).
+    """
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=REPO)
-        peak_anon = 0
+        start = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
+        peak_rss = peak_anon = 0
         while child.poll() is None:
+            peak_rss = max(peak_rss, _status_bytes(child.pid, "VmHWM") or 0)
             peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
             time.sleep(SAMPLE_INTERVAL_S)
+        wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if child.returncode != 0:
-        raise SystemExit(f"{name} failed (exit {child.returncode}):\n{stderr}")
-    return json.loads(stdout.strip().splitlines()[-1]), peak_anon
+        done = subprocess.CompletedProcess(argv, child.returncode, out.read(), err.read())
+    return done, {"wall_s": wall, "peak_rss": peak_rss, "peak_anon": peak_anon}
+
+
+def run_sampled(name: str, command: list[str]) -> tuple[dict, int]:
+    """Run a child that prints one JSON line last; (that line, the child's highest RssAnon in bytes)."""
+    done, peaks = sampled(command)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} failed (exit {done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1]), peaks["peak_anon"]
 
 
 def measure(name: str, kind: str, source: Path, target: Path) -> Row:

@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +47,7 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.compile_bench import SAMPLE_INTERVAL_S, SIZES, _status_bytes, architecture, tree_bytes  # noqa: E402
+from bench.compile_bench import SIZES, architecture, sampled, tree_bytes  # noqa: E402
 
 PY = sys.executable
 DECODE_STEPS = 128
@@ -63,22 +62,10 @@ KEEP = "quantization:\n  default: {keep: source}\n"
 
 def run(argv: list[str], *, ok: tuple[int, ...] = (0,), env: dict | None = None, cwd: Path | None = None) -> dict:
     """Wall seconds, peak RSS (highest VmHWM seen) and peak anonymous memory of a command's process."""
-    # The child writes to files, not pipes: this loop reads nothing until the child exits, and a pipe holds
-    # 64 KiB (the builder's int4 progress bars filled stderr's and it blocked for good).
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
-        peak_rss = peak_anon = 0
-        while child.poll() is None:
-            peak_rss = max(peak_rss, _status_bytes(child.pid, "VmHWM") or 0)
-            peak_anon = max(peak_anon, _status_bytes(child.pid, "RssAnon") or 0)
-            time.sleep(SAMPLE_INTERVAL_S)
-        wall = time.perf_counter() - start
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if child.returncode not in ok:
-        raise SystemExit(f"failed (exit {child.returncode}): {' '.join(map(str, argv))}\n{stderr[-4000:]}")
-    return {"wall_s": wall, "peak_rss": peak_rss, "peak_anon": peak_anon, "stdout": stdout}
+    done, peaks = sampled(argv, env=env, cwd=cwd)
+    if done.returncode not in ok:
+        raise SystemExit(f"failed (exit {done.returncode}): {' '.join(map(str, argv))}\n{done.stderr[-4000:]}")
+    return {**peaks, "stdout": done.stdout}
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -73,14 +73,14 @@ def tune(
 
     opened = open_package(package)
     require_runtime()
+    # The runtime drafts at most W - 1 tokens on a package whose state window is W.
+    held = opened.state_window - 1 if opened.state_window > 1 else MAX_DRAFT
     if max_draft is None:
-        max_draft = max(DEFAULT_MAX_DRAFT, min(opened.max_draft_tokens or 0, MAX_DRAFT))
-        if opened.state_window > 1:  # the runtime drafts at most W - 1 tokens on a windowed package
-            max_draft = min(max_draft, opened.state_window - 1)
-    elif opened.state_window > 1 and max_draft > opened.state_window - 1:
+        max_draft = min(max(DEFAULT_MAX_DRAFT, min(opened.max_draft_tokens or 0, MAX_DRAFT)), held)
+    elif opened.state_window > 1 and max_draft > held:
         raise MtpcError.single(
             f"max_draft {max_draft} is more than this package drafts: its state window holds {opened.state_window} "
-            f"tokens, so onnxruntime-genai drafts at most {opened.state_window - 1} a step; compile the spec with "
+            f"tokens, so onnxruntime-genai drafts at most {held} a step; compile the spec with "
             f"targets.onnxruntime_genai.max_draft_tokens: {max_draft} to measure {max_draft} drafts",
             exit_code=ExitCode.USAGE)
     for what, value, least in (("max_draft", max_draft, 1), ("new_tokens", new_tokens, 2), ("sweeps", sweeps, 1),
